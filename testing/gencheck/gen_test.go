@@ -1,0 +1,74 @@
+// Package gencheck_test keeps the generated code and the vendored .proto
+// sources honest: regenerating gen/ must change nothing, buf lint must pass,
+// and proto/third_party must match the descriptors the binary links.
+package gencheck_test
+
+import (
+	"bytes"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+func buf(t *testing.T, root string, args ...string) {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"tool", "-modfile=tools/go.mod", "buf"}, args...)...)
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("buf %v: %v\n%s", args, err, out)
+	}
+}
+
+func TestBufLint(t *testing.T) {
+	buf(t, repoRoot(t), "lint")
+}
+
+// TestGeneratedCodeIsCurrent regenerates gen/ into a temporary directory and
+// fails if any file differs from, is missing from, or is extra to the
+// committed tree.
+func TestGeneratedCodeIsCurrent(t *testing.T) {
+	root := repoRoot(t)
+	out := t.TempDir()
+	buf(t, root, "generate", "-o", out)
+
+	fresh := readTree(t, filepath.Join(out, "gen"))
+	committed := readTree(t, filepath.Join(root, "gen"))
+	for path, want := range fresh {
+		got, ok := committed[path]
+		switch {
+		case !ok:
+			t.Errorf("gen/%s is missing; run: go tool -modfile=tools/go.mod buf generate", path)
+		case !bytes.Equal(got, want):
+			t.Errorf("gen/%s is stale; run: go tool -modfile=tools/go.mod buf generate", path)
+		}
+	}
+	for path := range committed {
+		if _, ok := fresh[path]; !ok {
+			t.Errorf("gen/%s is not generated from proto/; remove it or regenerate", path)
+		}
+	}
+}
+
+func readTree(t *testing.T, dir string) map[string][]byte {
+	t.Helper()
+	files := map[string][]byte{}
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(dir, path)
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		files[filepath.ToSlash(rel)] = b
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
