@@ -1,0 +1,232 @@
+// Package problem writes the errors the gateway itself generates, in the
+// caller's protocol: RFC 9457 Problem Details (application/problem+json) for
+// HTTP callers and trailers-only responses with grpc-status and grpc-message
+// for gRPC callers. Every problem carries a stable machine-readable code and
+// the request id.
+package problem
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// Code is a stable, machine-readable error code. Clients may branch on it;
+// it never changes meaning once published.
+type Code string
+
+// The codes the gateway generates. docs/operations.md lists them with their
+// HTTP and gRPC mappings.
+const (
+	BadRequest          Code = "bad_request"
+	NoRoute             Code = "no_route"
+	MethodNotAllowed    Code = "method_not_allowed"
+	PayloadTooLarge     Code = "payload_too_large"
+	HeadersTooLarge     Code = "headers_too_large"
+	UpstreamError       Code = "upstream_error"
+	UpstreamUnavailable Code = "upstream_unavailable"
+	UpstreamTimeout     Code = "upstream_timeout"
+	Internal            Code = "internal"
+)
+
+// TypeBase prefixes a code to form the problem's type URI.
+const TypeBase = "https://portico-gw.github.io/errors/"
+
+// gRPC status codes used by the mapping (google.golang.org/grpc/codes values,
+// spelled out to keep this package free of grpc-go).
+const (
+	grpcInvalidArgument   = 3
+	grpcDeadlineExceeded  = 4
+	grpcResourceExhausted = 8
+	grpcUnimplemented     = 12
+	grpcInternal          = 13
+	grpcUnavailable       = 14
+)
+
+type spec struct {
+	status int
+	title  string
+	grpc   int
+}
+
+var specs = map[Code]spec{
+	BadRequest:          {http.StatusBadRequest, "Bad request", grpcInvalidArgument},
+	NoRoute:             {http.StatusNotFound, "No route", grpcUnimplemented},
+	MethodNotAllowed:    {http.StatusMethodNotAllowed, "Method not allowed", grpcUnimplemented},
+	PayloadTooLarge:     {http.StatusRequestEntityTooLarge, "Payload too large", grpcResourceExhausted},
+	HeadersTooLarge:     {http.StatusRequestHeaderFieldsTooLarge, "Request headers too large", grpcResourceExhausted},
+	UpstreamError:       {http.StatusBadGateway, "Upstream error", grpcUnavailable},
+	UpstreamUnavailable: {http.StatusServiceUnavailable, "Upstream unavailable", grpcUnavailable},
+	UpstreamTimeout:     {http.StatusGatewayTimeout, "Upstream timeout", grpcDeadlineExceeded},
+	Internal:            {http.StatusInternalServerError, "Internal error", grpcInternal},
+}
+
+// Status is the HTTP status of code.
+func (c Code) Status() int {
+	if s, ok := specs[c]; ok {
+		return s.status
+	}
+	return http.StatusInternalServerError
+}
+
+// GRPCCode is the gRPC status code a gRPC caller receives for code.
+func (c Code) GRPCCode() int {
+	if s, ok := specs[c]; ok {
+		return s.grpc
+	}
+	return grpcInternal
+}
+
+// Title is the short human-readable summary of code.
+func (c Code) Title() string {
+	if s, ok := specs[c]; ok {
+		return s.title
+	}
+	return "Error"
+}
+
+// Problem is one gateway-generated error.
+type Problem struct {
+	Code Code
+	// Detail explains this occurrence to a human. It must not contain
+	// credentials or internal addresses.
+	Detail string
+	// Instance identifies the occurrence; the gateway uses the request path.
+	Instance string
+	// RequestID is echoed so callers can quote it to support.
+	RequestID string
+}
+
+// IsGRPC reports whether contentType is a gRPC content type
+// (application/grpc or application/grpc+subtype, not gRPC-Web).
+func IsGRPC(contentType string) bool {
+	const p = "application/grpc"
+	if len(contentType) < len(p) || !strings.EqualFold(contentType[:len(p)], p) {
+		return false
+	}
+	rest := contentType[len(p):]
+	return rest == "" || rest[0] == '+' || rest[0] == ';'
+}
+
+// Write sends p in the protocol of r: a trailers-only gRPC response when r is
+// a gRPC request, otherwise application/problem+json. Headers already set on
+// w (request id, Allow, Retry-After, Connection) are kept. Write must be
+// called before anything else has been written to w.
+func Write(w http.ResponseWriter, r *http.Request, p Problem) {
+	if IsGRPC(r.Header.Get("Content-Type")) {
+		writeGRPC(w, r, p)
+		return
+	}
+	writeJSON(w, r, p)
+}
+
+func writeGRPC(w http.ResponseWriter, r *http.Request, p Problem) {
+	h := w.Header()
+	ct := r.Header.Get("Content-Type")
+	h.Set("Content-Type", ct)
+	h.Set("Grpc-Status", strconv.Itoa(p.Code.GRPCCode()))
+	msg := p.Detail
+	if msg == "" {
+		msg = p.Code.Title()
+	}
+	h.Set("Grpc-Message", EncodeGRPCMessage(string(p.Code)+": "+msg))
+	// A trailers-only response: status 200 and a single HEADERS frame.
+	w.WriteHeader(http.StatusOK)
+}
+
+func writeJSON(w http.ResponseWriter, r *http.Request, p Problem) {
+	status := p.Code.Status()
+	var b strings.Builder
+	b.Grow(256 + len(p.Detail) + len(p.Instance))
+	b.WriteString(`{"type":`)
+	writeJSONString(&b, TypeBase+string(p.Code))
+	b.WriteString(`,"title":`)
+	writeJSONString(&b, p.Code.Title())
+	b.WriteString(`,"status":`)
+	b.WriteString(strconv.Itoa(status))
+	if p.Detail != "" {
+		b.WriteString(`,"detail":`)
+		writeJSONString(&b, p.Detail)
+	}
+	if p.Instance != "" {
+		b.WriteString(`,"instance":`)
+		writeJSONString(&b, p.Instance)
+	}
+	b.WriteString(`,"error":`)
+	writeJSONString(&b, string(p.Code))
+	if p.RequestID != "" {
+		b.WriteString(`,"request_id":`)
+		writeJSONString(&b, p.RequestID)
+	}
+	b.WriteString("}\n")
+
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Content-Length", strconv.Itoa(b.Len()))
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write([]byte(b.String()))
+	}
+}
+
+const hexDigits = "0123456789ABCDEF"
+
+// writeJSONString writes s as a JSON string literal. Invalid UTF-8 is replaced
+// with U+FFFD, and <, >, & are escaped so the body is safe to embed.
+func writeJSONString(b *strings.Builder, s string) {
+	b.WriteByte('"')
+	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
+		switch {
+		case r == '"':
+			b.WriteString(`\"`)
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x20 || r == '<' || r == '>' || r == '&' || r == 0x2028 || r == 0x2029:
+			b.WriteString(`\u`)
+			b.WriteByte(hexDigits[(r>>12)&0xF])
+			b.WriteByte(hexDigits[(r>>8)&0xF])
+			b.WriteByte(hexDigits[(r>>4)&0xF])
+			b.WriteByte(hexDigits[r&0xF])
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+}
+
+// EncodeGRPCMessage percent-encodes msg for the grpc-message header as the
+// gRPC over HTTP/2 spec requires: printable ASCII except '%' is kept, every
+// other byte of the UTF-8 encoding becomes %XX.
+func EncodeGRPCMessage(msg string) string {
+	clean := true
+	for i := 0; i < len(msg); i++ {
+		if c := msg[i]; c < 0x20 || c > 0x7E || c == '%' {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return msg
+	}
+	var b strings.Builder
+	b.Grow(len(msg) * 2)
+	for i := 0; i < len(msg); i++ {
+		c := msg[i]
+		if c >= 0x20 && c <= 0x7E && c != '%' {
+			b.WriteByte(c)
+			continue
+		}
+		b.WriteByte('%')
+		b.WriteByte(hexDigits[c>>4])
+		b.WriteByte(hexDigits[c&0xF])
+	}
+	return b.String()
+}

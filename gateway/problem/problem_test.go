@@ -1,0 +1,87 @@
+package problem_test
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/portico-gw/portico/gateway/problem"
+)
+
+func TestWriteJSON(t *testing.T) {
+	t.Parallel()
+	r := httptest.NewRequest("GET", "/v1/x", nil)
+	w := httptest.NewRecorder()
+	problem.Write(w, r, problem.Problem{Code: problem.NoRoute, Detail: "no route matches \"GET\" <x>\n\u2028\xff", Instance: "/v1/x", RequestID: "rid-1"})
+	if w.Code != 404 || w.Header().Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("status %d, content type %q", w.Code, w.Header().Get("Content-Type"))
+	}
+	var got map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
+		t.Fatalf("body %q is not JSON: %v", w.Body.String(), err)
+	}
+	want := map[string]any{
+		"type": "https://portico-gw.github.io/errors/no_route", "title": "No route", "status": float64(404),
+		"detail": "no route matches \"GET\" <x>\n\u2028\uFFFD", "instance": "/v1/x", "error": "no_route", "request_id": "rid-1",
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %#v, want %#v", k, got[k], v)
+		}
+	}
+}
+
+func TestWriteHEADHasNoBody(t *testing.T) {
+	t.Parallel()
+	w := httptest.NewRecorder()
+	problem.Write(w, httptest.NewRequest("HEAD", "/", nil), problem.Problem{Code: problem.BadRequest})
+	if w.Code != 400 || w.Body.Len() != 0 {
+		t.Errorf("HEAD: %d with %d body bytes, want 400 and none", w.Code, w.Body.Len())
+	}
+}
+
+func TestWriteGRPC(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		code problem.Code
+		grpc string
+		http int
+	}{
+		{problem.NoRoute, "12", 404},
+		{problem.PayloadTooLarge, "8", 413},
+		{problem.UpstreamUnavailable, "14", 503},
+		{problem.UpstreamTimeout, "4", 504},
+		{problem.BadRequest, "3", 400},
+	} {
+		r := httptest.NewRequest("POST", "/pkg.S/M", nil)
+		r.Header.Set("Content-Type", "application/grpc+proto")
+		w := httptest.NewRecorder()
+		problem.Write(w, r, problem.Problem{Code: tc.code, Detail: "50% done é"})
+		if w.Code != 200 || w.Body.Len() != 0 {
+			t.Errorf("%s: HTTP %d with %d body bytes, want a trailers-only 200", tc.code, w.Code, w.Body.Len())
+		}
+		h := w.Header()
+		if h.Get("Grpc-Status") != tc.grpc || h.Get("Content-Type") != "application/grpc+proto" {
+			t.Errorf("%s: grpc-status %q content-type %q, want %s", tc.code, h.Get("Grpc-Status"), h.Get("Content-Type"), tc.grpc)
+		}
+		if got, want := h.Get("Grpc-Message"), string(tc.code)+": 50%25 done %C3%A9"; got != want {
+			t.Errorf("%s: grpc-message %q, want %q", tc.code, got, want)
+		}
+		if tc.code.Status() != tc.http {
+			t.Errorf("%s.Status() = %d, want %d", tc.code, tc.code.Status(), tc.http)
+		}
+	}
+}
+
+func TestIsGRPC(t *testing.T) {
+	t.Parallel()
+	for ct, want := range map[string]bool{
+		"application/grpc": true, "application/grpc+proto": true, "application/GRPC+json": true, "application/grpc;charset=x": true,
+		"application/grpc-web": false, "application/grpc-web+proto": false, "application/json": false, "": false, "application/grpcx": false,
+	} {
+		if got := problem.IsGRPC(ct); got != want {
+			t.Errorf("IsGRPC(%q) = %v, want %v", ct, got, want)
+		}
+	}
+}
+
