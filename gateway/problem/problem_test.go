@@ -84,4 +84,3 @@ func TestIsGRPC(t *testing.T) {
 		}
 	}
 }
-
