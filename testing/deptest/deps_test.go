@@ -1,0 +1,130 @@
+// Package deptest keeps the architecture's direction of imports true
+// (STYLE.md, "Direction of imports"): it lists every package of the module
+// with `go list` and fails on an import the layers forbid.
+package deptest_test
+
+import (
+	"encoding/json"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/portico-gw/portico"
+
+type pkg struct {
+	ImportPath string
+	Imports    []string // direct, non-test
+	Deps       []string // transitive, non-test
+}
+
+func listPackages(t *testing.T) []pkg {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	touchSources(t, root, ".go")
+	cmd := exec.Command("go", "list", "-json=ImportPath,Imports,Deps", "./...")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	if len(pkgs) < 10 {
+		t.Fatalf("go list found only %d packages", len(pkgs))
+	}
+	return pkgs
+}
+
+// touchSources reads every file with the extension under root, so that go
+// test's cache, which cannot see what the go list subprocess reads, is
+// invalidated when one of them changes.
+func touchSources(t *testing.T, root, ext string) {
+	t.Helper()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ext) {
+			_, err = os.ReadFile(path)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// under reports whether path is dir or inside it (dir relative to the module).
+func under(path, dir string) bool {
+	full := module + "/" + dir
+	return path == full || strings.HasPrefix(path, full+"/")
+}
+
+func ours(path string) bool { return path == module || strings.HasPrefix(path, module+"/") }
+
+// pure lists the data-plane packages that control/, keysvc/ and quota/ may
+// import, and that must do no I/O.
+var pure = []string{"gateway/snapshot", "gateway/router", "gateway/apikey"}
+
+func isPure(path string) bool {
+	return slices.ContainsFunc(pure, func(d string) bool { return under(path, d) })
+}
+
+// ioPackages are the standard packages a pure package may not import
+// directly. (Transitively they are unavoidable: protovalidate's CEL
+// library imports net for its IP functions.)
+var ioPackages = []string{"net", "net/http", "os", "os/exec", "os/signal", "syscall", "database/sql", "io/ioutil", "log", "log/slog"}
+
+func TestImportDirection(t *testing.T) {
+	t.Parallel()
+	for _, p := range listPackages(t) {
+		deps := p.Deps
+		for _, d := range deps {
+			if !ours(d) {
+				continue
+			}
+			switch {
+			case under(p.ImportPath, "gen") && !under(d, "gen"):
+				t.Errorf("%s imports %s: gen/ imports nothing of ours", p.ImportPath, d)
+			case under(p.ImportPath, "gateway") && (under(d, "control") || under(d, "keysvc") || under(d, "quota")):
+				t.Errorf("%s imports %s: the data plane never imports the control plane, key service or quota service", p.ImportPath, d)
+			case (under(p.ImportPath, "control") || under(p.ImportPath, "keysvc") || under(p.ImportPath, "quota")) && under(d, "gateway") && !isPure(d):
+				t.Errorf("%s imports %s: only %v of the data plane may be imported outside it", p.ImportPath, d, pure)
+			case (under(p.ImportPath, "keysvc") || under(p.ImportPath, "quota")) && under(d, "control"):
+				t.Errorf("%s imports %s: keysvc and quota import neither plane's internals", p.ImportPath, d)
+			case under(d, "testing") && !under(p.ImportPath, "testing"):
+				t.Errorf("%s imports %s: testing/ is for tests and benchmarks only", p.ImportPath, d)
+			case isPure(p.ImportPath) && ours(d) && !isPure(d) && !under(d, "gen"):
+				t.Errorf("%s imports %s: a pure package imports only pure packages and gen/", p.ImportPath, d)
+			}
+		}
+		if isPure(p.ImportPath) {
+			for _, imp := range p.Imports {
+				if slices.Contains(ioPackages, imp) {
+					t.Errorf("%s imports %s: pure packages do no I/O", p.ImportPath, imp)
+				}
+			}
+		}
+	}
+}
