@@ -1152,7 +1152,7 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\bH\x00R\x05regex\x12#\n" +
 	"\apresent\x18\x05 \x01(\bB\a\xbaH\x04j\x02\b\x01H\x00R\apresent\x12\x16\n" +
 	"\x06invert\x18\x06 \x01(\bR\x06invertB\x0e\n" +
-	"\x05match\x12\x05\xbaH\x02\b\x01\"\xfc\x05\n" +
+	"\x05match\x12\x05\xbaH\x02\b\x01\"\x9e\a\n" +
 	"\aCluster\x127\n" +
 	"\x04name\x18\x01 \x01(\tB#\xbaH r\x1e2\x1c^[a-z0-9][a-z0-9._-]{0,127}$R\x04name\x12C\n" +
 	"\bprotocol\x18\x02 \x01(\x0e2\x1b.portico.config.v1.ProtocolB\n" +
@@ -1162,9 +1162,10 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	"\x11outlier_detection\x18\x05 \x01(\v2#.portico.config.v1.OutlierDetectionR\x10outlierDetection\x125\n" +
 	"\x04pool\x18\x06 \x01(\v2!.portico.config.v1.ConnectionPoolR\x04pool\x120\n" +
 	"\x03tls\x18\a \x01(\v2\x1e.portico.config.v1.UpstreamTLSR\x03tls\x12P\n" +
-	"\x0fconnect_timeout\x18\b \x01(\v2\x19.google.protobuf.DurationB\f\xbaH\t\xaa\x01\x06\"\x02\b\x1e*\x00R\x0econnectTimeout:\xda\x01\xbaH\xd6\x01\x1ai\n" +
+	"\x0fconnect_timeout\x18\b \x01(\v2\x19.google.protobuf.DurationB\f\xbaH\t\xaa\x01\x06\"\x02\b\x1e*\x00R\x0econnectTimeout:\xfc\x02\xbaH\xf8\x02\x1ai\n" +
 	"\x14cluster.h2_needs_tls\x12,protocol H2 is HTTP/2 over TLS and needs tls\x1a#this.protocol != 3 || has(this.tls)\x1ai\n" +
-	"\x12cluster.h2c_no_tls\x12-protocol H2C is cleartext and cannot have tls\x1a$this.protocol != 2 || !has(this.tls)\"3\n" +
+	"\x12cluster.h2c_no_tls\x12-protocol H2C is cleartext and cannot have tls\x1a$this.protocol != 2 || !has(this.tls)\x1a\x9f\x01\n" +
+	"\x1ecluster.grpc_probe_needs_http2\x12Ia grpc health check needs an HTTP/2 protocol (GRPC, H2C or H2), not HTTP1\x1a2this.protocol != 1 || !has(this.health_check.grpc)\"3\n" +
 	"\bEndpoint\x12'\n" +
 	"\aaddress\x18\x01 \x01(\tB\r\xbaH\n" +
 	"r\b\x10\x03\x18\x85\x02\x80\x02\x01R\aaddress\"\x83\x03\n" +
