@@ -1,0 +1,253 @@
+package upstream_test
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/portico-gw/portico/gateway/upstream"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// fakeClock is a settable Options.Now.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// testOptions logs to the test's output and uses clock when non-nil.
+func testOptions(t testing.TB, clock *fakeClock) upstream.Options {
+	opts := upstream.Options{Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	if clock != nil {
+		opts.Now = clock.Now
+	}
+	return opts
+}
+
+// build builds one snapshot's clusters on a fresh registry closed at cleanup.
+func build(t testing.TB, opts upstream.Options, cfgs ...*configv1.Cluster) (*upstream.Registry, *upstream.Set) {
+	t.Helper()
+	r := upstream.NewRegistry(opts)
+	t.Cleanup(r.Close)
+	s, err := r.Build(cfgs)
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	return r, s
+}
+
+// cluster is a config with a generous connect timeout: TLS handshakes
+// under -race on a loaded 2-core machine can take longer than the 2 s default.
+func cluster(name string, p configv1.Protocol, addrs ...string) *configv1.Cluster {
+	c := &configv1.Cluster{Name: name, Protocol: p, ConnectTimeout: dur(10 * time.Second)}
+	for _, a := range addrs {
+		c.Endpoints = append(c.Endpoints, &configv1.Endpoint{Address: a})
+	}
+	return c
+}
+
+// fakeAddrs returns n addresses for clusters whose endpoints are never dialed.
+func fakeAddrs(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("192.0.2.%d:8080", i+1) // TEST-NET-1
+	}
+	return out
+}
+
+func dur(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
+
+// pickAddr picks until the endpoint with addr comes up; the other picks are
+// released as Canceled, which leaves no trace on the endpoints.
+func pickAddr(t testing.TB, c *upstream.Cluster, addr string) *upstream.Endpoint {
+	t.Helper()
+	for range 10000 {
+		e, err := c.Pick()
+		if err != nil {
+			t.Fatalf("Pick() error %v, want an endpoint", err)
+		}
+		if e.Address() == addr {
+			return e
+		}
+		e.Done(upstream.Canceled)
+	}
+	t.Fatalf("Pick() never returned %s", addr)
+	return nil
+}
+
+func status(t testing.TB, c *upstream.Cluster, addr string) upstream.EndpointStatus {
+	t.Helper()
+	for _, s := range c.Endpoints() {
+		if s.Address == addr {
+			return s
+		}
+	}
+	t.Fatalf("no endpoint %s in %v", addr, c.Endpoints())
+	return upstream.EndpointStatus{}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// get sends GET / over the cluster's transport to its first endpoint and
+// returns the body.
+func get(t testing.TB, c *upstream.Cluster, addr string) (string, error) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, c.Scheme()+"://"+addr+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Transport().RoundTrip(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
+}
+
+// healthGoroutines counts the health-check loops of this package: the only
+// goroutines a Cluster starts. (The creator is matched, not the function: a
+// goroutine that has not run yet shows only a compiler-made wrapper.)
+func healthGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return bytes.Count(buf[:n], []byte("created by github.com/portico-gw/portico/gateway/upstream.newCluster"))
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// testCA is a throw-away certificate authority (ECDSA P-256).
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+	pool *x509.CertPool
+}
+
+var serial struct {
+	sync.Mutex
+	n int64
+}
+
+func nextSerial() *big.Int {
+	serial.Lock()
+	defer serial.Unlock()
+	serial.n++
+	return big.NewInt(serial.n)
+}
+
+func newCA(t testing.TB, name string) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          nextSerial(),
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return &testCA{cert: cert, key: key, pool: pool, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// issue signs a leaf for hosts (IPs or DNS names); client leaves are for
+// client authentication. It returns the PEM pair and the parsed pair.
+func (ca *testCA) issue(t testing.TB, cn string, client bool, hosts ...string) (certPEM, keyPEM []byte, pair tls.Certificate) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: nextSerial(),
+		Subject:      pkix.Name{CommonName: cn},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	if client {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	keyPEM = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+	pair, err = tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certPEM, keyPEM, pair
+}
