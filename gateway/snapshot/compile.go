@@ -1,0 +1,183 @@
+package snapshot
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+
+	"buf.build/go/protovalidate"
+
+	"github.com/portico-gw/portico/gateway/router"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+)
+
+// Compile validates cfg and builds the runtime snapshot. On failure it
+// returns a *Error listing every problem: schema violations (protovalidate
+// on the config protos), a mismatched sha256, duplicate cluster names,
+// routes naming unknown clusters, unparsable path templates, duplicate route
+// ids and ambiguous routes (each naming both routes). cfg is not modified
+// and must not be modified while the snapshot is in use.
+func Compile(cfg *configv1.Snapshot) (*Snapshot, error) {
+	if cfg == nil {
+		return nil, &Error{Violations: []Violation{{Message: "no snapshot"}}}
+	}
+	errs := &Error{}
+	invalidRoute := map[int]bool{}
+
+	if err := protovalidate.Validate(cfg); err != nil {
+		var verr *protovalidate.ValidationError
+		if !errors.As(err, &verr) {
+			return nil, fmt.Errorf("validating snapshot: %w", err)
+		}
+		for _, v := range verr.Violations {
+			elems := v.Proto.GetField().GetElements()
+			if len(elems) > 0 && elems[0].GetFieldName() == "routes" {
+				invalidRoute[int(elems[0].GetIndex())] = true
+			}
+			errs.add(protovalidate.FieldPathString(v.Proto.GetField()), v.Proto.GetMessage())
+		}
+	}
+
+	digest, err := Digest(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("digesting snapshot: %w", err)
+	}
+	if cfg.GetSha256() != "" && cfg.GetSha256() != digest {
+		errs.add("sha256", "does not match the snapshot's content (computed "+digest+")")
+	}
+
+	s := &Snapshot{
+		Version:  cfg.GetVersion(),
+		SHA256:   digest,
+		Config:   cfg,
+		Clusters: make(map[string]*configv1.Cluster, len(cfg.GetClusters())),
+	}
+	for i, c := range cfg.GetClusters() {
+		if _, dup := s.Clusters[c.GetName()]; dup {
+			errs.add(fmt.Sprintf("clusters[%d].name", i), fmt.Sprintf("duplicate cluster %q", c.GetName()))
+			continue
+		}
+		s.Clusters[c.GetName()] = c
+	}
+
+	pools := map[string]bool{}
+	s.Routes = make([]*Route, len(cfg.GetRoutes()))
+	for i, rc := range cfg.GetRoutes() {
+		r := &Route{
+			Index:           i,
+			ID:              rc.GetId(),
+			Team:            rc.GetTeam(),
+			Cluster:         rc.GetCluster(),
+			Timeout:         DefaultTimeout,
+			MaxRequestBytes: DefaultMaxRequestBytes,
+			Priority:        rc.GetPriority(),
+			Config:          rc,
+		}
+		if rc.GetTimeout() != nil {
+			r.Timeout = rc.GetTimeout().AsDuration()
+		}
+		if rc.GetMaxRequestBytes() != 0 {
+			r.MaxRequestBytes = int64(rc.GetMaxRequestBytes())
+		}
+		if _, ok := s.Clusters[rc.GetCluster()]; !ok && rc.GetCluster() != "" {
+			errs.add(routePath(i)+".cluster", fmt.Sprintf("route %q names unknown cluster %q", rc.GetId(), rc.GetCluster()))
+		}
+		for _, p := range rc.GetPools() {
+			pools[p] = true
+		}
+		s.Routes[i] = r
+	}
+
+	s.tables = make(map[string]*router.Table[*Route], len(pools))
+	tb := tableBuilder{s: s, errs: errs, skip: invalidRoute, seen: map[string]bool{}}
+	s.shared = tb.build("", func(r *Route) bool { return len(r.Config.GetPools()) == 0 })
+	for _, pool := range slices.Sorted(maps.Keys(pools)) {
+		s.tables[pool] = tb.build(pool, func(r *Route) bool {
+			return len(r.Config.GetPools()) == 0 || slices.Contains(r.Config.GetPools(), pool)
+		})
+	}
+
+	if len(errs.Violations) > 0 {
+		return nil, errs
+	}
+	return s, nil
+}
+
+// tableBuilder compiles the route table of one pool at a time and turns the
+// router's problems into violations.
+type tableBuilder struct {
+	s    *Snapshot
+	errs *Error
+	skip map[int]bool    // routes that failed schema validation
+	seen map[string]bool // problems already reported by another pool's table
+}
+
+func (tb *tableBuilder) build(pool string, include func(*Route) bool) *router.Table[*Route] {
+	var specs []router.Route[*Route]
+	var index []int
+	for i, r := range tb.s.Routes {
+		if tb.skip[i] || !include(r) {
+			continue
+		}
+		specs = append(specs, routerRoute(r))
+		index = append(index, i)
+	}
+	t, err := router.New(specs)
+	if err == nil {
+		return t
+	}
+	var cerr *router.CompileError
+	if !errors.As(err, &cerr) {
+		tb.errs.add("routes", err.Error())
+		return nil
+	}
+	for _, p := range cerr.Problems {
+		path := "routes"
+		if len(p.Indexes) > 0 {
+			path = routePath(index[p.Indexes[0]])
+		}
+		// A problem between routes with no pools shows up in every table;
+		// report it once.
+		key := path + "\x00" + p.Message
+		if tb.seen[key] {
+			continue
+		}
+		tb.seen[key] = true
+		msg := p.Message
+		if pool != "" {
+			msg += " in pool " + strconv.Quote(pool)
+		}
+		tb.errs.add(path, msg)
+	}
+	return nil
+}
+
+func routePath(i int) string { return "routes[" + strconv.Itoa(i) + "]" }
+
+func routerRoute(r *Route) router.Route[*Route] {
+	rc := r.Config
+	rr := router.Route[*Route]{
+		ID:      rc.GetId(),
+		Hosts:   rc.GetHosts(),
+		Methods: rc.GetMethods(),
+		Path:    rc.GetPath(),
+		Value:   r,
+	}
+	for _, h := range rc.GetHeaders() {
+		m := router.HeaderMatch{Name: h.GetName(), Invert: h.GetInvert()}
+		switch v := h.GetMatch().(type) {
+		case *configv1.HeaderMatch_Exact:
+			m.Kind, m.Value = router.Exact, v.Exact
+		case *configv1.HeaderMatch_Prefix:
+			m.Kind, m.Value = router.Prefix, v.Prefix
+		case *configv1.HeaderMatch_Regex:
+			m.Kind, m.Value = router.Regex, v.Regex
+		case *configv1.HeaderMatch_Present:
+			m.Kind = router.Present
+		}
+		rr.Headers = append(rr.Headers, m)
+	}
+	return rr
+}

@@ -1,0 +1,179 @@
+package snapshot_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/portico-gw/portico/gateway/router"
+	"github.com/portico-gw/portico/gateway/snapshot"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+)
+
+func valid() *configv1.Snapshot {
+	return &configv1.Snapshot{
+		Version: "7",
+		Clusters: []*configv1.Cluster{
+			{Name: "orders", Protocol: configv1.Protocol_PROTOCOL_GRPC, Endpoints: []*configv1.Endpoint{{Address: "10.0.0.1:9000"}}},
+			{Name: "legacy", Protocol: configv1.Protocol_PROTOCOL_HTTP1, Endpoints: []*configv1.Endpoint{{Address: "legacy.internal:80"}}},
+		},
+		Routes: []*configv1.Route{
+			{Id: "orders-grpc", Team: "orders", Path: "/acme.orders.v1.Orders/*", Methods: []string{"POST"}, Cluster: "orders"},
+			{Id: "orders-get", Team: "orders", Hosts: []string{"api.example.com"}, Path: "/v1/orders/{id}", Methods: []string{"GET"}, Cluster: "orders",
+				Timeout: durationpb.New(2_000_000_000), MaxRequestBytes: 4096, Priority: configv1.Priority_PRIORITY_PAID},
+			{Id: "legacy-partner", Team: "legacy", Path: "/legacy/**", Cluster: "legacy", Pools: []string{"partner"}},
+		},
+	}
+}
+
+func TestCompile(t *testing.T) {
+	t.Parallel()
+	cfg := valid()
+	s, err := snapshot.Compile(cfg)
+	if err != nil {
+		t.Fatalf("Compile: %v", err)
+	}
+	digest, _ := snapshot.Digest(cfg)
+	if s.SHA256 != digest || len(s.SHA256) != 64 || s.Version != "7" {
+		t.Errorf("Version %q SHA256 %q, want 7 and %q", s.Version, s.SHA256, digest)
+	}
+	r := s.Routes[1]
+	if r.Timeout.Seconds() != 2 || r.MaxRequestBytes != 4096 || r.Priority != configv1.Priority_PRIORITY_PAID || r.Index != 1 {
+		t.Errorf("route 1 = %+v", r)
+	}
+	if d := s.Routes[0]; d.Timeout != snapshot.DefaultTimeout || d.MaxRequestBytes != snapshot.DefaultMaxRequestBytes {
+		t.Errorf("defaults: timeout %v, max %d", d.Timeout, d.MaxRequestBytes)
+	}
+
+	match := func(pool, path string) (string, router.Status) {
+		var p router.Params
+		r, st := s.Table(pool).Match(router.Request{Host: "api.example.com", Method: "GET", Path: path}, &p)
+		if r == nil {
+			return "", st
+		}
+		return r.ID, st
+	}
+	if id, st := match("partner", "/legacy/x"); id != "legacy-partner" || st != router.Matched {
+		t.Errorf("partner pool /legacy/x = %q %v, want legacy-partner", id, st)
+	}
+	if _, st := match("public", "/legacy/x"); st != router.NotFound {
+		t.Errorf("public pool /legacy/x = %v, want NotFound: the route is partner-only", st)
+	}
+	if id, _ := match("partner", "/v1/orders/1"); id != "orders-get" {
+		t.Errorf("partner pool /v1/orders/1 = %q, want orders-get (routes without pools serve every pool)", id)
+	}
+	if id, _ := match("anything", "/v1/orders/1"); id != "orders-get" {
+		t.Errorf("unnamed pool /v1/orders/1 = %q, want orders-get", id)
+	}
+	if got := s.Pools(); len(got) != 1 || got[0] != "partner" {
+		t.Errorf("Pools() = %v, want [partner]", got)
+	}
+}
+
+func TestCompileIsDeterministic(t *testing.T) {
+	t.Parallel()
+	a, _ := snapshot.Compile(valid())
+	b, _ := snapshot.Compile(valid())
+	if a.SHA256 != b.SHA256 {
+		t.Errorf("same input, different digests %s %s", a.SHA256, b.SHA256)
+	}
+	c := valid()
+	c.Routes[0].Id = "orders-grpc-2"
+	cs, _ := snapshot.Compile(c)
+	if cs.SHA256 == a.SHA256 {
+		t.Errorf("different input, same digest")
+	}
+	// The digest field itself is not part of the content.
+	d := valid()
+	d.Sha256 = a.SHA256
+	ds, err := snapshot.Compile(d)
+	if err != nil || ds.SHA256 != a.SHA256 {
+		t.Errorf("Compile with its own digest set = %v, %v", ds, err)
+	}
+}
+
+// TestCompileRejects: each bad config is refused with the field path and
+// every problem listed.
+func TestCompileRejects(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		edit func(*configv1.Snapshot)
+		want []string // substrings of violations, each "path: message"
+	}{
+		{"schema", func(c *configv1.Snapshot) {
+			c.Routes[0].Id = "Bad Id"
+			c.Routes[1].Hosts = []string{"API.example.com"}
+			c.Routes[1].Timeout = durationpb.New(31_000_000_000)
+			c.Clusters[0].Endpoints[0].Address = "no-port"
+		}, []string{"routes[0].id:", "routes[1].hosts[0]:", "routes[1].timeout:", "clusters[0].endpoints[0].address:"}},
+		{"unknown cluster", func(c *configv1.Snapshot) { c.Routes[1].Cluster = "payments" }, []string{`routes[1].cluster: route "orders-get" names unknown cluster "payments"`}},
+		{"duplicate cluster", func(c *configv1.Snapshot) { c.Clusters[1].Name = "orders" }, []string{`clusters[1].name: duplicate cluster "orders"`}},
+		{"duplicate route id", func(c *configv1.Snapshot) { c.Routes[2].Id = "orders-get" }, []string{"orders-get"}},
+		{"ambiguous", func(c *configv1.Snapshot) {
+			c.Routes = append(c.Routes, &configv1.Route{Id: "orders-get-2", Team: "orders", Hosts: []string{"api.example.com"}, Path: "/v1/orders/{order_id}", Methods: []string{"GET"}, Cluster: "orders"})
+		}, []string{"routes[", `"orders-get"`, `"orders-get-2"`}},
+		{"bad template", func(c *configv1.Snapshot) { c.Routes[1].Path = "/v1/{id" }, []string{"routes[1]"}},
+		{"bad regex", func(c *configv1.Snapshot) {
+			c.Routes[1].Headers = []*configv1.HeaderMatch{{Name: "x-v", Match: &configv1.HeaderMatch_Regex{Regex: "a(b"}}}
+		}, []string{"routes[1]"}},
+		{"h2 without tls", func(c *configv1.Snapshot) { c.Clusters[1].Protocol = configv1.Protocol_PROTOCOL_H2 }, []string{"clusters[1]: protocol H2"}},
+		{"grpc probe on http1", func(c *configv1.Snapshot) {
+			c.Clusters[1].HealthCheck = &configv1.HealthCheck{Probe: &configv1.HealthCheck_Grpc{Grpc: &configv1.GRPCProbe{}}}
+		}, []string{"clusters[1]: a grpc health check needs an HTTP/2 protocol"}},
+		{"wrong sha256", func(c *configv1.Snapshot) { c.Sha256 = strings.Repeat("0", 64) }, []string{"sha256: does not match"}},
+		{"several at once", func(c *configv1.Snapshot) {
+			c.Routes[0].Cluster = "nope"
+			c.Routes[1].Cluster = "nope2"
+		}, []string{`unknown cluster "nope"`, `unknown cluster "nope2"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := valid()
+			tt.edit(cfg)
+			before := proto.Clone(cfg)
+			s, err := snapshot.Compile(cfg)
+			if err == nil {
+				t.Fatalf("Compile = %v, nil; want an error", s)
+			}
+			var serr *snapshot.Error
+			if !errors.As(err, &serr) {
+				t.Fatalf("Compile error %T %v, want *snapshot.Error", err, err)
+			}
+			msg := err.Error()
+			for _, w := range tt.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not contain %q", msg, w)
+				}
+			}
+			if !proto.Equal(before, cfg) {
+				t.Errorf("Compile modified its input")
+			}
+		})
+	}
+}
+
+// TestAmbiguityPerPool: routes in disjoint pools may share a shape.
+func TestAmbiguityPerPool(t *testing.T) {
+	t.Parallel()
+	cfg := valid()
+	cfg.Routes = append(cfg.Routes, &configv1.Route{Id: "legacy-public", Team: "legacy", Path: "/legacy/**", Cluster: "legacy", Pools: []string{"public"}})
+	if _, err := snapshot.Compile(cfg); err != nil {
+		t.Errorf("same shape in disjoint pools: %v", err)
+	}
+	cfg.Routes = append(cfg.Routes, &configv1.Route{Id: "legacy-all", Team: "legacy", Path: "/legacy/{rest=**}", Cluster: "legacy"})
+	_, err := snapshot.Compile(cfg)
+	if err == nil || !strings.Contains(err.Error(), `"legacy-all"`) {
+		t.Errorf("a pool-less route with the same shape as pool routes: %v, want ambiguity naming legacy-all", err)
+	}
+}
+
+func TestCompileNil(t *testing.T) {
+	t.Parallel()
+	if _, err := snapshot.Compile(nil); err == nil {
+		t.Error("Compile(nil) succeeded")
+	}
+}
