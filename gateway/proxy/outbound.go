@@ -1,0 +1,267 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// outbound is the upstream request and everything it points to, allocated
+// together: one allocation instead of four.
+type outbound struct {
+	req  *http.Request
+	url  url.URL
+	body limitedBody
+	vals [8]string // backing store for the values of headers the gateway sets
+}
+
+func newOutbound(ctx context.Context, r *http.Request, t *Target, addr string, grpc bool, timeout time.Duration) *outbound {
+	o := &outbound{}
+	// Opaque carries the already-escaped path verbatim: the backend receives
+	// exactly the string the route was matched on.
+	o.url = url.URL{Scheme: t.Cluster.Scheme(), Host: addr, Opaque: t.Path, RawQuery: t.RawQuery}
+	req := http.Request{
+		Method:     r.Method,
+		URL:        &o.url,
+		Proto:      "HTTP/1.1",
+		ProtoMajor: 1,
+		ProtoMinor: 1,
+		Header:     o.header(r, t, grpc, timeout),
+		Host:       r.Host,
+		Body:       http.NoBody,
+	}
+	if r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		o.body = limitedBody{r: r.Body, limit: t.MaxBody}
+		req.Body = &o.body
+		req.ContentLength = r.ContentLength
+	}
+	// WithContext is the only way to attach ctx; it copies req to the heap.
+	o.req = req.WithContext(ctx)
+	return o
+}
+
+// header builds the upstream request's header. Values of the client's
+// headers are shared, not copied: neither side modifies them.
+func (o *outbound) header(r *http.Request, t *Target, grpc bool, timeout time.Duration) http.Header {
+	in := r.Header
+	h := make(http.Header, len(in)+8)
+	var connTokens []string
+	if c := in["Connection"]; len(c) > 0 {
+		connTokens = c
+	}
+	for k, vv := range in {
+		if dropRequestHeader(k) || (connTokens != nil && listedIn(connTokens, k)) {
+			continue
+		}
+		h[k] = vv
+	}
+
+	vals := o.vals[:0]
+	set := func(k, v string) {
+		vals = append(vals, v)
+		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+
+	proto := "http"
+	if t.TLS {
+		proto = "https"
+	}
+	xff := t.ClientIP
+	fwd := forwardedElement(t.ClientIP, r.Host, proto)
+	if t.TrustForwarded {
+		if prior := in["X-Forwarded-For"]; len(prior) > 0 {
+			xff = strings.Join(prior, ", ") + ", " + xff
+		}
+		if prior := in["Forwarded"]; len(prior) > 0 {
+			fwd = strings.Join(prior, ", ") + ", " + fwd
+		}
+	}
+	if xff != "" {
+		set("X-Forwarded-For", xff)
+	}
+	set("X-Forwarded-Proto", proto)
+	if r.Host != "" {
+		set("X-Forwarded-Host", r.Host)
+	}
+	set("Forwarded", fwd)
+	set("X-Request-Id", t.RequestID)
+	if t.Traceparent != "" {
+		set("Traceparent", t.Traceparent)
+	}
+	if grpc {
+		// TE: trailers is the one TE value a gRPC server requires.
+		set("Te", "trailers")
+		set("Grpc-Timeout", formatGRPCTimeout(timeout))
+	}
+	return h
+}
+
+// dropRequestHeader reports whether the client's header k must not reach
+// the upstream: hop-by-hop headers (RFC 9110 7.6.1), headers the gateway
+// sets itself, and every x-auth-* header, which only the gateway may send.
+func dropRequestHeader(k string) bool {
+	if len(k) >= 7 && (k[0] == 'X' || k[0] == 'x') && strings.EqualFold(k[:7], "x-auth-") {
+		return true
+	}
+	switch k {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+		"Expect", "Http2-Settings",
+		"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Forwarded",
+		"X-Request-Id", "Traceparent", "Grpc-Timeout":
+		return true
+	}
+	return false
+}
+
+// dropResponseHeader reports whether the upstream's header k is hop-by-hop.
+func dropResponseHeader(k string) bool {
+	switch k {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+		"Te", "Trailer", "Transfer-Encoding", "Upgrade", "X-Request-Id":
+		return true
+	}
+	return false
+}
+
+// listedIn reports whether header k is named in a Connection header, which
+// makes it hop-by-hop too.
+func listedIn(connection []string, k string) bool {
+	for _, v := range connection {
+		for v != "" {
+			var tok string
+			tok, v, _ = strings.Cut(v, ",")
+			if strings.EqualFold(strings.TrimSpace(tok), k) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// forwardedElement is one RFC 7239 Forwarded element.
+func forwardedElement(ip, host, proto string) string {
+	var b strings.Builder
+	b.Grow(len(ip) + len(host) + 32)
+	b.WriteString("for=")
+	if strings.IndexByte(ip, ':') >= 0 {
+		b.WriteString(`"[`)
+		b.WriteString(ip)
+		b.WriteString(`]"`)
+	} else if ip == "" {
+		b.WriteString("unknown")
+	} else {
+		b.WriteString(ip)
+	}
+	if host != "" {
+		b.WriteString(";host=")
+		if isToken(host) {
+			b.WriteString(host)
+		} else {
+			b.WriteString(strconv.Quote(host))
+		}
+	}
+	b.WriteString(";proto=")
+	b.WriteString(proto)
+	return b.String()
+}
+
+func isToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// limitedBody is the request body sent upstream. It counts bytes as they
+// stream and fails the upstream request once the route's limit is passed,
+// and it remembers whether a failure was the client's.
+type limitedBody struct {
+	r        io.ReadCloser
+	limit    int64
+	n        int64
+	tooLarge bool
+	err      error // a read error from the client other than EOF
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.tooLarge {
+		return 0, errBodyTooLarge
+	}
+	n, err := b.r.Read(p)
+	b.n += int64(n)
+	if b.n > b.limit {
+		b.tooLarge = true
+		return 0, errBodyTooLarge
+	}
+	if err != nil && err != io.EOF {
+		b.err = err
+	}
+	return n, err
+}
+
+// Close closes the client's request body. The transport calls it when it is
+// done sending, including when the upstream ends a stream before the client
+// has: closing unblocks the transport's body writer, which would otherwise
+// wait for a client that may never send again.
+func (b *limitedBody) Close() error { return b.r.Close() }
+
+// parseGRPCTimeout parses a grpc-timeout header value: up to 8 digits and a
+// unit (H, M, S, m, u, n).
+func parseGRPCTimeout(v string) (time.Duration, bool) {
+	if len(v) < 2 || len(v) > 9 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v)-1; i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	var unit time.Duration
+	switch v[len(v)-1] {
+	case 'H':
+		unit = time.Hour
+	case 'M':
+		unit = time.Minute
+	case 'S':
+		unit = time.Second
+	case 'm':
+		unit = time.Millisecond
+	case 'u':
+		unit = time.Microsecond
+	case 'n':
+		unit = time.Nanosecond
+	default:
+		return 0, false
+	}
+	const maxDuration = time.Duration(1<<63 - 1)
+	if n > int64(maxDuration/unit) {
+		return maxDuration, true
+	}
+	return time.Duration(n) * unit, true
+}
+
+// formatGRPCTimeout encodes d for grpc-timeout with at most 8 digits,
+// rounding down so the upstream never gets more time than remains.
+func formatGRPCTimeout(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0n"
+	case d < time.Millisecond:
+		return strconv.FormatInt(int64(d), 10) + "n"
+	case d < 1e8*time.Millisecond:
+		return strconv.FormatInt(int64(d/time.Millisecond), 10) + "m"
+	default:
+		return strconv.FormatInt(int64(d/time.Second), 10) + "S"
+	}
+}

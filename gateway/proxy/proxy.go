@@ -1,0 +1,181 @@
+// Package proxy forwards one request to an upstream cluster and streams the
+// answer back: it rewrites headers (hop-by-hop removed, client identity
+// headers stripped, forwarding and trace headers set), streams both bodies
+// without buffering them, enforces the body size limit as the body streams,
+// keeps HTTP/2 trailers (grpc-status) intact, and turns upstream failures
+// into gateway errors in the caller's protocol.
+//
+// The per-request cost is the point of this package: one outbound request
+// allocation, a header map sized once, pooled copy buffers, no reflection.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/portico-gw/portico/gateway/problem"
+	"github.com/portico-gw/portico/gateway/upstream"
+)
+
+// Target is where and how one request goes. The node fills it in after
+// routing; Serve does not keep it.
+type Target struct {
+	Cluster *upstream.Cluster
+	// Path is the normalised, still-escaped path to send, and RawQuery the
+	// query without '?'.
+	Path     string
+	RawQuery string
+	// Timeout bounds the upstream exchange, response body included. For gRPC
+	// a smaller grpc-timeout from the client wins.
+	Timeout time.Duration
+	// MaxBody caps the request body; larger is answered 413.
+	MaxBody int64
+	// RequestID is sent as X-Request-Id.
+	RequestID string
+	// Traceparent is the trace context to send (the gateway's child span).
+	// Tracestate from the client is passed through unchanged.
+	Traceparent string
+	// ClientIP is the peer address of the client, without port.
+	ClientIP string
+	// TLS says the client reached the gateway over TLS.
+	TLS bool
+	// TrustForwarded appends to the client's X-Forwarded-For and Forwarded
+	// instead of replacing them: set only when the peer is a trusted proxy.
+	TrustForwarded bool
+}
+
+// Forwarder forwards requests. The zero value is not usable; call New. It is
+// safe for concurrent use.
+type Forwarder struct {
+	log  *slog.Logger
+	bufs sync.Pool
+}
+
+// New returns a Forwarder logging upstream failures to log (nil means
+// slog.Default()).
+func New(log *slog.Logger) *Forwarder {
+	if log == nil {
+		log = slog.Default()
+	}
+	f := &Forwarder{log: log}
+	f.bufs.New = func() any {
+		b := make([]byte, copyBufferSize)
+		return &b
+	}
+	return f
+}
+
+const copyBufferSize = 32 << 10
+
+var errBodyTooLarge = errors.New("request body exceeds the route's limit")
+
+// Serve forwards r to t and writes the answer to w. It writes a problem
+// itself when the request fails before the upstream's response headers
+// arrive. w's X-Request-Id is expected to be set by the caller.
+func (f *Forwarder) Serve(w http.ResponseWriter, r *http.Request, t *Target) {
+	grpc := problem.IsGRPC(headerValue(r.Header, "Content-Type"))
+	if r.ContentLength > t.MaxBody {
+		f.fail(w, r, t, problem.PayloadTooLarge, "request body exceeds the route's limit", nil)
+		return
+	}
+
+	ep, err := t.Cluster.Pick()
+	if err != nil {
+		detail := "no healthy endpoint in the upstream cluster"
+		if errors.Is(err, upstream.ErrOverloaded) {
+			detail = "the upstream cluster is at its concurrency limit"
+		}
+		w.Header()["Retry-After"] = retryAfterOne
+		f.fail(w, r, t, problem.UpstreamUnavailable, detail, nil)
+		return
+	}
+
+	timeout := t.Timeout
+	if grpc {
+		if d, ok := parseGRPCTimeout(headerValue(r.Header, "Grpc-Timeout")); ok && d < timeout {
+			timeout = d
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+
+	out := newOutbound(ctx, r, t, ep.Address(), grpc, timeout)
+	resp, err := t.Cluster.Transport().RoundTrip(out.req)
+	if err != nil {
+		ep.Done(f.roundTripFailed(w, r, t, ctx, out, err))
+		return
+	}
+	outcome := upstream.OutcomeOf(ctx, resp, nil)
+	outcome = f.respond(w, r, t, ctx, resp, grpc, outcome)
+	ep.Done(outcome)
+}
+
+// roundTripFailed answers a request whose upstream exchange failed before
+// response headers and says what the failure means for the endpoint.
+func (f *Forwarder) roundTripFailed(w http.ResponseWriter, r *http.Request, t *Target, ctx context.Context, out *outbound, err error) upstream.Outcome {
+	switch {
+	case out.body.tooLarge:
+		f.fail(w, r, t, problem.PayloadTooLarge, "request body exceeds the route's limit", nil)
+		return upstream.Canceled
+	case r.Context().Err() != nil:
+		// The client is gone; nobody is listening for an answer.
+		return upstream.Canceled
+	case out.body.err != nil:
+		// Reading the client's body failed: bad chunking, a reset stream.
+		w.Header()["Connection"] = closeValue
+		f.fail(w, r, t, problem.BadRequest, "malformed request body", nil)
+		return upstream.Canceled
+	case timedOut(ctx):
+		f.fail(w, r, t, problem.UpstreamTimeout, "the upstream did not answer within the route's timeout", err)
+		return upstream.Failure
+	case isDialError(err):
+		w.Header()["Retry-After"] = retryAfterOne
+		f.fail(w, r, t, problem.UpstreamUnavailable, "could not connect to the upstream", err)
+		return upstream.Failure
+	default:
+		f.fail(w, r, t, problem.UpstreamError, "the upstream connection failed", err)
+		return upstream.Failure
+	}
+}
+
+func (f *Forwarder) fail(w http.ResponseWriter, r *http.Request, t *Target, code problem.Code, detail string, cause error) {
+	if cause != nil {
+		cluster := ""
+		if t.Cluster != nil {
+			cluster = t.Cluster.Name()
+		}
+		f.log.Warn("upstream request failed", "request_id", t.RequestID, "cluster", cluster, "code", string(code), "err", cause)
+	}
+	problem.Write(w, r, problem.Problem{Code: code, Detail: detail, Instance: t.Path, RequestID: t.RequestID})
+}
+
+// timedOut reports whether ctx's deadline has passed or is about to. A gRPC
+// backend that got grpc-timeout resets the stream when its own timer fires,
+// which can be a moment before the gateway's: that is a timeout too.
+func timedOut(ctx context.Context) bool {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return true
+	}
+	deadline, ok := ctx.Deadline()
+	return ok && time.Until(deadline) < deadlineSlack
+}
+
+// deadlineSlack is how close to the deadline an upstream failure counts as a
+// timeout.
+const deadlineSlack = 20 * time.Millisecond
+
+var (
+	retryAfterOne = []string{"1"}
+	closeValue    = []string{"close"}
+)
+
+func headerValue(h http.Header, canonicalKey string) string {
+	if v := h[canonicalKey]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
