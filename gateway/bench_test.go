@@ -1,0 +1,81 @@
+package gateway_test
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/portico-gw/portico/gateway"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	"github.com/portico-gw/portico/testing/gatewaytest"
+)
+
+// discardWriter is a minimal ResponseWriter, so the benchmark measures the
+// proxy and not a recorder.
+type discardWriter struct{ h http.Header }
+
+func (w *discardWriter) Header() http.Header         { return w.h }
+func (w *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *discardWriter) WriteHeader(int)             {}
+
+// BenchmarkForward compares the gateway's request chain with a bare
+// httputil.ReverseProxy (tuned Transport), both forwarding the same request
+// to the same loopback backend. The ratio of the two is what matters.
+func BenchmarkForward(b *testing.B) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"ok":true,"items":[1,2,3],"note":"a small JSON answer of about a hundred bytes"}`)
+	}))
+	b.Cleanup(backend.Close)
+	addr := strings.TrimPrefix(backend.URL, "http://")
+
+	cfg := &configv1.Snapshot{
+		Clusters: []*configv1.Cluster{cluster("backend", addr)},
+		Routes:   []*configv1.Route{route("bench", "/bench/{rest=**}", "backend")},
+	}
+	node, err := gateway.New(gateway.Options{Logger: gatewaytest.Logger(), Listeners: []gateway.Listener{{Pool: "public", Listener: gatewaytest.Listen(b)}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(node.Close)
+	if err := node.Apply(cfg); err != nil {
+		b.Fatal(err)
+	}
+
+	target, _ := url.Parse(backend.URL)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}
+
+	newRequest := func() *http.Request {
+		r := httptest.NewRequest("GET", "/bench/orders/o-1001?verbose=1", nil)
+		r.RemoteAddr = "192.0.2.10:53422"
+		r.Header.Set("User-Agent", "bench/1.0")
+		r.Header.Set("Accept", "application/json")
+		r.Header.Set("X-Api-Version", "2026-01")
+		return r
+	}
+	for _, tc := range []struct {
+		name string
+		h    http.Handler
+	}{
+		{"reverseproxy", rp},
+		{"gateway", node.Handler("public")},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				r := newRequest()
+				w := &discardWriter{h: http.Header{}}
+				for pb.Next() {
+					clear(w.h)
+					tc.h.ServeHTTP(w, r)
+				}
+			})
+		})
+	}
+}

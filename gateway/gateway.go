@@ -1,0 +1,283 @@
+// Package gateway is the data plane: a Node accepts client connections on
+// one listener per pool, runs every request through the fixed chain of the
+// request path (framing checks, request id and trace context, path
+// normalisation, route match, size limit, forwarding) against the snapshot
+// it currently holds, and swaps snapshots atomically without disturbing
+// requests in flight.
+//
+// Lifecycle:
+//
+//  1. New(Options) validates the options and binds every listener, so a busy
+//     port fails here and Addr reports the bound addresses (port 0 works).
+//  2. Apply installs a snapshot; it may be called at any time, from any
+//     goroutine, before or during Run. Until the first Apply every request
+//     is answered 404 no_route.
+//  3. Run serves until its context is done, then drains: listeners close,
+//     HTTP/2 clients get GOAWAY, idle connections close, and in-flight
+//     requests get up to Options.DrainTimeout to finish.
+//  4. Close releases the listeners of a Node that never ran. Run closes
+//     everything itself.
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/portico-gw/portico/gateway/internal/framing"
+	"github.com/portico-gw/portico/gateway/proxy"
+	"github.com/portico-gw/portico/gateway/upstream"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+)
+
+// Options configure a Node. The zero value serves the "public" pool on
+// ":8080" in cleartext (HTTP/1.1 and h2c).
+type Options struct {
+	// Listeners, one or more per pool. Empty means one public listener on
+	// ":8080".
+	Listeners []Listener
+
+	// Logger receives the node's logs; nil means slog.Default().
+	Logger *slog.Logger
+
+	// MaxHeaderBytes bounds the request line and headers; a larger request
+	// is answered 431. Zero means 64 KiB; at most 1 MiB.
+	MaxHeaderBytes int
+	// ReadHeaderTimeout is how long a client may take to send its request
+	// headers (and TLS handshake); slower clients are cut off so they cannot
+	// hold connections open. Zero means 10 s.
+	ReadHeaderTimeout time.Duration
+	// IdleTimeout closes keep-alive connections idle this long. Zero means
+	// 2 minutes.
+	IdleTimeout time.Duration
+	// DrainTimeout is how long Run waits for in-flight requests when it
+	// stops. Zero means 30 s.
+	DrainTimeout time.Duration
+
+	// TrustedProxies are peers whose X-Forwarded-For and Forwarded headers
+	// are extended rather than replaced. Empty means the gateway is the
+	// first hop and trusts no one.
+	TrustedProxies []netip.Prefix
+
+	// Upstream configures the upstream connection pools.
+	Upstream upstream.Options
+}
+
+// Listener is one socket of a pool.
+type Listener struct {
+	// Pool names the listener pool ("public", "partner"); routes may be
+	// restricted to pools. Empty means "public".
+	Pool string
+	// Addr to bind, e.g. ":8080" or "127.0.0.1:0".
+	Addr string
+	// Listener, if set, is used instead of binding Addr. The Node owns it.
+	Listener net.Listener
+	// TLS, if set, serves HTTP/2 and HTTP/1.1 over TLS with ALPN; the Node
+	// sets NextProtos. Nil serves cleartext HTTP/1.1 and h2c on one port.
+	TLS *tls.Config
+}
+
+// Node is one gateway node. It is safe for concurrent use.
+type Node struct {
+	opts      Options
+	log       *slog.Logger
+	fwd       *proxy.Forwarder
+	upstreams *upstream.Registry
+	trusted   []netip.Prefix
+
+	state   atomic.Pointer[state]
+	applyMu sync.Mutex // serialises Apply
+
+	pools     []*pool
+	servers   []*http.Server
+	listeners []net.Listener
+	ran       atomic.Bool
+	closeOnce sync.Once
+}
+
+// pool is the per-pool part of the request chain.
+type pool struct {
+	node  *Node
+	name  string
+	index int
+	tls   bool
+}
+
+// New binds the listeners in opts and returns a Node with an empty
+// snapshot. On error nothing stays bound.
+func New(opts Options) (*Node, error) {
+	opts = withDefaults(opts)
+	if opts.MaxHeaderBytes > framing.MaxServerHeaderBytes {
+		return nil, fmt.Errorf("gateway: MaxHeaderBytes %d is over the %d the framing guard follows", opts.MaxHeaderBytes, framing.MaxServerHeaderBytes)
+	}
+	n := &Node{
+		opts:      opts,
+		log:       opts.Logger,
+		fwd:       proxy.New(opts.Logger),
+		upstreams: upstream.NewRegistry(withLogger(opts.Upstream, opts.Logger)),
+		trusted:   opts.TrustedProxies,
+	}
+	poolIndex := map[string]int{}
+	for _, l := range opts.Listeners {
+		name := l.Pool
+		if name == "" {
+			name = "public"
+		}
+		idx, ok := poolIndex[name]
+		if !ok {
+			idx = len(poolIndex)
+			poolIndex[name] = idx
+		}
+		p := &pool{node: n, name: name, index: idx, tls: l.TLS != nil}
+		ln := l.Listener
+		if ln == nil {
+			var err error
+			ln, err = net.Listen("tcp", l.Addr)
+			if err != nil {
+				n.closeListeners()
+				return nil, fmt.Errorf("gateway: pool %q: %w", name, err)
+			}
+		}
+		n.pools = append(n.pools, p)
+		n.listeners = append(n.listeners, ln)
+		n.servers = append(n.servers, n.newServer(p, l))
+	}
+	empty, err := n.build(&configv1.Snapshot{Version: "empty"}, poolIndex)
+	if err != nil {
+		n.closeListeners()
+		return nil, err
+	}
+	n.state.Store(empty)
+	return n, nil
+}
+
+func withDefaults(o Options) Options {
+	if len(o.Listeners) == 0 {
+		o.Listeners = []Listener{{Pool: "public", Addr: ":8080"}}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.MaxHeaderBytes <= 0 {
+		o.MaxHeaderBytes = 64 << 10
+	}
+	if o.ReadHeaderTimeout <= 0 {
+		o.ReadHeaderTimeout = 10 * time.Second
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = 2 * time.Minute
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = 30 * time.Second
+	}
+	return o
+}
+
+func withLogger(o upstream.Options, log *slog.Logger) upstream.Options {
+	if o.Logger == nil {
+		o.Logger = log
+	}
+	return o
+}
+
+// Addr returns the bound address of the first listener of pool, or nil.
+func (n *Node) Addr(pool string) net.Addr {
+	for i, p := range n.pools {
+		if p.name == pool {
+			return n.listeners[i].Addr()
+		}
+	}
+	return nil
+}
+
+// Addrs returns the bound address of every listener, in Options.Listeners
+// order.
+func (n *Node) Addrs() []net.Addr {
+	addrs := make([]net.Addr, len(n.listeners))
+	for i, ln := range n.listeners {
+		addrs[i] = ln.Addr()
+	}
+	return addrs
+}
+
+// Handler returns the request chain of pool as an http.Handler, for
+// embedding the node in another server. Requests through it skip the
+// node's own listeners (and their framing checks).
+func (n *Node) Handler(name string) http.Handler {
+	for _, p := range n.pools {
+		if p.name == name {
+			return p
+		}
+	}
+	return &pool{node: n, name: name, index: -1}
+}
+
+// Run serves until ctx is done, then shuts down gracefully and returns. It
+// returns an error if a listener fails; Run may be called once.
+func (n *Node) Run(ctx context.Context) error {
+	if !n.ran.CompareAndSwap(false, true) {
+		return errors.New("gateway: Run called twice")
+	}
+	errc := make(chan error, len(n.servers))
+	for i, srv := range n.servers {
+		ln := n.listeners[i]
+		if srv.TLSConfig != nil {
+			ln = newTLSListener(ln, srv.TLSConfig, n.opts.ReadHeaderTimeout, n.log)
+		} else {
+			ln = framing.NewListener(ln)
+		}
+		go func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	n.shutdown()
+	return err
+}
+
+// shutdown drains every server: GOAWAY, close idle, wait for in-flight up to
+// the drain timeout, then force-close what is left.
+func (n *Node) shutdown() {
+	dctx, cancel := context.WithTimeout(context.Background(), n.opts.DrainTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, srv := range n.servers {
+		wg.Go(func() {
+			if err := srv.Shutdown(dctx); err != nil {
+				n.log.Warn("drain deadline passed; closing remaining connections", "err", err)
+				_ = srv.Close()
+			}
+		})
+	}
+	wg.Wait()
+	n.Close()
+}
+
+// Close releases the listeners and upstream connections. Run calls it; call
+// it only for a Node whose Run was never called.
+func (n *Node) Close() {
+	n.closeOnce.Do(func() {
+		n.closeListeners()
+		n.upstreams.Close()
+	})
+}
+
+func (n *Node) closeListeners() {
+	for _, ln := range n.listeners {
+		_ = ln.Close()
+	}
+}

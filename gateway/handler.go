@@ -1,0 +1,173 @@
+package gateway
+
+import (
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+
+	"github.com/portico-gw/portico/gateway/internal/cleanpath"
+	"github.com/portico-gw/portico/gateway/internal/framing"
+	"github.com/portico-gw/portico/gateway/problem"
+	"github.com/portico-gw/portico/gateway/proxy"
+	"github.com/portico-gw/portico/gateway/router"
+	"github.com/portico-gw/portico/gateway/snapshot"
+	"github.com/portico-gw/portico/gateway/telemetry"
+)
+
+// ServeHTTP runs the request chain for one pool. The order is fixed
+// (DESIGN.md, the request path): framing, request id and trace, path
+// normalisation, route match, then the proxy, which enforces the body limit
+// and strips client identity headers while it copies the rest.
+func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := p.node
+	st := n.state.Load()
+
+	rid := telemetry.RequestID(headerValue(r.Header, "X-Request-Id"))
+	w.Header()["X-Request-Id"] = []string{rid}
+
+	// 1. Framing that net/http accepted but a gateway must refuse.
+	if r.ProtoMajor == 1 && len(r.TransferEncoding) > 0 {
+		if c, ok := framing.FromContext(r.Context()); ok {
+			if err := c.Flagged(); err != nil {
+				w.Header()["Connection"] = closeValue
+				n.problem(w, r, rid, problem.BadRequest, "ambiguous message framing: "+err.Error(), "")
+				return
+			}
+		}
+	}
+	if r.Method == http.MethodConnect {
+		n.problem(w, r, rid, problem.MethodNotAllowed, "CONNECT is not supported", "")
+		return
+	}
+
+	// 3. Normalise the path; the backend receives the normalised form.
+	rawPath, rawQuery := splitRequestURI(r)
+	path, err := cleanpath.Clean(rawPath)
+	if err != nil {
+		n.problem(w, r, rid, problem.BadRequest, err.Error(), "")
+		return
+	}
+
+	// Match the route in this request's snapshot.
+	var table *router.Table[*snapshot.Route]
+	if p.index >= 0 {
+		table = st.tables[p.index]
+	} else {
+		table = st.snap.Table(p.name)
+	}
+	var params router.Params
+	req := router.Request{Host: canonicalHost(r.Host), Method: r.Method, Path: path, Header: r.Header}
+	route, status := table.Match(req, &params)
+	switch status {
+	case router.NotFound:
+		n.problem(w, r, rid, problem.NoRoute, "no route matches "+r.Method+" "+path, path)
+		return
+	case router.MethodNotAllowed:
+		w.Header()["Allow"] = []string{strings.Join(table.Allowed(req), ", ")}
+		n.problem(w, r, rid, problem.MethodNotAllowed, "the route does not accept "+r.Method, path)
+		return
+	}
+
+	// Trace context: continue the caller's trace or start one.
+	tc, ok := telemetry.ParseTraceparent(headerValue(r.Header, "Traceparent"))
+	if ok {
+		tc = tc.Child()
+	} else {
+		tc = telemetry.NewTrace(false)
+	}
+
+	clientIP, trusted := p.peer(r)
+	t := proxy.Target{
+		Cluster:        st.clusters[route.Index],
+		Path:           path,
+		RawQuery:       rawQuery,
+		Timeout:        route.Timeout,
+		MaxBody:        route.MaxRequestBytes,
+		RequestID:      rid,
+		Traceparent:    tc.String(),
+		ClientIP:       clientIP,
+		TLS:            p.tls,
+		TrustForwarded: trusted,
+	}
+	n.fwd.Serve(w, r, &t)
+}
+
+func (n *Node) problem(w http.ResponseWriter, r *http.Request, rid string, code problem.Code, detail, instance string) {
+	problem.Write(w, r, problem.Problem{Code: code, Detail: detail, Instance: instance, RequestID: rid})
+}
+
+// peer returns the client's IP and whether it is a trusted proxy.
+func (p *pool) peer(r *http.Request) (string, bool) {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	if len(p.node.trusted) == 0 {
+		return host, false
+	}
+	addr, err := netip.ParseAddr(host)
+	if err != nil {
+		return host, false
+	}
+	addr = addr.Unmap()
+	for _, pfx := range p.node.trusted {
+		if pfx.Contains(addr) {
+			return host, true
+		}
+	}
+	return host, false
+}
+
+// splitRequestURI returns the raw, still-escaped path and query of r as the
+// client sent them. Origin-form ("/p?q") is the common case; absolute-form
+// ("http://h/p?q") is reduced to its path; anything else ("*", authority
+// form) yields a path that cleanpath rejects.
+func splitRequestURI(r *http.Request) (path, query string) {
+	uri := r.RequestURI
+	if uri == "" { // a request not from a server (Handler used directly)
+		uri = r.URL.RequestURI()
+	}
+	if len(uri) > 0 && uri[0] != '/' {
+		if i := strings.Index(uri, "://"); i >= 0 {
+			rest := uri[i+3:]
+			if j := strings.IndexAny(rest, "/?"); j >= 0 {
+				uri = rest[j:]
+				if uri[0] == '?' {
+					uri = "/" + uri
+				}
+			} else {
+				uri = "/"
+			}
+		}
+	}
+	path, query, _ = strings.Cut(uri, "?")
+	return path, query
+}
+
+// canonicalHost lowercases host and drops the port and a trailing dot. It
+// allocates only when the host has uppercase letters.
+func canonicalHost(host string) string {
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.HasSuffix(host, "]") {
+		host = host[:i]
+	}
+	host = strings.TrimSuffix(host, ".")
+	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1]
+	}
+	for i := 0; i < len(host); i++ {
+		if c := host[i]; 'A' <= c && c <= 'Z' {
+			return strings.ToLower(host)
+		}
+	}
+	return host
+}
+
+func headerValue(h http.Header, canonicalKey string) string {
+	if v := h[canonicalKey]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+var closeValue = []string{"close"}

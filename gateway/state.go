@@ -1,0 +1,76 @@
+package gateway
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/portico-gw/portico/gateway/router"
+	"github.com/portico-gw/portico/gateway/snapshot"
+	"github.com/portico-gw/portico/gateway/upstream"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+)
+
+// state is what one request reads: a compiled snapshot and the upstream
+// clusters it names, resolved per route and per pool so the hot path does
+// no map lookups. A state is immutable once published.
+type state struct {
+	snap     *snapshot.Snapshot
+	tables   []*router.Table[*snapshot.Route] // by pool index
+	clusters []*upstream.Cluster              // by route index
+	set      *upstream.Set
+}
+
+// releaseDelay is how long a replaced state's upstream clusters are kept:
+// every request that could still be using them has hit its route timeout by
+// then. Clusters the new state shares are never closed at all.
+const releaseDelay = snapshot.MaxTimeout + 5*time.Second
+
+// Apply compiles cfg and, if it is valid, makes it the snapshot every new
+// request uses. Requests in flight finish on the snapshot they started
+// with. On error the current snapshot stays and the error says why
+// (a *snapshot.Error for invalid config).
+func (n *Node) Apply(cfg *configv1.Snapshot) error {
+	n.applyMu.Lock()
+	defer n.applyMu.Unlock()
+	idx := make(map[string]int, len(n.pools))
+	for _, p := range n.pools {
+		idx[p.name] = p.index
+	}
+	st, err := n.build(cfg, idx)
+	if err != nil {
+		return err
+	}
+	old := n.state.Swap(st)
+	if old != nil {
+		time.AfterFunc(releaseDelay, old.set.Release)
+	}
+	n.log.Info("snapshot applied", "version", st.snap.Version, "sha256", st.snap.SHA256, "routes", len(st.snap.Routes), "clusters", len(st.snap.Clusters))
+	return nil
+}
+
+// Current returns the snapshot new requests use.
+func (n *Node) Current() *snapshot.Snapshot { return n.state.Load().snap }
+
+func (n *Node) build(cfg *configv1.Snapshot, pools map[string]int) (*state, error) {
+	snap, err := snapshot.Compile(cfg)
+	if err != nil {
+		return nil, err
+	}
+	set, err := n.upstreams.Build(cfg.GetClusters())
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %q: %w", cfg.GetVersion(), err)
+	}
+	st := &state{
+		snap:     snap,
+		tables:   make([]*router.Table[*snapshot.Route], len(pools)),
+		clusters: make([]*upstream.Cluster, len(snap.Routes)),
+		set:      set,
+	}
+	for name, i := range pools {
+		st.tables[i] = snap.Table(name)
+	}
+	for i, r := range snap.Routes {
+		st.clusters[i] = set.Cluster(r.Cluster)
+	}
+	return st, nil
+}
