@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/portico-gw/portico/cmd/portico/demo"
+	"github.com/portico-gw/portico/gateway"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+)
+
+func runDev(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("portico dev", flag.ContinueOnError)
+	var (
+		addr     = fs.String("addr", "127.0.0.1:8080", "cleartext HTTP/1.1 + h2c listener of the public pool")
+		tlsAddr  = fs.String("tls-addr", "127.0.0.1:8443", "HTTP/2 + HTTP/1.1 over TLS listener of the public pool (self-signed)")
+		logLevel = fs.String("log-level", "info", "debug, info, warn or error")
+	)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log, err := newLogger(*logLevel)
+	if err != nil {
+		return err
+	}
+
+	dir, err := os.MkdirTemp("", "portico-dev-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	cert, caFile, err := devCertificate(dir)
+	if err != nil {
+		return fmt.Errorf("dev: generating a TLS certificate: %w", err)
+	}
+
+	backends, err := demo.Start(ctx, demo.Options{Logger: log})
+	if err != nil {
+		return fmt.Errorf("dev: starting demo backends: %w", err)
+	}
+	defer backends.Close()
+
+	node, err := gateway.New(gateway.Options{
+		Logger: log,
+		Listeners: []gateway.Listener{
+			{Pool: "public", Addr: *addr},
+			{Pool: "public", Addr: *tlsAddr, TLS: &tls.Config{Certificates: []tls.Certificate{cert}}},
+		},
+		DrainTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		return fmt.Errorf("dev: %w (choose other ports with -addr and -tls-addr)", err)
+	}
+	if err := node.Apply(devSnapshot(backends)); err != nil {
+		node.Close()
+		return err
+	}
+	addrs := node.Addrs()
+	printDevBanner(os.Stdout, addrs[0].String(), addrs[1].String(), caFile)
+	return node.Run(ctx)
+}
+
+// devSnapshot routes the demo backends: the gRPC orders service (with
+// reflection and health, so grpcurl works through the gateway) and the REST
+// inventory service.
+func devSnapshot(b *demo.Servers) *configv1.Snapshot {
+	grpcRoute := func(id, service string) *configv1.Route {
+		return &configv1.Route{
+			Id: id, Team: "demo", Methods: []string{"POST"},
+			Path: "/" + service + "/*", Cluster: "orders",
+			Timeout: durationpb.New(30 * time.Second),
+		}
+	}
+	return &configv1.Snapshot{
+		Version: "dev",
+		Clusters: []*configv1.Cluster{
+			{
+				Name: "orders", Protocol: configv1.Protocol_PROTOCOL_GRPC,
+				Endpoints: []*configv1.Endpoint{{Address: b.OrdersAddr()}},
+				HealthCheck: &configv1.HealthCheck{
+					Probe: &configv1.HealthCheck_Grpc{Grpc: &configv1.GRPCProbe{}},
+				},
+			},
+			{
+				Name: "inventory", Protocol: configv1.Protocol_PROTOCOL_HTTP1,
+				Endpoints: []*configv1.Endpoint{{Address: b.InventoryAddr()}},
+				HealthCheck: &configv1.HealthCheck{
+					Probe: &configv1.HealthCheck_Http{Http: &configv1.HTTPProbe{Path: "/healthz"}},
+				},
+			},
+		},
+		Routes: []*configv1.Route{
+			grpcRoute("orders-grpc", "portico.demo.v1.OrdersService"),
+			grpcRoute("orders-reflection", "grpc.reflection.v1.ServerReflection"),
+			grpcRoute("orders-reflection-v1alpha", "grpc.reflection.v1alpha.ServerReflection"),
+			grpcRoute("orders-health", "grpc.health.v1.Health"),
+			{Id: "inventory", Team: "demo", Path: "/inventory/v1/{rest=**}", Cluster: "inventory"},
+		},
+	}
+}
+
+func printDevBanner(w io.Writer, addr, tlsAddr, caFile string) {
+	_, tlsPort, _ := strings.Cut(tlsAddr, ":")
+	if i := strings.LastIndexByte(tlsAddr, ':'); i >= 0 {
+		tlsPort = tlsAddr[i+1:]
+	}
+	fmt.Fprintf(w, `
+Portico dev is running: one gateway node in front of two demo backends.
+
+  http://%[1]s     HTTP/1.1 and h2c (gRPC)
+  https://localhost:%[2]s  HTTP/2 and HTTP/1.1 over TLS; self-signed CA in %[3]s
+
+REST (the inventory service):
+  curl -i http://%[1]s/inventory/v1/items
+  curl -i http://%[1]s/inventory/v1/items/WIDGET-1
+  curl -i -X POST http://%[1]s/inventory/v1/items -H 'content-type: application/json' -d '{"sku":"SPROCKET-4","name":"Sprocket","quantity":5,"price_cents":250}'
+  curl -i --cacert %[3]s https://localhost:%[2]s/inventory/v1/headers
+  curl -i http://%[1]s/nowhere            # 404 no_route, application/problem+json
+
+gRPC (the orders service; go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4):
+  grpcurl -plaintext %[1]s list
+  grpcurl -plaintext -d '{"order_id":"o-1001"}' %[1]s portico.demo.v1.OrdersService/GetOrder
+  grpcurl -plaintext -d '{"customer_id":"c-42","max_events":3}' %[1]s portico.demo.v1.OrdersService/WatchOrders
+  grpcurl -cacert %[3]s -d '{"order_id":"o-1001"}' localhost:%[2]s portico.demo.v1.OrdersService/GetOrder
+
+Ctrl-C drains in-flight requests and stops.
+`, addr, tlsPort, filepath.Clean(caFile))
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/portico-gw/portico/gateway"
+)
+
+// listenFlag collects repeated -listen pool=addr values.
+type listenFlag []gateway.Listener
+
+func (f *listenFlag) String() string {
+	parts := make([]string, len(*f))
+	for i, l := range *f {
+		parts[i] = l.Pool + "=" + l.Addr
+	}
+	return strings.Join(parts, ",")
+}
+
+func (f *listenFlag) Set(v string) error {
+	pool, addr, ok := strings.Cut(v, "=")
+	if !ok || pool == "" || addr == "" {
+		return fmt.Errorf("want pool=addr, got %q", v)
+	}
+	*f = append(*f, gateway.Listener{Pool: pool, Addr: addr})
+	return nil
+}
+
+// prefixFlag collects repeated CIDR prefixes.
+type prefixFlag []netip.Prefix
+
+func (f *prefixFlag) String() string {
+	parts := make([]string, len(*f))
+	for i, p := range *f {
+		parts[i] = p.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+func (f *prefixFlag) Set(v string) error {
+	p, err := netip.ParsePrefix(v)
+	if err != nil {
+		addr, aerr := netip.ParseAddr(v)
+		if aerr != nil {
+			return err
+		}
+		p = netip.PrefixFrom(addr, addr.BitLen())
+	}
+	*f = append(*f, p)
+	return nil
+}
+
+// listeners combines cleartext and TLS listeners; TLS ones get cert.
+func listeners(plain, secure listenFlag, cert *tls.Certificate) ([]gateway.Listener, error) {
+	out := append([]gateway.Listener(nil), plain...)
+	if len(secure) > 0 && cert == nil {
+		return nil, fmt.Errorf("-tls-listen needs -tls-cert and -tls-key")
+	}
+	for _, l := range secure {
+		l.TLS = &tls.Config{Certificates: []tls.Certificate{*cert}}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+func newLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("-log-level: %w", err)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}

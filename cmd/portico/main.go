@@ -1,0 +1,50 @@
+// Command portico runs Portico roles: `portico gateway --config FILE` runs a
+// gateway node; `portico dev` runs everything in one process on embedded
+// defaults, with demo backends, and prints how to call it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: portico <role> [flags]
+
+roles:
+  dev       every role in one process on embedded defaults, with demo backends
+  gateway   a gateway node serving a snapshot from --config FILE
+
+Run "portico <role> -h" for the role's flags.
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	var err error
+	switch role, args := os.Args[1], os.Args[2:]; role {
+	case "dev":
+		err = runDev(ctx, args)
+	case "gateway":
+		err = runGateway(ctx, args)
+	case "-h", "-help", "--help", "help":
+		fmt.Print(usage)
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "portico: unknown role %q\n\n%s", role, usage)
+		os.Exit(2)
+	}
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "portico:", err)
+		os.Exit(1)
+	}
+}
