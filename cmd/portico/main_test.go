@@ -1,0 +1,243 @@
+package main_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// buildPortico builds the binary once per test run.
+var buildPortico = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "portico-bin-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "portico")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if bin, err := buildPortico(); err == nil {
+		os.RemoveAll(filepath.Dir(bin))
+	}
+	os.Exit(code)
+}
+
+// process is a running portico with its output captured line by line.
+type process struct {
+	cmd   *exec.Cmd
+	lines chan string
+	done  chan error
+	log   strings.Builder
+	mu    sync.Mutex
+}
+
+func start(t *testing.T, args ...string) *process {
+	t.Helper()
+	bin, err := buildPortico()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &process{cmd: exec.Command(bin, args...), lines: make(chan string, 1000), done: make(chan error, 1)}
+	pr, pw := io.Pipe()
+	p.cmd.Stdout, p.cmd.Stderr = pw, pw
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.log.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+			select {
+			case p.lines <- sc.Text():
+			default:
+			}
+		}
+	}()
+	go func() { err := p.cmd.Wait(); pw.Close(); p.done <- err }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("portico output:\n%s", p.output())
+		}
+	})
+	return p
+}
+
+func (p *process) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// waitLine waits for an output line matching re and returns its submatches.
+func (p *process) waitLine(t *testing.T, re *regexp.Regexp) []string {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case l := <-p.lines:
+			if m := re.FindStringSubmatch(l); m != nil {
+				return m
+			}
+		case err := <-p.done:
+			p.done <- err
+			t.Fatalf("portico exited (%v) before printing %v", err, re)
+		case <-deadline:
+			t.Fatalf("portico did not print %v within 30s", re)
+		}
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestGatewayRole(t *testing.T) {
+	backend := func(name string) string {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, name) }))
+		t.Cleanup(s.Close)
+		return strings.TrimPrefix(s.URL, "http://")
+	}
+	a, b := backend("a"), backend("b")
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "portico.yaml")
+	write := func(content string) {
+		t.Helper()
+		if err := os.WriteFile(cfgPath+".tmp", []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(cfgPath+".tmp", cfgPath); err != nil {
+			t.Fatal(err)
+		}
+	}
+	config := func(version, addr string) string {
+		return fmt.Sprintf("version: %s\nclusters: [{name: c, protocol: PROTOCOL_HTTP1, endpoints: [{address: %q}]}]\nroutes: [{id: r, team: t, path: \"/{x=**}\", cluster: c}]\n", version, addr)
+	}
+	write(config("one", a))
+
+	addr := freeAddr(t)
+	p := start(t, "gateway", "-config", cfgPath, "-listen", "public="+addr, "-log-level", "debug")
+	p.waitLine(t, regexp.MustCompile(`msg=listening pool=public`))
+	if code, body := get(t, "http://"+addr+"/x"); code != 200 || body != "a" {
+		t.Fatalf("GET = %d %q, want 200 a", code, body)
+	}
+
+	// A bad file is refused and logged; the old snapshot keeps serving.
+	write("routes: [{id: r, team: t, path: /x, cluster: missing}]\n")
+	p.waitLine(t, regexp.MustCompile(`config rejected; keeping the current snapshot.*unknown cluster`))
+	if code, body := get(t, "http://"+addr+"/x"); code != 200 || body != "a" {
+		t.Fatalf("after a bad file: GET = %d %q, want 200 a", code, body)
+	}
+
+	// SIGHUP applies the file even when the poll has not seen it yet.
+	write(config("two", b))
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLine(t, regexp.MustCompile(`msg="snapshot applied" version=two`))
+	if code, body := get(t, "http://"+addr+"/x"); code != 200 || body != "b" {
+		t.Fatalf("after reload: GET = %d %q, want 200 b", code, body)
+	}
+
+	// SIGTERM drains and exits cleanly.
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		p.done <- err
+		if err != nil {
+			t.Errorf("exit after SIGTERM: %v, want 0", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("portico did not exit within 30s of SIGTERM")
+	}
+}
+
+func TestGatewayRoleRejectsBadStart(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(cfgPath, []byte("routes: [{id: r, pathh: /x}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := buildPortico()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "gateway", "-config", cfgPath, "-listen", "public="+freeAddr(t)).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "pathh") {
+		t.Errorf("portico gateway with a bad config: %v, output %q; want a failure naming the bad field", err, out)
+	}
+}
+
+// TestDevRole runs `portico dev` and makes the calls it prints.
+func TestDevRole(t *testing.T) {
+	addr, tlsAddr := freeAddr(t), freeAddr(t)
+	p := start(t, "dev", "-addr", addr, "-tls-addr", tlsAddr)
+	p.waitLine(t, regexp.MustCompile(`Ctrl-C drains`))
+	out := p.output()
+	for _, want := range []string{"curl -i http://" + addr + "/inventory/v1/items", "grpcurl -plaintext " + addr + " list", "portico.demo.v1.OrdersService/GetOrder"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dev banner lacks %q", want)
+		}
+	}
+	if code, body := get(t, "http://"+addr+"/inventory/v1/items/WIDGET-1"); code != 200 || !strings.Contains(body, `"sku":"WIDGET-1"`) {
+		t.Errorf("GET WIDGET-1 through dev = %d %q", code, body)
+	}
+	if code, body := get(t, "http://"+addr+"/nowhere"); code != 404 || !strings.Contains(body, `"error":"no_route"`) {
+		t.Errorf("GET /nowhere through dev = %d %q", code, body)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		p.done <- err
+		if err != nil {
+			t.Errorf("exit after SIGINT: %v, want 0", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("portico dev did not exit within 30s of SIGINT")
+	}
+}
