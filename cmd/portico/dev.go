@@ -24,6 +24,7 @@ func runDev(ctx context.Context, args []string) error {
 		addr     = fs.String("addr", "127.0.0.1:8080", "cleartext HTTP/1.1 + h2c listener of the public pool")
 		tlsAddr  = fs.String("tls-addr", "127.0.0.1:8443", "HTTP/2 + HTTP/1.1 over TLS listener of the public pool (self-signed)")
 		logLevel = fs.String("log-level", "info", "debug, info, warn or error")
+		headroom = fs.Int("gc-headroom-mib", defaultGCHeadroomMiB, "heap growth allowed between garbage collections, in MiB (0: Go's default pacing; GOGC in the environment wins)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -32,6 +33,7 @@ func runDev(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	go tuneGC(ctx, uint64(*headroom)<<20, log)
 
 	dir, err := os.MkdirTemp("", "portico-dev-")
 	if err != nil {

@@ -28,6 +28,7 @@ func runGateway(ctx context.Context, args []string) error {
 		idle       = fs.Duration("idle-timeout", 2*time.Minute, "close keep-alive connections idle this long")
 		drain      = fs.Duration("drain-timeout", 30*time.Second, "time in-flight requests get to finish on shutdown")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
+		headroom   = fs.Int("gc-headroom-mib", defaultGCHeadroomMiB, "heap growth allowed between garbage collections, in MiB (0: Go's default pacing; GOGC in the environment wins)")
 	)
 	fs.Var(&plain, "listen", "pool=addr to serve cleartext HTTP/1.1 and h2c on (repeatable; default public=:8080)")
 	fs.Var(&secure, "tls-listen", "pool=addr to serve HTTP/2 and HTTP/1.1 over TLS on (repeatable)")
@@ -42,6 +43,7 @@ func runGateway(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	go tuneGC(ctx, uint64(*headroom)<<20, log)
 	var cert *tls.Certificate
 	if *certFile != "" || *keyFile != "" {
 		c, err := tls.LoadX509KeyPair(*certFile, *keyFile)
