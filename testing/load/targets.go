@@ -1,0 +1,89 @@
+package load
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// target is something the load generator sends requests to; proc is nil
+// for the backend itself ("direct").
+type target struct {
+	name string
+	addr string
+	proc *process
+}
+
+// startTargets starts the backend and the proxies in front of it.
+func (h *harness) startTargets(ctx context.Context) ([]*target, error) {
+	var err error
+	h.backend, h.backendAddr, err = h.start(ctx, startSpec{
+		name: "backend", core: loadCPU, env: h.env(), ours: true,
+		argv: []string{h.self, ChildCommand, "backend", "-lifetime", h.lifetime.String()},
+	})
+	if err != nil {
+		return nil, err
+	}
+	h.pinned("backend", h.backend)
+	h.config = filepath.Join(h.dir, "portico.json")
+	if err := writeGatewayConfig(h.config, h.backendAddr, h.opts.Routes); err != nil {
+		return nil, err
+	}
+	targets := []*target{{name: "direct", addr: h.backendAddr}}
+	for _, start := range []func(context.Context) (*target, error){h.startBaseline, h.startGateway, h.startNginx} {
+		t, err := start(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if t != nil {
+			targets = append(targets, t)
+			h.pinned(t.name, t.proc)
+		}
+	}
+	for _, t := range targets {
+		h.report.Config.Targets = append(h.report.Config.Targets, t.name)
+	}
+	h.logf("targets: %s", strings.Join(h.report.Config.Targets, ", "))
+	return targets, nil
+}
+
+func targetNamed(ts []*target, name string) *target {
+	for _, t := range ts {
+		if t.name == name {
+			return t
+		}
+	}
+	panic("no target " + name)
+}
+
+func (h *harness) startBaseline(ctx context.Context) (*target, error) {
+	argv := []string{h.self, ChildCommand, "baseline", "-backend", h.backendAddr, "-lifetime", h.lifetime.String()}
+	if h.opts.BaselineBufferPool {
+		argv = append(argv, "-buffer-pool")
+	}
+	p, addr, err := h.start(ctx, startSpec{name: "baseline", core: proxyCPU, env: h.env(), ours: true, argv: argv})
+	if err != nil {
+		return nil, err
+	}
+	if err := waitReady(ctx, p, addr, benchPath); err != nil {
+		return nil, err
+	}
+	return &target{name: "baseline", addr: addr, proc: p}, nil
+}
+
+func (h *harness) startGateway(ctx context.Context) (*target, error) {
+	spec := startSpec{name: "gateway", core: proxyCPU, env: h.env(), argv: []string{
+		h.gateway, "gateway", "-config", h.config, "-log-level", "warn",
+		"-read-header-timeout", h.opts.ReadHeaderTimeout.String(),
+	}}
+	start := time.Now()
+	p, addr, err := h.startListening(ctx, spec, func(addr string) []string {
+		return []string{"-listen", "public=" + addr}
+	}, benchPath)
+	if err != nil {
+		return nil, err
+	}
+	h.logf("gateway ready on %s in %.2fs (%d routes)", addr, time.Since(start).Seconds(), h.opts.Routes+1)
+	return &target{name: "gateway", addr: addr, proc: p}, nil
+}
