@@ -44,7 +44,7 @@ func (n *Node) Apply(cfg *configv1.Snapshot) error {
 	if old != nil {
 		time.AfterFunc(releaseDelay, old.set.Release)
 	}
-	n.log.Info("snapshot applied", "version", st.snap.Version, "sha256", st.snap.SHA256, "routes", len(st.snap.Routes), "clusters", len(st.snap.Clusters))
+	n.log.Info("snapshot applied", "version", st.snap.Version, "sha256", st.snap.SHA256, "routes", len(st.snap.Routes), "clusters", len(st.snap.ClusterNames))
 	return nil
 }
 
@@ -69,8 +69,8 @@ func (n *Node) build(cfg *configv1.Snapshot, pools map[string]int) (*state, erro
 	for name, i := range pools {
 		st.tables[i] = snap.Table(name)
 	}
-	for i, r := range snap.Routes {
-		st.clusters[i] = set.Cluster(r.Cluster)
+	for i := range snap.Routes {
+		st.clusters[i] = set.Cluster(snap.Routes[i].Cluster)
 	}
 	return st, nil
 }

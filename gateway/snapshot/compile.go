@@ -18,7 +18,7 @@ import (
 // on the config protos), a mismatched sha256, duplicate cluster names,
 // routes naming unknown clusters, unparsable path templates, duplicate route
 // ids and ambiguous routes (each naming both routes). cfg is not modified
-// and must not be modified while the snapshot is in use.
+// and not referenced by the result.
 func Compile(cfg *configv1.Snapshot) (*Snapshot, error) {
 	if cfg == nil {
 		return nil, &Error{Violations: []Violation{{Message: "no snapshot"}}}
@@ -40,7 +40,7 @@ func Compile(cfg *configv1.Snapshot) (*Snapshot, error) {
 		}
 	}
 
-	digest, err := Digest(cfg)
+	digest, source, err := encode(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("digesting snapshot: %w", err)
 	}
@@ -49,31 +49,33 @@ func Compile(cfg *configv1.Snapshot) (*Snapshot, error) {
 	}
 
 	s := &Snapshot{
-		Version:  cfg.GetVersion(),
-		SHA256:   digest,
-		Config:   cfg,
-		Clusters: make(map[string]*configv1.Cluster, len(cfg.GetClusters())),
+		Version: cfg.GetVersion(),
+		SHA256:  digest,
+		source:  source,
 	}
+	clusters := make(map[string]bool, len(cfg.GetClusters()))
 	for i, c := range cfg.GetClusters() {
-		if _, dup := s.Clusters[c.GetName()]; dup {
+		if clusters[c.GetName()] {
 			errs.add(fmt.Sprintf("clusters[%d].name", i), fmt.Sprintf("duplicate cluster %q", c.GetName()))
 			continue
 		}
-		s.Clusters[c.GetName()] = c
+		clusters[c.GetName()] = true
+		s.ClusterNames = append(s.ClusterNames, c.GetName())
 	}
 
 	pools := map[string]bool{}
-	s.Routes = make([]*Route, len(cfg.GetRoutes()))
+	s.Routes = make([]Route, len(cfg.GetRoutes()))
 	for i, rc := range cfg.GetRoutes() {
-		r := &Route{
+		r := &s.Routes[i]
+		*r = Route{
 			Index:           i,
 			ID:              rc.GetId(),
 			Team:            rc.GetTeam(),
+			Path:            rc.GetPath(),
 			Cluster:         rc.GetCluster(),
 			Timeout:         DefaultTimeout,
 			MaxRequestBytes: DefaultMaxRequestBytes,
 			Priority:        rc.GetPriority(),
-			Config:          rc,
 		}
 		if rc.GetTimeout() != nil {
 			r.Timeout = rc.GetTimeout().AsDuration()
@@ -81,21 +83,20 @@ func Compile(cfg *configv1.Snapshot) (*Snapshot, error) {
 		if rc.GetMaxRequestBytes() != 0 {
 			r.MaxRequestBytes = int64(rc.GetMaxRequestBytes())
 		}
-		if _, ok := s.Clusters[rc.GetCluster()]; !ok && rc.GetCluster() != "" {
+		if !clusters[rc.GetCluster()] && rc.GetCluster() != "" {
 			errs.add(routePath(i)+".cluster", fmt.Sprintf("route %q names unknown cluster %q", rc.GetId(), rc.GetCluster()))
 		}
 		for _, p := range rc.GetPools() {
 			pools[p] = true
 		}
-		s.Routes[i] = r
 	}
 
 	s.tables = make(map[string]*router.Table[*Route], len(pools))
-	tb := tableBuilder{s: s, errs: errs, skip: invalidRoute, seen: map[string]bool{}}
-	s.shared = tb.build("", func(r *Route) bool { return len(r.Config.GetPools()) == 0 })
+	tb := tableBuilder{s: s, cfg: cfg, errs: errs, skip: invalidRoute, seen: map[string]bool{}}
+	s.shared = tb.build("", func(rc *configv1.Route) bool { return len(rc.GetPools()) == 0 })
 	for _, pool := range slices.Sorted(maps.Keys(pools)) {
-		s.tables[pool] = tb.build(pool, func(r *Route) bool {
-			return len(r.Config.GetPools()) == 0 || slices.Contains(r.Config.GetPools(), pool)
+		s.tables[pool] = tb.build(pool, func(rc *configv1.Route) bool {
+			return len(rc.GetPools()) == 0 || slices.Contains(rc.GetPools(), pool)
 		})
 	}
 
@@ -109,19 +110,20 @@ func Compile(cfg *configv1.Snapshot) (*Snapshot, error) {
 // router's problems into violations.
 type tableBuilder struct {
 	s    *Snapshot
+	cfg  *configv1.Snapshot
 	errs *Error
 	skip map[int]bool    // routes that failed schema validation
 	seen map[string]bool // problems already reported by another pool's table
 }
 
-func (tb *tableBuilder) build(pool string, include func(*Route) bool) *router.Table[*Route] {
+func (tb *tableBuilder) build(pool string, include func(*configv1.Route) bool) *router.Table[*Route] {
 	var specs []router.Route[*Route]
 	var index []int
-	for i, r := range tb.s.Routes {
-		if tb.skip[i] || !include(r) {
+	for i, rc := range tb.cfg.GetRoutes() {
+		if tb.skip[i] || !include(rc) {
 			continue
 		}
-		specs = append(specs, routerRoute(r))
+		specs = append(specs, routerRoute(rc, &tb.s.Routes[i]))
 		index = append(index, i)
 	}
 	t, err := router.New(specs)
@@ -156,8 +158,9 @@ func (tb *tableBuilder) build(pool string, include func(*Route) bool) *router.Ta
 
 func routePath(i int) string { return "routes[" + strconv.Itoa(i) + "]" }
 
-func routerRoute(r *Route) router.Route[*Route] {
-	rc := r.Config
+// routerRoute is the router's view of rc, with r as its value. The router
+// copies what it keeps, so rc may be dropped after compiling.
+func routerRoute(rc *configv1.Route, r *Route) router.Route[*Route] {
 	rr := router.Route[*Route]{
 		ID:      rc.GetId(),
 		Hosts:   rc.GetHosts(),

@@ -31,20 +31,25 @@ const (
 
 // Snapshot is a compiled, immutable configuration. It is safe for concurrent
 // use; nothing in it may be modified after Compile returns.
+//
+// A snapshot holds what serving needs and keeps its source only as encoded
+// bytes: a node lives with its snapshot for hours, and every pointer in it
+// is work for each garbage collection on the request path.
 type Snapshot struct {
 	// Version and SHA256 identify the snapshot; SHA256 is the digest of the
 	// source config (see Digest).
 	Version string
 	SHA256  string
 
-	// Config is the source. Read-only.
-	Config *configv1.Snapshot
-
 	// Routes in source order; Route.Index is the position here.
-	Routes []*Route
+	Routes []Route
 
-	// Clusters by name. Read-only.
-	Clusters map[string]*configv1.Cluster
+	// ClusterNames lists the clusters, in source order.
+	ClusterNames []string
+
+	// source is the deterministic encoding of the config with sha256 empty:
+	// the bytes SHA256 digests.
+	source []byte
 
 	// tables holds one route table per pool that some route names; shared
 	// serves every other pool and holds only the routes with no pools.
@@ -52,16 +57,27 @@ type Snapshot struct {
 	shared *router.Table[*Route]
 }
 
-// Route is a compiled route: the source plus its effective settings.
+// Route is a compiled route: its identity and effective settings.
 type Route struct {
 	Index           int
 	ID              string
 	Team            string
+	Path            string
 	Cluster         string
 	Timeout         time.Duration
 	MaxRequestBytes int64
 	Priority        configv1.Priority
-	Config          *configv1.Route
+}
+
+// Source decodes the config the snapshot was compiled from, sha256 included.
+// Each call returns a new copy.
+func (s *Snapshot) Source() (*configv1.Snapshot, error) {
+	cfg := &configv1.Snapshot{}
+	if err := proto.Unmarshal(s.source, cfg); err != nil {
+		return nil, err
+	}
+	cfg.Sha256 = s.SHA256
+	return cfg, nil
 }
 
 // Table returns the route table for listener pool; never nil.
@@ -85,12 +101,18 @@ func (s *Snapshot) Pools() []string {
 // Digest is the lowercase hex SHA-256 of cfg's deterministic encoding with
 // the sha256 field cleared: the snapshot's content address.
 func Digest(cfg *configv1.Snapshot) (string, error) {
+	digest, _, err := encode(cfg)
+	return digest, err
+}
+
+// encode returns cfg's digest and the encoding it digests.
+func encode(cfg *configv1.Snapshot) (string, []byte, error) {
 	c := proto.Clone(cfg).(*configv1.Snapshot)
 	c.Sha256 = ""
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(c)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:]), nil
+	return hex.EncodeToString(sum[:]), b, nil
 }

@@ -71,6 +71,20 @@ func TestCompile(t *testing.T) {
 	if got := s.Pools(); len(got) != 1 || got[0] != "partner" {
 		t.Errorf("Pools() = %v, want [partner]", got)
 	}
+	if got := s.ClusterNames; len(got) != 2 || got[0] != "orders" || got[1] != "legacy" {
+		t.Errorf("ClusterNames = %v, want [orders legacy]", got)
+	}
+
+	// The source is kept as bytes and decodes to the input, digest included.
+	src, err := s.Source()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := proto.Clone(cfg).(*configv1.Snapshot)
+	want.Sha256 = s.SHA256
+	if !proto.Equal(src, want) {
+		t.Errorf("Source() = %v, want %v", src, want)
+	}
 }
 
 func TestCompileIsDeterministic(t *testing.T) {
