@@ -28,6 +28,7 @@ func runGateway(ctx context.Context, args []string) error {
 		idle       = fs.Duration("idle-timeout", 2*time.Minute, "close keep-alive connections idle this long")
 		drain      = fs.Duration("drain-timeout", 30*time.Second, "time in-flight requests get to finish on shutdown")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
+		debugAddr  = fs.String("debug-listen", "", "addr to serve /debug/pprof/ on (off when empty; keep it on loopback)")
 		headroom   = fs.Int("gc-headroom-mib", defaultGCHeadroomMiB, "heap growth allowed between garbage collections, in MiB (0: Go's default pacing; GOGC in the environment wins)")
 	)
 	fs.Var(&plain, "listen", "pool=addr to serve cleartext HTTP/1.1 and h2c on (repeatable; default public=:8080)")
@@ -44,6 +45,11 @@ func runGateway(ctx context.Context, args []string) error {
 		return err
 	}
 	go tuneGC(ctx, uint64(*headroom)<<20, log)
+	if *debugAddr != "" {
+		if err := serveDebug(ctx, *debugAddr, log); err != nil {
+			return fmt.Errorf("gateway: -debug-listen: %w", err)
+		}
+	}
 	var cert *tls.Certificate
 	if *certFile != "" || *keyFile != "" {
 		c, err := tls.LoadX509KeyPair(*certFile, *keyFile)
