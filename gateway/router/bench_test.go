@@ -1,6 +1,8 @@
 package router_test
 
 import (
+	"runtime"
+	"runtime/metrics"
 	"slices"
 	"testing"
 	"time"
@@ -96,4 +98,77 @@ func BenchmarkMatchLatency(b *testing.B) {
 	b.ReportMetric(float64(lat[len(lat)/2]), "p50-ns")
 	b.ReportMetric(float64(lat[len(lat)*99/100]), "p99-ns")
 	b.ReportMetric(float64(clock[len(clock)/2]), "clock-ns")
+}
+
+// BenchmarkTableHeap reports what a compiled 5,000-route table costs the garbage
+// collector once New has returned: the heap it keeps (retained-B, with the input
+// routes excluded), the objects it keeps, the part of it the collector must scan
+// (scan-B, the runtime's /gc/scan/heap metric), and gc-ns, how much longer a forced
+// collection takes with the table alive than without it (best of several each).
+// ns/op is the time of New alone. Run it with -cpu 1 to see the cost on one core,
+// as the gateway is measured.
+func BenchmarkTableHeap(b *testing.B) {
+	routes := benchRouteSet()
+	var retained, objects, scan, gcCost []float64
+	for b.Loop() {
+		r, o, s, g := tableHeap(b, routes)
+		retained, objects, scan, gcCost = append(retained, r), append(objects, o), append(scan, s), append(gcCost, g)
+	}
+	b.ReportMetric(median(retained), "retained-B")
+	b.ReportMetric(median(objects), "objects")
+	b.ReportMetric(median(scan), "scan-B")
+	b.ReportMetric(median(gcCost), "gc-ns")
+}
+
+// tableHeap compiles routes once and measures the table as BenchmarkTableHeap
+// describes.
+func tableHeap(b *testing.B, routes []router.Route[string]) (retained, objects, scan, gcCost float64) {
+	b.StopTimer()
+	defer b.StartTimer()
+	without := gcTime()
+	before := heapStats()
+	b.StartTimer()
+	tbl, err := router.New(routes)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	after := heapStats()
+	with := gcTime()
+	runtime.KeepAlive(tbl)
+	runtime.KeepAlive(routes)
+	return after.heap - before.heap, after.objects - before.objects, after.scan - before.scan, with - without
+}
+
+type heapSample struct{ heap, objects, scan float64 }
+
+// heapStats collects garbage and reports the live heap, its objects, and its
+// scannable bytes as the collection just found them.
+func heapStats() heapSample {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	m := []metrics.Sample{{Name: "/gc/scan/heap:bytes"}}
+	metrics.Read(m)
+	return heapSample{float64(ms.HeapAlloc), float64(ms.HeapObjects), float64(m[0].Value.Uint64())}
+}
+
+// gcTime returns the shortest of several forced collections, in nanoseconds.
+func gcTime() float64 {
+	best := time.Duration(1<<63 - 1)
+	for range 7 {
+		start := time.Now()
+		runtime.GC()
+		best = min(best, time.Since(start))
+	}
+	return float64(best)
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	xs = slices.Clone(xs)
+	slices.Sort(xs)
+	return xs[len(xs)/2]
 }

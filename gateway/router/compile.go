@@ -2,42 +2,63 @@ package router
 
 import (
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 )
 
 // compiled is a route that passed validation, with what building the trie needs.
 type compiled struct {
-	r       *route
+	id      string
+	index   int
 	tmpl    *template
 	hosts   []string // deduplicated; empty for any host
 	methods []string // deduplicated; empty for any method
+	headers []headerMatcher
+	hkey    string // identifies the header set, for ambiguity checks
+	ok      bool   // false if the route has a problem; the rest is then unset
+}
+
+// buildGroup, buildTree and buildNode are the trie while compile adds routes to it,
+// laid out for adding; freeze then lays it out for matching, as a core.
+type buildGroup struct {
+	methods map[string]*buildTree
+	any     *buildTree
+	listed  *buildTree
+}
+
+type buildTree struct {
+	plain *buildNode
+	verbs map[string]*buildNode
+}
+
+type buildNode struct {
+	lits   map[string]*buildNode
+	single *buildNode
+	leaf   []*compiled // routes ending here
+	multi  []*compiled // routes whose "**" starts here
 }
 
 // compiler accumulates problems and the trie while routes are added.
 type compiler struct {
 	problems []*Problem
-	c        core
-	groups   map[string]*group // by host key; "" for any host
-	reported map[[2]int]bool   // ambiguous pairs already reported
-	trees    []*tree
-	nodes    []*node
+	groups   map[string]*buildGroup // by host key; "" for any host
+	reported map[[2]int]bool        // ambiguous pairs already reported
+	// What freeze will need room for.
+	methods, trees, verbs, nodes, cands int
 }
 
 func compile(specs []routeSpec) (core, error) {
-	cp := &compiler{groups: map[string]*group{}, reported: map[[2]int]bool{}}
+	cp := &compiler{groups: map[string]*buildGroup{}, reported: map[[2]int]bool{}}
 	routes := cp.validate(specs)
 	for i := range routes {
-		if routes[i].r != nil {
+		if routes[i].ok {
 			cp.add(&routes[i])
 		}
 	}
 	if len(cp.problems) > 0 {
 		return core{}, &CompileError{Problems: cp.problems}
 	}
-	cp.finish()
-	return cp.c, nil
+	return freeze(cp, routes), nil
 }
 
 func (cp *compiler) problem(kind ProblemKind, idx []int, ids []string, err error, format string, args ...any) {
@@ -51,7 +72,7 @@ func (cp *compiler) problem(kind ProblemKind, idx []int, ids []string, err error
 }
 
 // validate checks each route on its own and returns them compiled; a route with a
-// problem is left with a nil r.
+// problem is left with ok unset.
 func (cp *compiler) validate(specs []routeSpec) []compiled {
 	out := make([]compiled, len(specs))
 	firstIndex := make(map[string]int, len(specs))
@@ -106,16 +127,14 @@ func (cp *compiler) validate(specs []routeSpec) []compiled {
 			continue
 		}
 		out[i] = compiled{
-			r: &route{
-				id:      s.ID,
-				index:   i,
-				vars:    tmpl.vars,
-				headers: headers,
-				hkey:    headerSetKey(headers),
-			},
+			id:      s.ID,
+			index:   i,
 			tmpl:    tmpl,
 			hosts:   hosts,
 			methods: methods,
+			headers: headers,
+			hkey:    headerSetKey(headers),
+			ok:      true,
 		}
 	}
 	return out
@@ -185,93 +204,85 @@ func (cp *compiler) add(rt *compiled) {
 		}
 		if len(rt.methods) > 0 {
 			if g.listed == nil {
-				g.listed = &tree{}
-				cp.trees = append(cp.trees, g.listed)
+				g.listed = cp.newTree()
 			}
 			cp.insert(cp.root(g.listed, rt.tmpl.verb), rt, h, "", false)
 		}
 	}
 }
 
-func (cp *compiler) group(host string) *group {
+func (cp *compiler) group(host string) *buildGroup {
 	g := cp.groups[host]
-	if g != nil {
-		return g
-	}
-	g = &group{}
-	cp.groups[host] = g
-	switch {
-	case host == "":
-		cp.c.anyHost = g
-	case host[0] == '*':
-		if cp.c.wild == nil {
-			cp.c.wild = map[string]*group{}
-		}
-		cp.c.wild[host[1:]] = g
-	default:
-		if cp.c.exact == nil {
-			cp.c.exact = map[string]*group{}
-		}
-		cp.c.exact[host] = g
+	if g == nil {
+		g = &buildGroup{}
+		cp.groups[host] = g
 	}
 	return g
 }
 
-func (cp *compiler) tree(g *group, method string) *tree {
+func (cp *compiler) tree(g *buildGroup, method string) *buildTree {
 	if method == "" {
 		if g.any == nil {
-			g.any = &tree{}
-			cp.trees = append(cp.trees, g.any)
+			g.any = cp.newTree()
 		}
 		return g.any
 	}
-	if t := g.method(method); t != nil {
-		return t
+	t := g.methods[method]
+	if t == nil {
+		t = cp.newTree()
+		cp.methods++
+		if g.methods == nil {
+			g.methods = map[string]*buildTree{}
+		}
+		g.methods[method] = t
 	}
-	t := &tree{}
-	cp.trees = append(cp.trees, t)
-	g.methods = append(g.methods, methodTree{method: method, tree: t})
 	return t
 }
 
-func (cp *compiler) root(t *tree, verb string) *node {
+func (cp *compiler) newTree() *buildTree {
+	cp.trees++
+	return &buildTree{}
+}
+
+func (cp *compiler) root(t *buildTree, verb string) *buildNode {
 	if verb == "" {
 		if t.plain == nil {
 			t.plain = cp.newNode()
 		}
 		return t.plain
 	}
-	for _, v := range t.verbs {
-		if v.verb == verb {
-			return v.root
+	n := t.verbs[verb]
+	if n == nil {
+		n = cp.newNode()
+		cp.verbs++
+		if t.verbs == nil {
+			t.verbs = map[string]*buildNode{}
 		}
+		t.verbs[verb] = n
 	}
-	n := cp.newNode()
-	t.verbs = append(t.verbs, verbRoot{verb: verb, root: n})
 	return n
 }
 
-func (cp *compiler) newNode() *node {
-	n := &node{}
-	cp.nodes = append(cp.nodes, n)
-	return n
+func (cp *compiler) newNode() *buildNode {
+	cp.nodes++
+	return &buildNode{}
 }
 
 // insert walks the route's segments from root, creating nodes, and adds it to the
 // candidates where it ends, reporting any candidate it is ambiguous with if check
 // is set.
-func (cp *compiler) insert(root *node, rt *compiled, host, method string, check bool) {
+func (cp *compiler) insert(root *buildNode, rt *compiled, host, method string, check bool) {
 	n := root
 	for _, s := range rt.tmpl.segs {
 		switch s.kind {
 		case segLiteral:
-			c := n.litMap[s.lit]
+			c := n.lits[s.lit]
 			if c == nil {
 				c = cp.newNode()
-				if n.litMap == nil {
-					n.litMap = map[string]*node{}
+				if n.lits == nil {
+					n.lits = map[string]*buildNode{}
 				}
-				n.litMap[s.lit] = c
+				n.lits[s.lit] = c
 			}
 			n = c
 		case segSingle:
@@ -288,8 +299,8 @@ func (cp *compiler) insert(root *node, rt *compiled, host, method string, check 
 	n.leaf = cp.candidate(n.leaf, rt, host, method, check)
 }
 
-func (cp *compiler) candidate(list []*route, rt *compiled, host, method string, check bool) []*route {
-	r := rt.r
+func (cp *compiler) candidate(list []*compiled, r *compiled, host, method string, check bool) []*compiled {
+	cp.cands++
 	if !check {
 		return append(list, r)
 	}
@@ -310,7 +321,7 @@ func (cp *compiler) candidate(list []*route, rt *compiled, host, method string, 
 			methodDesc = method
 		}
 		msg := fmt.Sprintf("routes %q and %q are ambiguous: same host %s, method %s and path shape %s",
-			o.id, r.id, hostDesc, methodDesc, rt.tmpl.shape())
+			o.id, r.id, hostDesc, methodDesc, r.tmpl.shape())
 		if len(r.headers) > 0 {
 			var hs []string
 			for i := range r.headers {
@@ -321,47 +332,4 @@ func (cp *compiler) candidate(list []*route, rt *compiled, host, method string, 
 		cp.problem(Ambiguous, []int{o.index, r.index}, []string{o.id, r.id}, nil, "%s", msg)
 	}
 	return append(list, r)
-}
-
-// finish puts every node and table in its lookup form.
-func (cp *compiler) finish() {
-	for _, n := range cp.nodes {
-		if len(n.litMap) <= maxListChildren {
-			n.keys = make([]string, 0, len(n.litMap))
-			for k := range n.litMap {
-				n.keys = append(n.keys, k)
-			}
-			sort.Strings(n.keys)
-			n.kids = make([]*node, len(n.keys))
-			for i, k := range n.keys {
-				n.kids[i] = n.litMap[k]
-			}
-			n.litMap = nil
-		}
-		sortCandidates(n.leaf)
-		sortCandidates(n.multi)
-	}
-	for _, t := range cp.trees {
-		sort.Slice(t.verbs, func(i, j int) bool { return t.verbs[i].verb < t.verbs[j].verb })
-	}
-	for _, g := range cp.groups {
-		sort.Slice(g.methods, func(i, j int) bool { return g.methods[i].method < g.methods[j].method })
-	}
-	for k := range cp.c.wild {
-		if cp.c.minWild == 0 || len(k) < cp.c.minWild {
-			cp.c.minWild = len(k)
-		}
-		cp.c.maxWild = max(cp.c.maxWild, len(k))
-	}
-}
-
-// sortCandidates orders routes of the same shape by preference: more header
-// matches first, then by ID.
-func sortCandidates(rs []*route) {
-	sort.Slice(rs, func(i, j int) bool {
-		if a, b := len(rs[i].headers), len(rs[j].headers); a != b {
-			return a > b
-		}
-		return rs[i].id < rs[j].id
-	})
 }

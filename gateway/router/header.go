@@ -8,7 +8,8 @@ import (
 	"strings"
 )
 
-// headerMatcher is a compiled HeaderMatch.
+// headerMatcher is a checked and canonicalised HeaderMatch, as compile handles it;
+// freeze turns it into a header.
 type headerMatcher struct {
 	name   string // canonical
 	kind   MatchKind
@@ -17,31 +18,44 @@ type headerMatcher struct {
 	re     *regexp.Regexp // for Regex, anchored
 }
 
-// match reports whether the matcher holds for h. It does not allocate: the lookup
-// uses the canonical key directly, as http.Header.Get would not guarantee.
-func (m *headerMatcher) match(h map[string][]string) bool {
-	vals := h[m.name]
+// header is a compiled HeaderMatch as Match reads it, with its strings in
+// core.strs and its expression in core.regexps.
+type header struct {
+	name   span  // canonical
+	value  span  // empty for Present
+	re     int32 // of core.regexps, for Regex
+	kind   MatchKind
+	invert bool
+}
+
+// headerHolds reports whether m holds for h. It does not allocate: the lookup uses
+// the canonical key directly, as http.Header.Get would not guarantee.
+func (c *core) headerHolds(m *header, h map[string][]string) bool {
+	vals := h[c.str(m.name)]
 	found := false
 	switch m.kind {
 	case Present:
 		found = len(vals) > 0
 	case Exact:
+		value := c.str(m.value)
 		for _, v := range vals {
-			if v == m.value {
+			if v == value {
 				found = true
 				break
 			}
 		}
 	case Prefix:
+		value := c.str(m.value)
 		for _, v := range vals {
-			if strings.HasPrefix(v, m.value) {
+			if strings.HasPrefix(v, value) {
 				found = true
 				break
 			}
 		}
 	case Regex:
+		re := c.regexps[m.re]
 		for _, v := range vals {
-			if m.re.MatchString(v) {
+			if re.MatchString(v) {
 				found = true
 				break
 			}

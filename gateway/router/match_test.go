@@ -540,3 +540,86 @@ func TestMatchConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestMatchWideNodes checks nodes with many literal children, which Match finds
+// through a hash table rather than a scan: siblings with overlapping keys under
+// different parents, keys that are prefixes of each other, misses that fall back
+// to a single-segment route, and a verb. The reference matcher says what each
+// request must match.
+func TestMatchWideNodes(t *testing.T) {
+	t.Parallel()
+	var routes []router.Route[string]
+	add := func(id, spec string) { routes = append(routes, rt(id, spec)) }
+	for i := range 100 {
+		add(fmt.Sprintf("a%d", i), fmt.Sprintf("GET /a/k%d", i))
+		add(fmt.Sprintf("b%d", i+50), fmt.Sprintf("GET /b/k%d/x", i+50))
+		add(fmt.Sprintf("v%d", i), fmt.Sprintf("POST /a/k%d:run", i))
+	}
+	for i := range 5 {
+		add(fmt.Sprintf("c%d", i), fmt.Sprintf("GET /c/k%d", i))
+	}
+	add("a-any", "GET /a/{x}")
+	add("b-files", "GET /b/{path=**}")
+	tbl := mustNew(t, routes)
+	ref := newRefRoutes(routes)
+
+	var segs []string
+	for i := range 160 {
+		segs = append(segs, fmt.Sprintf("k%d", i))
+	}
+	segs = append(segs, "", "k", "k1000", "K1", "k1\x00", "a", "b")
+	var reqs []router.Request
+	for _, parent := range []string{"a", "b", "c", "d"} {
+		for _, s := range segs {
+			reqs = append(reqs,
+				rq("GET /"+parent+"/"+s),
+				rq("GET /"+parent+"/"+s+"/x"),
+				rq("POST /"+parent+"/"+s+":run"),
+				rq("DELETE /"+parent+"/"+s))
+		}
+	}
+	matched := 0
+	for _, req := range reqs {
+		var ps router.Params
+		got, st := tbl.Match(req, &ps)
+		want := refMatch(ref, req)
+		if got != want.id || st != want.status {
+			t.Errorf("Match(%q) = %q, %v, want %q, %v", describe(req), got, st, want.id, want.status)
+			continue
+		}
+		if st == router.Matched {
+			matched++
+			checkParams(t, "wide nodes", req.Path, &ps, want.params)
+		}
+	}
+	// The routes match 605 of the requests; far fewer would mean the requests
+	// no longer reach the wide nodes.
+	if matched < 500 {
+		t.Errorf("%d of %d requests matched, want over 500", matched, len(reqs))
+	}
+}
+
+// TestMatchExtensionMethods checks methods outside RFC 9110, which a group finds by
+// name rather than by index, next to standard ones.
+func TestMatchExtensionMethods(t *testing.T) {
+	t.Parallel()
+	checkCases(t, []router.Route[string]{
+		rt("purge", "PURGE /cache/{key}"),
+		rt("propfind", "PROPFIND,GET /dav/**"),
+		rt("long", "VERSION-CONTROL /dav/{x}"), // longer than eight bytes
+		rt("get", "GET /cache/{key}"),
+	}, []matchCase{
+		hit(rq("PURGE /cache/a"), "purge", "key=a"),
+		hit(rq("GET /cache/a"), "get", "key=a"),
+		hit(rq("HEAD /cache/a"), "get", "key=a"),
+		hit(rq("PROPFIND /dav/a/b"), "propfind"),
+		hit(rq("VERSION-CONTROL /dav/a"), "long", "x=a"),
+		notAllowed(rq("VERSION-CONTROX /dav/a"), "GET", "HEAD", "PROPFIND", "VERSION-CONTROL"),
+		notAllowed(rq("PURGEX /cache/a"), "GET", "HEAD", "PURGE"),
+		notAllowed(rq("GETX /cache/a"), "GET", "HEAD", "PURGE"),
+		notAllowed(rq("get /cache/a"), "GET", "HEAD", "PURGE"),
+		notAllowed(rq("POST /cache/a"), "GET", "HEAD", "PURGE"),
+		notAllowed(rq("PURGE /dav/a/b/c:x"), "GET", "HEAD", "PROPFIND"),
+		notFound(rq("PURGE /other")),
+	})
+}

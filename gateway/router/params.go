@@ -62,29 +62,31 @@ func (p *Params) String() string {
 }
 
 // bind fills p with the values of vars in path, which a route with those variables
-// has just matched. vars are in template order and do not overlap, so one forward
-// pass finds every boundary; but a variable nearer the end of a path of known
-// length, such as the {id} of /v1/orders/{id}, is found sooner walking back.
-func (p *Params) bind(vars []variable, path string) {
+// has just matched; their names are spans of strs. vars are in template order and
+// do not overlap, so one forward pass finds every boundary; but a variable nearer
+// the end of a path of known length, such as the {id} of /v1/orders/{id}, is found
+// sooner walking back.
+func (p *Params) bind(vars []param, strs, path string) {
 	seg, i := 0, 1 // i is where segment seg starts; past len(path) once the path is used up
 	for k := range vars {
 		if p.n == MaxParams {
 			return
 		}
 		v := &vars[k]
+		vstart, vend, fromEnd := int(v.start), int(v.end), int(v.fromEnd)
 		var start, end int
-		if v.fromEnd >= 0 && v.fromEnd < v.start-seg {
+		if fromEnd >= 0 && fromEnd < vstart-seg {
 			end = len(path)
-			for s := 0; s < v.fromEnd; s++ {
+			for s := 0; s < fromEnd; s++ {
 				end = lastSlash(path, end)
 			}
 			start = end
-			for s := v.start; s < v.end; s++ {
+			for s := vstart; s < vend; s++ {
 				start = lastSlash(path, start)
 			}
 			start = min(start+1, end)
 		} else {
-			for ; seg < v.start && i <= len(path); seg++ {
+			for ; seg < vstart && i <= len(path); seg++ {
 				for i < len(path) && path[i] != '/' {
 					i++
 				}
@@ -93,7 +95,7 @@ func (p *Params) bind(vars []variable, path string) {
 			start = min(i, len(path))
 			end = len(path)
 			if !v.multi {
-				for ; seg < v.end && i <= len(path); seg++ {
+				for ; seg < vend && i <= len(path); seg++ {
 					for i < len(path) && path[i] != '/' {
 						i++
 					}
@@ -102,7 +104,7 @@ func (p *Params) bind(vars []variable, path string) {
 				end = max(start, i-1)
 			}
 		}
-		p.names[p.n], p.values[p.n] = v.name, path[start:end]
+		p.names[p.n], p.values[p.n] = strs[v.name.off:v.name.off+v.name.len], path[start:end]
 		p.n++
 	}
 }

@@ -218,16 +218,16 @@ func (t *Table[V]) Match(req Request, params *Params) (V, Status) {
 		return zero, NotFound
 	}
 	r, path := t.c.match(&req)
-	if r == nil {
+	if r < 0 {
 		if t.c.methodNotAllowed(&req) {
 			return zero, MethodNotAllowed
 		}
 		return zero, NotFound
 	}
-	if params != nil && len(r.vars) > 0 {
-		params.bind(r.vars, path)
+	if ps := t.c.routes[r].params; params != nil && ps.len > 0 {
+		params.bind(t.c.params[ps.off:ps.off+ps.len], t.c.strs, path)
 	}
-	return t.values[r.index], Matched
+	return t.values[r], Matched
 }
 
 // Allowed returns the sorted methods under which some route that names its methods
