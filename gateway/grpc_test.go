@@ -3,7 +3,6 @@ package gateway_test
 import (
 	"context"
 	"crypto/tls"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
@@ -24,6 +23,7 @@ import (
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	demov1 "github.com/portico-gw/portico/gen/portico/demo/v1"
 	"github.com/portico-gw/portico/testing/gatewaytest"
+	"github.com/portico-gw/portico/testing/testca"
 )
 
 func ordersClient(t *testing.T) (demov1.OrdersServiceClient, *gatewaytest.Gateway) {
@@ -375,9 +375,9 @@ func TestGRPCOverTLS(t *testing.T) {
 // RPC kinds' framing carried over HTTP/2 with trailers.
 func TestGRPCUpstreamTLS(t *testing.T) {
 	t.Parallel()
-	ca := gatewaytest.NewCA(t, "backend CA")
+	ca := testca.New(t, "backend CA")
 	ln := tls.NewListener(gatewaytest.Listen(t), &tls.Config{
-		Certificates: []tls.Certificate{ca.Issue(t, "orders.internal")},
+		Certificates: []tls.Certificate{ca.Issue(t, "orders.internal", false, "orders.internal").TLS},
 		NextProtos:   []string{"h2"},
 	})
 	srv := demo.NewOrdersServer(demo.Options{WatchInterval: 10 * time.Millisecond})
@@ -388,7 +388,7 @@ func TestGRPCUpstreamTLS(t *testing.T) {
 		Clusters: []*configv1.Cluster{{
 			Name: "orders", Protocol: configv1.Protocol_PROTOCOL_GRPC,
 			Endpoints: []*configv1.Endpoint{{Address: ln.Addr().String()}},
-			Tls:       &configv1.UpstreamTLS{ServerName: "orders.internal", CaPem: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.DER}))},
+			Tls:       &configv1.UpstreamTLS{ServerName: "orders.internal", CaPem: string(ca.PEM)},
 		}},
 		Routes: []*configv1.Route{{Id: "orders", Team: "demo", Methods: []string{"POST"}, Path: "/portico.demo.v1.OrdersService/*", Cluster: "orders"}},
 	}

@@ -3,8 +3,6 @@ package gateway_test
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -27,6 +25,7 @@ import (
 	"github.com/portico-gw/portico/gateway/snapshot"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	"github.com/portico-gw/portico/testing/gatewaytest"
+	"github.com/portico-gw/portico/testing/testca"
 )
 
 // TestSnapshotSwapUnderLoad swaps snapshots continuously while clients
@@ -386,22 +385,21 @@ func TestTLSListenerFraming(t *testing.T) {
 // backend's CA.
 func TestUpstreamMutualTLS(t *testing.T) {
 	t.Parallel()
-	ca := gatewaytest.NewCA(t, "internal CA")
+	ca := testca.New(t, "internal CA")
 	backend := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "hello %s", r.TLS.PeerCertificates[0].Subject.CommonName)
 	}))
 	backend.TLS = &tls.Config{
-		Certificates: []tls.Certificate{ca.Issue(t, "127.0.0.1")},
+		Certificates: []tls.Certificate{ca.Issue(t, "backend", false, "127.0.0.1").TLS},
 		ClientAuth:   tls.RequireAndVerifyClientCert,
-		ClientCAs:    ca.Pool(),
+		ClientCAs:    ca.Pool,
 	}
 	backend.StartTLS()
 	t.Cleanup(backend.Close)
 
 	dir := t.TempDir()
-	client := ca.Issue(t, "portico-gateway")
-	certFile, keyFile := writeKeyPair(t, dir, client)
-	caPEM := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.DER}))
+	certFile, keyFile := writeKeyPair(t, dir, ca.Issue(t, "portico-gateway", true))
+	caPEM := string(ca.PEM)
 	addr := strings.TrimPrefix(backend.URL, "https://")
 
 	cfg := &configv1.Snapshot{
@@ -411,7 +409,7 @@ func TestUpstreamMutualTLS(t *testing.T) {
 			{Name: "no-client-cert", Protocol: configv1.Protocol_PROTOCOL_HTTP1, Endpoints: []*configv1.Endpoint{{Address: addr}},
 				Tls: &configv1.UpstreamTLS{CaPem: caPEM}},
 			{Name: "wrong-ca", Protocol: configv1.Protocol_PROTOCOL_HTTP1, Endpoints: []*configv1.Endpoint{{Address: addr}},
-				Tls: &configv1.UpstreamTLS{CaPem: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: gatewaytest.NewCA(t, "other").DER})),
+				Tls: &configv1.UpstreamTLS{CaPem: string(testca.New(t, "other").PEM),
 					ClientCertFile: certFile, ClientKeyFile: keyFile}},
 		},
 		Routes: []*configv1.Route{
@@ -447,21 +445,15 @@ func TestUpstreamMutualTLS(t *testing.T) {
 	}
 }
 
-func writeKeyPair(t *testing.T, dir string, c tls.Certificate) (string, string) {
+func writeKeyPair(t *testing.T, dir string, l testca.Leaf) (string, string) {
 	t.Helper()
 	certFile := filepath.Join(dir, "client.pem")
 	keyFile := filepath.Join(dir, "client-key.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Certificate[0]}), 0o600); err != nil {
+	if err := os.WriteFile(certFile, l.CertPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	der, err := marshalKey(c.PrivateKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+	if err := os.WriteFile(keyFile, l.KeyPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return certFile, keyFile
 }
-
-func marshalKey(k any) ([]byte, error) { return x509.MarshalPKCS8PrivateKey(k) }

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portico-gw/portico/testing/testca"
+
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -32,9 +34,9 @@ var echo = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 })
 
 // tlsBackend starts an HTTPS server with a certificate for hosts from ca.
-func tlsBackend(t *testing.T, ca *testCA, h2 bool, conf func(*tls.Config), hosts ...string) *httptest.Server {
+func tlsBackend(t *testing.T, ca *testca.CA, h2 bool, conf func(*tls.Config), hosts ...string) *httptest.Server {
 	t.Helper()
-	_, _, pair := ca.issue(t, "backend", false, hosts...)
+	pair := ca.Issue(t, "backend", false, hosts...).TLS
 	srv := httptest.NewUnstartedServer(echo)
 	srv.EnableHTTP2 = h2
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // refused handshakes are the point of some tests
@@ -56,9 +58,9 @@ func writeFile(t *testing.T, path string, data []byte) {
 
 func TestTLSPinnedCA(t *testing.T) {
 	t.Parallel()
-	ca := newCA(t, "upstream CA")
-	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	writeFile(t, caFile, ca.pem)
+	ca := testca.New(t, "upstream CA")
+	caFile := filepath.Join(t.TempDir(), "ca.PEM")
+	writeFile(t, caFile, ca.PEM)
 	h1 := tlsBackend(t, ca, false, nil, "127.0.0.1")
 	h2 := tlsBackend(t, ca, true, nil, "127.0.0.1")
 
@@ -69,9 +71,9 @@ func TestTLSPinnedCA(t *testing.T) {
 		tls       *configv1.UpstreamTLS
 		wantProto string
 	}{
-		{"https/1.1 ca_pem", configv1.Protocol_PROTOCOL_HTTP1, h1, &configv1.UpstreamTLS{CaPem: string(ca.pem)}, "1"},
+		{"https/1.1 ca_pem", configv1.Protocol_PROTOCOL_HTTP1, h1, &configv1.UpstreamTLS{CaPem: string(ca.PEM)}, "1"},
 		{"https/1.1 ca_file", configv1.Protocol_PROTOCOL_HTTP1, h1, &configv1.UpstreamTLS{CaFile: caFile}, "1"},
-		{"h2", configv1.Protocol_PROTOCOL_H2, h2, &configv1.UpstreamTLS{CaPem: string(ca.pem)}, "2"},
+		{"h2", configv1.Protocol_PROTOCOL_H2, h2, &configv1.UpstreamTLS{CaPem: string(ca.PEM)}, "2"},
 		{"grpc over tls", configv1.Protocol_PROTOCOL_GRPC, h2, &configv1.UpstreamTLS{CaFile: caFile}, "2"},
 	}
 	for _, tt := range tests {
@@ -98,11 +100,11 @@ func TestTLSPinnedCA(t *testing.T) {
 
 func TestTLSRefusesOtherCA(t *testing.T) {
 	t.Parallel()
-	pinned, other := newCA(t, "pinned CA"), newCA(t, "other CA")
+	pinned, other := testca.New(t, "pinned CA"), testca.New(t, "other CA")
 	srv := tlsBackend(t, other, false, nil, "127.0.0.1")
 	addr := srv.Listener.Addr().String()
 	cfg := cluster("pinned", configv1.Protocol_PROTOCOL_HTTP1, addr)
-	cfg.Tls = &configv1.UpstreamTLS{CaPem: string(pinned.pem)}
+	cfg.Tls = &configv1.UpstreamTLS{CaPem: string(pinned.PEM)}
 	_, s := build(t, testOptions(t, nil), cfg)
 	_, err := get(t, s.Cluster("pinned"), addr)
 	var unknown x509.UnknownAuthorityError
@@ -113,7 +115,7 @@ func TestTLSRefusesOtherCA(t *testing.T) {
 
 func TestTLSServerName(t *testing.T) {
 	t.Parallel()
-	ca := newCA(t, "CA")
+	ca := testca.New(t, "CA")
 	srv := tlsBackend(t, ca, false, nil, "orders.internal") // no IP SAN
 	addr := srv.Listener.Addr().String()
 	for _, tt := range []struct {
@@ -124,7 +126,7 @@ func TestTLSServerName(t *testing.T) {
 		{"", true}, // verified against 127.0.0.1
 	} {
 		cfg := cluster("sni", configv1.Protocol_PROTOCOL_HTTP1, addr)
-		cfg.Tls = &configv1.UpstreamTLS{CaPem: string(ca.pem), ServerName: tt.serverName}
+		cfg.Tls = &configv1.UpstreamTLS{CaPem: string(ca.PEM), ServerName: tt.serverName}
 		_, s := build(t, testOptions(t, nil), cfg)
 		_, err := get(t, s.Cluster("sni"), addr)
 		if (err != nil) != tt.wantErr {
@@ -137,11 +139,11 @@ func TestTLSServerName(t *testing.T) {
 // TLS server that does not negotiate h2.
 func TestTLSH2RequiresALPN(t *testing.T) {
 	t.Parallel()
-	ca := newCA(t, "CA")
+	ca := testca.New(t, "CA")
 	srv := tlsBackend(t, ca, false, func(c *tls.Config) { c.NextProtos = []string{} }, "127.0.0.1")
 	addr := srv.Listener.Addr().String()
 	cfg := cluster("h2", configv1.Protocol_PROTOCOL_H2, addr)
-	cfg.Tls = &configv1.UpstreamTLS{CaPem: string(ca.pem)}
+	cfg.Tls = &configv1.UpstreamTLS{CaPem: string(ca.PEM)}
 	_, s := build(t, testOptions(t, nil), cfg)
 	if body, err := get(t, s.Cluster("h2"), addr); err == nil {
 		t.Fatalf("H2 cluster to a server without ALPN got %q, want an error", body)
@@ -150,25 +152,26 @@ func TestTLSH2RequiresALPN(t *testing.T) {
 
 func TestMTLS(t *testing.T) {
 	t.Parallel()
-	serverCA, clientCA := newCA(t, "server CA"), newCA(t, "client CA")
+	serverCA, clientCA := testca.New(t, "server CA"), testca.New(t, "client CA")
 	srv := tlsBackend(t, serverCA, false, func(c *tls.Config) {
 		c.ClientAuth = tls.RequireAndVerifyClientCert
-		c.ClientCAs = clientCA.pool
+		c.ClientCAs = clientCA.Pool
 	}, "127.0.0.1")
 	srv.Config.SetKeepAlivesEnabled(false) // every request a new handshake
 	addr := srv.Listener.Addr().String()
 
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "client.pem"), filepath.Join(dir, "client.key")
-	certPEM, keyPEM, _ := clientCA.issue(t, "gateway-1", true)
+	leaf := clientCA.Issue(t, "gateway-1", true)
+	certPEM, keyPEM := leaf.CertPEM, leaf.KeyPEM
 	writeFile(t, certFile, certPEM)
 	writeFile(t, keyFile, keyPEM)
 
 	clock := newFakeClock()
 	withCert := cluster("mtls", configv1.Protocol_PROTOCOL_HTTP1, addr)
-	withCert.Tls = &configv1.UpstreamTLS{CaPem: string(serverCA.pem), ClientCertFile: certFile, ClientKeyFile: keyFile}
+	withCert.Tls = &configv1.UpstreamTLS{CaPem: string(serverCA.PEM), ClientCertFile: certFile, ClientKeyFile: keyFile}
 	withoutCert := cluster("plain", configv1.Protocol_PROTOCOL_HTTP1, addr)
-	withoutCert.Tls = &configv1.UpstreamTLS{CaPem: string(serverCA.pem)}
+	withoutCert.Tls = &configv1.UpstreamTLS{CaPem: string(serverCA.PEM)}
 	_, s := build(t, testOptions(t, clock), withCert, withoutCert)
 	c := s.Cluster("mtls")
 
@@ -188,7 +191,8 @@ func TestMTLS(t *testing.T) {
 	}
 
 	// Rotate the files. Within the check interval the loaded pair is used.
-	certPEM, keyPEM, _ = clientCA.issue(t, "gateway-2", true)
+	leaf = clientCA.Issue(t, "gateway-2", true)
+	certPEM, keyPEM = leaf.CertPEM, leaf.KeyPEM
 	writeFile(t, certFile, certPEM)
 	writeFile(t, keyFile, keyPEM)
 	expect("gateway-1")
@@ -199,7 +203,8 @@ func TestMTLS(t *testing.T) {
 	writeFile(t, certFile, []byte("half-written"))
 	clock.Advance(6 * time.Second)
 	expect("gateway-2")
-	certPEM, keyPEM, _ = clientCA.issue(t, "gateway-3", true)
+	leaf = clientCA.Issue(t, "gateway-3", true)
+	certPEM, keyPEM = leaf.CertPEM, leaf.KeyPEM
 	writeFile(t, keyFile, keyPEM)
 	writeFile(t, certFile, certPEM)
 	clock.Advance(6 * time.Second)
@@ -208,8 +213,8 @@ func TestMTLS(t *testing.T) {
 
 func TestGRPCHealthCheckOverTLS(t *testing.T) {
 	t.Parallel()
-	ca := newCA(t, "CA")
-	_, _, pair := ca.issue(t, "grpc backend", false, "127.0.0.1")
+	ca := testca.New(t, "CA")
+	pair := ca.Issue(t, "grpc backend", false, "127.0.0.1").TLS
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -223,7 +228,7 @@ func TestGRPCHealthCheckOverTLS(t *testing.T) {
 	addr := l.Addr().String()
 
 	cfg := cluster("grpcs", configv1.Protocol_PROTOCOL_GRPC, addr)
-	cfg.Tls = &configv1.UpstreamTLS{CaPem: string(ca.pem)}
+	cfg.Tls = &configv1.UpstreamTLS{CaPem: string(ca.PEM)}
 	cfg.HealthCheck = &configv1.HealthCheck{
 		Interval:           dur(100 * time.Millisecond),
 		Timeout:            dur(5 * time.Second),
