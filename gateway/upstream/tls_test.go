@@ -15,13 +15,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portico-gw/portico/testing/testca"
-
-	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	"github.com/portico-gw/portico/testing/testca"
 )
 
 // echo answers "<proto major> <client certificate CN or ->".
