@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	"github.com/portico-gw/portico/testing/gatewaytest"
 )
 
@@ -216,5 +218,55 @@ func TestUpstreamFailures(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 503 || !strings.Contains(string(b), "status requested by the path") {
 		t.Errorf("upstream 503 = %d %s, want the upstream's own answer passed through", resp.StatusCode, b)
+	}
+}
+
+// TestUpstreamAbortMidBody: an upstream that dies in the middle of a body
+// must not leave a response that looks complete, and must give back its
+// in-flight slot (here the cluster's only one).
+func TestUpstreamAbortMidBody(t *testing.T) {
+	t.Parallel()
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/ok" {
+			_, _ = io.WriteString(w, "fine")
+			return
+		}
+		w.Header().Set("Content-Length", "1000000")
+		_, _ = w.Write(make([]byte, 1000))
+		w.(http.Flusher).Flush()
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	}))
+	t.Cleanup(backend.Close)
+	c := cluster("flaky", strings.TrimPrefix(backend.URL, "http://"))
+	c.Pool = &configv1.ConnectionPool{MaxInFlight: 1}
+	cfg := &configv1.Snapshot{Clusters: []*configv1.Cluster{c}, Routes: []*configv1.Route{route("all", "/{p=**}", "flaky")}}
+	g := gatewaytest.Start(t, cfg, nil)
+	client := gatewaytest.HTTP1Client(t)
+
+	for i := range 3 {
+		resp, err := client.Get(g.URL() + "/abort")
+		if err != nil {
+			t.Fatalf("abort %d: %v, want the response to start", i, err)
+		}
+		if resp.StatusCode != 200 {
+			t.Fatalf("abort %d: status %d, want the upstream's 200 (an in-flight slot leaked?)", i, resp.StatusCode)
+		}
+		_, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil {
+			t.Fatalf("abort %d: the client read a complete body from an upstream that died mid-body", i)
+		}
+	}
+	resp, err := client.Get(g.URL() + "/ok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "fine" {
+		t.Errorf("after aborted responses: %d %q, want 200 fine (an in-flight slot leaked?)", resp.StatusCode, body)
 	}
 }

@@ -109,9 +109,11 @@ func (f *Forwarder) Serve(w http.ResponseWriter, r *http.Request, t *Target) {
 		ep.Done(f.roundTripFailed(w, r, t, ctx, out, err))
 		return
 	}
-	outcome := upstream.OutcomeOf(ctx, resp, nil)
-	outcome = f.respond(w, r, t, ctx, resp, grpc, outcome)
-	ep.Done(outcome)
+	// respond panics with http.ErrAbortHandler when the upstream fails
+	// mid-body; the endpoint's slot must be released then too, as a failure.
+	outcome := upstream.Failure
+	defer func() { ep.Done(outcome) }()
+	outcome = f.respond(w, r, t, ctx, resp, grpc, upstream.OutcomeOf(ctx, resp, nil))
 }
 
 // roundTripFailed answers a request whose upstream exchange failed before
