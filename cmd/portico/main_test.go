@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/portico-gw/portico/testing/srcdeps"
 )
 
 // buildPortico builds the binary once per test run.
@@ -32,6 +34,19 @@ var buildPortico = sync.OnceValues(func() (string, error) {
 	}
 	return bin, nil
 })
+
+// portico returns the built binary. It reads the module's sources first:
+// the binary is built by a subprocess go test cannot watch, and a cached
+// pass must not outlive a change to them.
+func portico(t *testing.T) string {
+	t.Helper()
+	srcdeps.Touch(t, "../..", ".go", "go.mod", "go.sum")
+	bin, err := buildPortico()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
@@ -52,11 +67,7 @@ type process struct {
 
 func start(t *testing.T, args ...string) *process {
 	t.Helper()
-	bin, err := buildPortico()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &process{cmd: exec.Command(bin, args...), lines: make(chan string, 1000), done: make(chan error, 1)}
+	p := &process{cmd: exec.Command(portico(t), args...), lines: make(chan string, 1000), done: make(chan error, 1)}
 	pr, pw := io.Pipe()
 	p.cmd.Stdout, p.cmd.Stderr = pw, pw
 	if err := p.cmd.Start(); err != nil {
@@ -199,10 +210,7 @@ func TestGatewayRoleRejectsBadStart(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte("routes: [{id: r, pathh: /x}]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	bin, err := buildPortico()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := portico(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, bin, "gateway", "-config", cfgPath, "-listen", "public="+freeAddr(t)).CombinedOutput()

@@ -6,13 +6,13 @@ package deptest_test
 import (
 	"encoding/json"
 	"io"
-	"io/fs"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/portico-gw/portico/testing/srcdeps"
 )
 
 const module = "github.com/portico-gw/portico"
@@ -29,7 +29,7 @@ func listPackages(t *testing.T) []pkg {
 	if err != nil {
 		t.Fatal(err)
 	}
-	touchSources(t, root, ".go")
+	srcdeps.Touch(t, root, ".go", "go.mod")
 	cmd := exec.Command("go", "list", "-json=ImportPath,Imports,Deps", "./...")
 	cmd.Dir = root
 	out, err := cmd.Output()
@@ -51,28 +51,6 @@ func listPackages(t *testing.T) []pkg {
 		t.Fatalf("go list found only %d packages", len(pkgs))
 	}
 	return pkgs
-}
-
-// touchSources reads every file with the extension under root, so that go
-// test's cache, which cannot see what the go list subprocess reads, is
-// invalidated when one of them changes.
-func touchSources(t *testing.T, root, ext string) {
-	t.Helper()
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata") {
-			return filepath.SkipDir
-		}
-		if !d.IsDir() && strings.HasSuffix(path, ext) {
-			_, err = os.ReadFile(path)
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // under reports whether path is dir or inside it (dir relative to the module).

@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/portico-gw/portico/testing/srcdeps"
 )
 
 func buf(t *testing.T, root string, args ...string) {
@@ -33,12 +35,7 @@ func TestGeneratedCodeIsCurrent(t *testing.T) {
 	root := repoRoot(t)
 	// Read the inputs here too: go test's cache cannot see what the buf
 	// subprocess reads.
-	readTree(t, filepath.Join(root, "proto"))
-	for _, f := range []string{"buf.yaml", "buf.gen.yaml", "go.mod", "tools/go.mod"} {
-		if _, err := os.ReadFile(filepath.Join(root, f)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	srcdeps.Touch(t, root, ".proto", "buf.yaml", "buf.gen.yaml", "go.mod", "go.sum")
 	out := t.TempDir()
 	buf(t, root, "generate", "-o", out)
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/portico-gw/portico/testing/load"
+	"github.com/portico-gw/portico/testing/srcdeps"
 )
 
 func TestMain(m *testing.M) {
@@ -23,6 +24,9 @@ func TestHarnessSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes and builds the gateway")
 	}
+	// The harness builds the gateway in a subprocess; make the test depend
+	// on what it builds from.
+	srcdeps.Touch(t, "../..", ".go", "go.mod", "go.sum")
 	const idle, slow = 1000, 50
 	rep, err := load.Run(t.Context(), load.Options{
 		Rounds:      1,
