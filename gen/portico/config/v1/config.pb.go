@@ -11,6 +11,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -22,6 +23,113 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+type KeyStatus int32
+
+const (
+	KeyStatus_KEY_STATUS_UNSPECIFIED KeyStatus = 0
+	KeyStatus_KEY_STATUS_ACTIVE      KeyStatus = 1
+	KeyStatus_KEY_STATUS_REVOKED     KeyStatus = 2
+)
+
+// Enum value maps for KeyStatus.
+var (
+	KeyStatus_name = map[int32]string{
+		0: "KEY_STATUS_UNSPECIFIED",
+		1: "KEY_STATUS_ACTIVE",
+		2: "KEY_STATUS_REVOKED",
+	}
+	KeyStatus_value = map[string]int32{
+		"KEY_STATUS_UNSPECIFIED": 0,
+		"KEY_STATUS_ACTIVE":      1,
+		"KEY_STATUS_REVOKED":     2,
+	}
+)
+
+func (x KeyStatus) Enum() *KeyStatus {
+	p := new(KeyStatus)
+	*p = x
+	return p
+}
+
+func (x KeyStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (KeyStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_portico_config_v1_config_proto_enumTypes[0].Descriptor()
+}
+
+func (KeyStatus) Type() protoreflect.EnumType {
+	return &file_portico_config_v1_config_proto_enumTypes[0]
+}
+
+func (x KeyStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use KeyStatus.Descriptor instead.
+func (KeyStatus) EnumDescriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{0}
+}
+
+type JWTAlgorithm int32
+
+const (
+	JWTAlgorithm_JWT_ALGORITHM_UNSPECIFIED JWTAlgorithm = 0
+	JWTAlgorithm_JWT_ALGORITHM_ES256       JWTAlgorithm = 1
+	JWTAlgorithm_JWT_ALGORITHM_ES384       JWTAlgorithm = 2
+	JWTAlgorithm_JWT_ALGORITHM_RS256       JWTAlgorithm = 3
+	JWTAlgorithm_JWT_ALGORITHM_PS256       JWTAlgorithm = 4
+	JWTAlgorithm_JWT_ALGORITHM_EDDSA       JWTAlgorithm = 5
+)
+
+// Enum value maps for JWTAlgorithm.
+var (
+	JWTAlgorithm_name = map[int32]string{
+		0: "JWT_ALGORITHM_UNSPECIFIED",
+		1: "JWT_ALGORITHM_ES256",
+		2: "JWT_ALGORITHM_ES384",
+		3: "JWT_ALGORITHM_RS256",
+		4: "JWT_ALGORITHM_PS256",
+		5: "JWT_ALGORITHM_EDDSA",
+	}
+	JWTAlgorithm_value = map[string]int32{
+		"JWT_ALGORITHM_UNSPECIFIED": 0,
+		"JWT_ALGORITHM_ES256":       1,
+		"JWT_ALGORITHM_ES384":       2,
+		"JWT_ALGORITHM_RS256":       3,
+		"JWT_ALGORITHM_PS256":       4,
+		"JWT_ALGORITHM_EDDSA":       5,
+	}
+)
+
+func (x JWTAlgorithm) Enum() *JWTAlgorithm {
+	p := new(JWTAlgorithm)
+	*p = x
+	return p
+}
+
+func (x JWTAlgorithm) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (JWTAlgorithm) Descriptor() protoreflect.EnumDescriptor {
+	return file_portico_config_v1_config_proto_enumTypes[1].Descriptor()
+}
+
+func (JWTAlgorithm) Type() protoreflect.EnumType {
+	return &file_portico_config_v1_config_proto_enumTypes[1]
+}
+
+func (x JWTAlgorithm) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use JWTAlgorithm.Descriptor instead.
+func (JWTAlgorithm) EnumDescriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{1}
+}
 
 // Priority classes, from the first shed to the last.
 type Priority int32
@@ -63,11 +171,11 @@ func (x Priority) String() string {
 }
 
 func (Priority) Descriptor() protoreflect.EnumDescriptor {
-	return file_portico_config_v1_config_proto_enumTypes[0].Descriptor()
+	return file_portico_config_v1_config_proto_enumTypes[2].Descriptor()
 }
 
 func (Priority) Type() protoreflect.EnumType {
-	return &file_portico_config_v1_config_proto_enumTypes[0]
+	return &file_portico_config_v1_config_proto_enumTypes[2]
 }
 
 func (x Priority) Number() protoreflect.EnumNumber {
@@ -76,7 +184,7 @@ func (x Priority) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Priority.Descriptor instead.
 func (Priority) EnumDescriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{0}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{2}
 }
 
 // Protocol spoken to a cluster's endpoints.
@@ -124,11 +232,11 @@ func (x Protocol) String() string {
 }
 
 func (Protocol) Descriptor() protoreflect.EnumDescriptor {
-	return file_portico_config_v1_config_proto_enumTypes[1].Descriptor()
+	return file_portico_config_v1_config_proto_enumTypes[3].Descriptor()
 }
 
 func (Protocol) Type() protoreflect.EnumType {
-	return &file_portico_config_v1_config_proto_enumTypes[1]
+	return &file_portico_config_v1_config_proto_enumTypes[3]
 }
 
 func (x Protocol) Number() protoreflect.EnumNumber {
@@ -137,7 +245,7 @@ func (x Protocol) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Protocol.Descriptor instead.
 func (Protocol) EnumDescriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{1}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{3}
 }
 
 // Snapshot is everything a gateway node needs to serve traffic. The control
@@ -145,10 +253,8 @@ func (Protocol) EnumDescriptor() ([]byte, []int) {
 // reads one from YAML or JSON. A node runs exactly one snapshot at a time and
 // swaps it atomically.
 //
-// Field numbers 10-19 are kept for what later stages add to the snapshot:
-// API products (10), plans (11), API keys (12), the token deny list (13), JWT
-// issuers with their JWKS (14), over-quota flags (15) and service descriptor
-// sets (16).
+// Field numbers 15 and 16 are kept for over-quota flags and service
+// descriptor sets.
 type Snapshot struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Version is an opaque label chosen by whoever built the snapshot (the
@@ -157,9 +263,22 @@ type Snapshot struct {
 	// Sha256 is the lowercase hex SHA-256 of the snapshot's deterministic
 	// protobuf encoding with this field empty. Left empty, the compiler fills it
 	// in; set, it must match.
-	Sha256        string     `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
-	Routes        []*Route   `protobuf:"bytes,3,rep,name=routes,proto3" json:"routes,omitempty"`
-	Clusters      []*Cluster `protobuf:"bytes,4,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	Sha256   string     `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Routes   []*Route   `protobuf:"bytes,3,rep,name=routes,proto3" json:"routes,omitempty"`
+	Clusters []*Cluster `protobuf:"bytes,4,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	// Products are the API products routes belong to and plans include.
+	Products []*Product `protobuf:"bytes,10,rep,name=products,proto3" json:"products,omitempty"`
+	// Plans say which products a caller may use.
+	Plans []*Plan `protobuf:"bytes,11,rep,name=plans,proto3" json:"plans,omitempty"`
+	// Keys is the API key table: hashes and metadata, never raw keys.
+	Keys []*KeyRecord `protobuf:"bytes,12,rep,name=keys,proto3" json:"keys,omitempty"`
+	// DenyList revokes access tokens before they expire.
+	DenyList []*DenyEntry `protobuf:"bytes,13,rep,name=deny_list,json=denyList,proto3" json:"deny_list,omitempty"`
+	// Issuers are the OAuth 2.0 authorization servers whose JWT access tokens
+	// the gateway accepts.
+	Issuers []*Issuer `protobuf:"bytes,14,rep,name=issuers,proto3" json:"issuers,omitempty"`
+	// Scopes are the OAuth scopes routes may require.
+	Scopes        []*Scope `protobuf:"bytes,17,rep,name=scopes,proto3" json:"scopes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -222,6 +341,618 @@ func (x *Snapshot) GetClusters() []*Cluster {
 	return nil
 }
 
+func (x *Snapshot) GetProducts() []*Product {
+	if x != nil {
+		return x.Products
+	}
+	return nil
+}
+
+func (x *Snapshot) GetPlans() []*Plan {
+	if x != nil {
+		return x.Plans
+	}
+	return nil
+}
+
+func (x *Snapshot) GetKeys() []*KeyRecord {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *Snapshot) GetDenyList() []*DenyEntry {
+	if x != nil {
+		return x.DenyList
+	}
+	return nil
+}
+
+func (x *Snapshot) GetIssuers() []*Issuer {
+	if x != nil {
+		return x.Issuers
+	}
+	return nil
+}
+
+func (x *Snapshot) GetScopes() []*Scope {
+	if x != nil {
+		return x.Scopes
+	}
+	return nil
+}
+
+// Product is an API product: a named set of routes sold together.
+type Product struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Description   string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Product) Reset() {
+	*x = Product{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Product) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Product) ProtoMessage() {}
+
+func (x *Product) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Product.ProtoReflect.Descriptor instead.
+func (*Product) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Product) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Product) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+// Plan is what a caller subscribes to: the products it may call.
+type Plan struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Products      []string               `protobuf:"bytes,2,rep,name=products,proto3" json:"products,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Plan) Reset() {
+	*x = Plan{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Plan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Plan) ProtoMessage() {}
+
+func (x *Plan) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Plan.ProtoReflect.Descriptor instead.
+func (*Plan) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Plan) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Plan) GetProducts() []string {
+	if x != nil {
+		return x.Products
+	}
+	return nil
+}
+
+// Scope is an OAuth scope a route may require.
+type Scope struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Description   string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Scope) Reset() {
+	*x = Scope{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Scope) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Scope) ProtoMessage() {}
+
+func (x *Scope) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Scope.ProtoReflect.Descriptor instead.
+func (*Scope) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Scope) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Scope) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+// KeyRecord is one API key as the gateway holds it: the SHA-256 of the key
+// and what the key stands for. The raw key is never stored.
+type KeyRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sha256 of the full key string.
+	Sha256   []byte `protobuf:"bytes,1,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	KeyId    string `protobuf:"bytes,2,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	AppId    string `protobuf:"bytes,3,opt,name=app_id,json=appId,proto3" json:"app_id,omitempty"`
+	TenantId string `protobuf:"bytes,4,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// Plan names a plan of the snapshot.
+	Plan     string    `protobuf:"bytes,5,opt,name=plan,proto3" json:"plan,omitempty"`
+	Scopes   []string  `protobuf:"bytes,6,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	Priority Priority  `protobuf:"varint,7,opt,name=priority,proto3,enum=portico.config.v1.Priority" json:"priority,omitempty"`
+	Status   KeyStatus `protobuf:"varint,8,opt,name=status,proto3,enum=portico.config.v1.KeyStatus" json:"status,omitempty"`
+	// NotAfter is when the key stops working; unset means never. A rotated
+	// key keeps working until here, the end of its overlap with the successor.
+	NotAfter *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=not_after,json=notAfter,proto3" json:"not_after,omitempty"`
+	// SuccessorKeyId names the key that replaced this one, if rotated.
+	SuccessorKeyId string `protobuf:"bytes,10,opt,name=successor_key_id,json=successorKeyId,proto3" json:"successor_key_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *KeyRecord) Reset() {
+	*x = KeyRecord{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyRecord) ProtoMessage() {}
+
+func (x *KeyRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyRecord.ProtoReflect.Descriptor instead.
+func (*KeyRecord) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *KeyRecord) GetSha256() []byte {
+	if x != nil {
+		return x.Sha256
+	}
+	return nil
+}
+
+func (x *KeyRecord) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *KeyRecord) GetAppId() string {
+	if x != nil {
+		return x.AppId
+	}
+	return ""
+}
+
+func (x *KeyRecord) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *KeyRecord) GetPlan() string {
+	if x != nil {
+		return x.Plan
+	}
+	return ""
+}
+
+func (x *KeyRecord) GetScopes() []string {
+	if x != nil {
+		return x.Scopes
+	}
+	return nil
+}
+
+func (x *KeyRecord) GetPriority() Priority {
+	if x != nil {
+		return x.Priority
+	}
+	return Priority_PRIORITY_UNSPECIFIED
+}
+
+func (x *KeyRecord) GetStatus() KeyStatus {
+	if x != nil {
+		return x.Status
+	}
+	return KeyStatus_KEY_STATUS_UNSPECIFIED
+}
+
+func (x *KeyRecord) GetNotAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotAfter
+	}
+	return nil
+}
+
+func (x *KeyRecord) GetSuccessorKeyId() string {
+	if x != nil {
+		return x.SuccessorKeyId
+	}
+	return ""
+}
+
+// DenyEntry revokes access tokens: one token by its jti, or every token of
+// a subject or client issued before a time. An entry is dropped after
+// expires, when every token it covers would have expired anyway.
+type DenyEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Issuer names an Issuer of the snapshot; empty means every issuer.
+	Issuer string `protobuf:"bytes,1,opt,name=issuer,proto3" json:"issuer,omitempty"`
+	// Types that are valid to be assigned to Match:
+	//
+	//	*DenyEntry_Jti
+	//	*DenyEntry_Subject
+	//	*DenyEntry_ClientId
+	Match isDenyEntry_Match `protobuf_oneof:"match"`
+	// IssuedBefore: tokens whose iat is before it are denied.
+	IssuedBefore  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=issued_before,json=issuedBefore,proto3" json:"issued_before,omitempty"`
+	Expires       *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=expires,proto3" json:"expires,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DenyEntry) Reset() {
+	*x = DenyEntry{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DenyEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DenyEntry) ProtoMessage() {}
+
+func (x *DenyEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DenyEntry.ProtoReflect.Descriptor instead.
+func (*DenyEntry) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *DenyEntry) GetIssuer() string {
+	if x != nil {
+		return x.Issuer
+	}
+	return ""
+}
+
+func (x *DenyEntry) GetMatch() isDenyEntry_Match {
+	if x != nil {
+		return x.Match
+	}
+	return nil
+}
+
+func (x *DenyEntry) GetJti() string {
+	if x != nil {
+		if x, ok := x.Match.(*DenyEntry_Jti); ok {
+			return x.Jti
+		}
+	}
+	return ""
+}
+
+func (x *DenyEntry) GetSubject() string {
+	if x != nil {
+		if x, ok := x.Match.(*DenyEntry_Subject); ok {
+			return x.Subject
+		}
+	}
+	return ""
+}
+
+func (x *DenyEntry) GetClientId() string {
+	if x != nil {
+		if x, ok := x.Match.(*DenyEntry_ClientId); ok {
+			return x.ClientId
+		}
+	}
+	return ""
+}
+
+func (x *DenyEntry) GetIssuedBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.IssuedBefore
+	}
+	return nil
+}
+
+func (x *DenyEntry) GetExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Expires
+	}
+	return nil
+}
+
+type isDenyEntry_Match interface {
+	isDenyEntry_Match()
+}
+
+type DenyEntry_Jti struct {
+	Jti string `protobuf:"bytes,2,opt,name=jti,proto3,oneof"`
+}
+
+type DenyEntry_Subject struct {
+	Subject string `protobuf:"bytes,3,opt,name=subject,proto3,oneof"`
+}
+
+type DenyEntry_ClientId struct {
+	ClientId string `protobuf:"bytes,4,opt,name=client_id,json=clientId,proto3,oneof"`
+}
+
+func (*DenyEntry_Jti) isDenyEntry_Match() {}
+
+func (*DenyEntry_Subject) isDenyEntry_Match() {}
+
+func (*DenyEntry_ClientId) isDenyEntry_Match() {}
+
+// Issuer is an OAuth 2.0 authorization server whose JWT access tokens the
+// gateway verifies (RFC 7519, RFC 8725 practices, RFC 9068 claims).
+type Issuer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name is how routes and deny entries refer to the issuer.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Issuer is the exact iss claim.
+	Issuer string `protobuf:"bytes,2,opt,name=issuer,proto3" json:"issuer,omitempty"`
+	// Audiences: the token's aud must contain one of them.
+	Audiences []string `protobuf:"bytes,3,rep,name=audiences,proto3" json:"audiences,omitempty"`
+	// Algorithms the issuer signs with. Empty means ES256 only. The token's
+	// alg header must be one of them; it never chooses on its own.
+	Algorithms []JWTAlgorithm `protobuf:"varint,4,rep,packed,name=algorithms,proto3,enum=portico.config.v1.JWTAlgorithm" json:"algorithms,omitempty"`
+	// JwksJson is the issuer's JSON Web Key Set, pushed with the snapshot.
+	JwksJson string `protobuf:"bytes,5,opt,name=jwks_json,json=jwksJson,proto3" json:"jwks_json,omitempty"`
+	// JwksUrl, if set, is fetched off the request path (https only) and
+	// merged with jwks_json: on a schedule and when a token names an unknown
+	// kid (single-flight, at most once per jwks_min_refresh).
+	JwksUrl string `protobuf:"bytes,6,opt,name=jwks_url,json=jwksUrl,proto3" json:"jwks_url,omitempty"`
+	// JwksRefresh between scheduled fetches. Unset means 5 minutes.
+	JwksRefresh *durationpb.Duration `protobuf:"bytes,7,opt,name=jwks_refresh,json=jwksRefresh,proto3" json:"jwks_refresh,omitempty"`
+	// Leeway for exp, nbf and iat. Unset means 30 s.
+	Leeway *durationpb.Duration `protobuf:"bytes,8,opt,name=leeway,proto3" json:"leeway,omitempty"`
+	// MaxTokenBytes bounds a token. Zero means 8 KiB.
+	MaxTokenBytes uint32 `protobuf:"varint,9,opt,name=max_token_bytes,json=maxTokenBytes,proto3" json:"max_token_bytes,omitempty"`
+	// PlanClaim names the claim carrying the caller's plan. Empty means "plan".
+	PlanClaim string `protobuf:"bytes,10,opt,name=plan_claim,json=planClaim,proto3" json:"plan_claim,omitempty"`
+	// TenantClaim names the claim carrying the caller's tenant. Empty means
+	// "tenant".
+	TenantClaim string `protobuf:"bytes,11,opt,name=tenant_claim,json=tenantClaim,proto3" json:"tenant_claim,omitempty"`
+	// DefaultPlan applies to tokens that name no plan. Empty means such
+	// tokens have no plan and cannot call routes that belong to a product.
+	DefaultPlan string `protobuf:"bytes,12,opt,name=default_plan,json=defaultPlan,proto3" json:"default_plan,omitempty"`
+	// JwksMinRefresh is the least time between two fetches of jwks_url, so
+	// tokens with made-up kids cannot hammer the issuer. Unset means 30 s.
+	JwksMinRefresh *durationpb.Duration `protobuf:"bytes,13,opt,name=jwks_min_refresh,json=jwksMinRefresh,proto3" json:"jwks_min_refresh,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Issuer) Reset() {
+	*x = Issuer{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Issuer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Issuer) ProtoMessage() {}
+
+func (x *Issuer) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Issuer.ProtoReflect.Descriptor instead.
+func (*Issuer) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Issuer) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Issuer) GetIssuer() string {
+	if x != nil {
+		return x.Issuer
+	}
+	return ""
+}
+
+func (x *Issuer) GetAudiences() []string {
+	if x != nil {
+		return x.Audiences
+	}
+	return nil
+}
+
+func (x *Issuer) GetAlgorithms() []JWTAlgorithm {
+	if x != nil {
+		return x.Algorithms
+	}
+	return nil
+}
+
+func (x *Issuer) GetJwksJson() string {
+	if x != nil {
+		return x.JwksJson
+	}
+	return ""
+}
+
+func (x *Issuer) GetJwksUrl() string {
+	if x != nil {
+		return x.JwksUrl
+	}
+	return ""
+}
+
+func (x *Issuer) GetJwksRefresh() *durationpb.Duration {
+	if x != nil {
+		return x.JwksRefresh
+	}
+	return nil
+}
+
+func (x *Issuer) GetLeeway() *durationpb.Duration {
+	if x != nil {
+		return x.Leeway
+	}
+	return nil
+}
+
+func (x *Issuer) GetMaxTokenBytes() uint32 {
+	if x != nil {
+		return x.MaxTokenBytes
+	}
+	return 0
+}
+
+func (x *Issuer) GetPlanClaim() string {
+	if x != nil {
+		return x.PlanClaim
+	}
+	return ""
+}
+
+func (x *Issuer) GetTenantClaim() string {
+	if x != nil {
+		return x.TenantClaim
+	}
+	return ""
+}
+
+func (x *Issuer) GetDefaultPlan() string {
+	if x != nil {
+		return x.DefaultPlan
+	}
+	return ""
+}
+
+func (x *Issuer) GetJwksMinRefresh() *durationpb.Duration {
+	if x != nil {
+		return x.JwksMinRefresh
+	}
+	return nil
+}
+
 // Route sends requests that match its hosts, methods, path and headers to one
 // upstream cluster.
 type Route struct {
@@ -261,14 +992,17 @@ type Route struct {
 	Priority Priority `protobuf:"varint,10,opt,name=priority,proto3,enum=portico.config.v1.Priority" json:"priority,omitempty"`
 	// Pools restricts the route to the named listener pools ("public",
 	// "partner"). Empty means every pool.
-	Pools         []string `protobuf:"bytes,11,rep,name=pools,proto3" json:"pools,omitempty"`
+	Pools []string `protobuf:"bytes,11,rep,name=pools,proto3" json:"pools,omitempty"`
+	// Auth says who may call the route. Routes are authenticated unless
+	// marked public; an unset auth means authenticated, no scopes, no product.
+	Auth          *RouteAuth `protobuf:"bytes,12,opt,name=auth,proto3" json:"auth,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Route) Reset() {
 	*x = Route{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[1]
+	mi := &file_portico_config_v1_config_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -280,7 +1014,7 @@ func (x *Route) String() string {
 func (*Route) ProtoMessage() {}
 
 func (x *Route) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[1]
+	mi := &file_portico_config_v1_config_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -293,7 +1027,7 @@ func (x *Route) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Route.ProtoReflect.Descriptor instead.
 func (*Route) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{1}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Route) GetId() string {
@@ -373,6 +1107,167 @@ func (x *Route) GetPools() []string {
 	return nil
 }
 
+func (x *Route) GetAuth() *RouteAuth {
+	if x != nil {
+		return x.Auth
+	}
+	return nil
+}
+
+// RouteAuth is a route's authentication and authorisation.
+type RouteAuth struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Public routes take no credential. Only with a reviewer recorded.
+	Public   bool   `protobuf:"varint,1,opt,name=public,proto3" json:"public,omitempty"`
+	Reviewer string `protobuf:"bytes,2,opt,name=reviewer,proto3" json:"reviewer,omitempty"`
+	// Scopes the caller must all have.
+	Scopes []string `protobuf:"bytes,3,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	// MethodScopes replace scopes for one HTTP method ("POST") or one gRPC
+	// method ("/pkg.Service/Method").
+	MethodScopes []*MethodScopes `protobuf:"bytes,4,rep,name=method_scopes,json=methodScopes,proto3" json:"method_scopes,omitempty"`
+	// Product the route belongs to; the caller's plan must include it.
+	Product string `protobuf:"bytes,5,opt,name=product,proto3" json:"product,omitempty"`
+	// QueryKey names a query parameter that may carry an API key on this
+	// route (for clients that cannot set headers). It is removed from the
+	// URL sent upstream.
+	QueryKey string `protobuf:"bytes,6,opt,name=query_key,json=queryKey,proto3" json:"query_key,omitempty"`
+	// Issuers whose tokens the route accepts; empty means every issuer.
+	Issuers       []string `protobuf:"bytes,7,rep,name=issuers,proto3" json:"issuers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RouteAuth) Reset() {
+	*x = RouteAuth{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteAuth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteAuth) ProtoMessage() {}
+
+func (x *RouteAuth) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteAuth.ProtoReflect.Descriptor instead.
+func (*RouteAuth) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RouteAuth) GetPublic() bool {
+	if x != nil {
+		return x.Public
+	}
+	return false
+}
+
+func (x *RouteAuth) GetReviewer() string {
+	if x != nil {
+		return x.Reviewer
+	}
+	return ""
+}
+
+func (x *RouteAuth) GetScopes() []string {
+	if x != nil {
+		return x.Scopes
+	}
+	return nil
+}
+
+func (x *RouteAuth) GetMethodScopes() []*MethodScopes {
+	if x != nil {
+		return x.MethodScopes
+	}
+	return nil
+}
+
+func (x *RouteAuth) GetProduct() string {
+	if x != nil {
+		return x.Product
+	}
+	return ""
+}
+
+func (x *RouteAuth) GetQueryKey() string {
+	if x != nil {
+		return x.QueryKey
+	}
+	return ""
+}
+
+func (x *RouteAuth) GetIssuers() []string {
+	if x != nil {
+		return x.Issuers
+	}
+	return nil
+}
+
+type MethodScopes struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Method        string                 `protobuf:"bytes,1,opt,name=method,proto3" json:"method,omitempty"`
+	Scopes        []string               `protobuf:"bytes,2,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MethodScopes) Reset() {
+	*x = MethodScopes{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MethodScopes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MethodScopes) ProtoMessage() {}
+
+func (x *MethodScopes) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MethodScopes.ProtoReflect.Descriptor instead.
+func (*MethodScopes) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *MethodScopes) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *MethodScopes) GetScopes() []string {
+	if x != nil {
+		return x.Scopes
+	}
+	return nil
+}
+
 // HeaderMatch tests one request header.
 type HeaderMatch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -393,7 +1288,7 @@ type HeaderMatch struct {
 
 func (x *HeaderMatch) Reset() {
 	*x = HeaderMatch{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[2]
+	mi := &file_portico_config_v1_config_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -405,7 +1300,7 @@ func (x *HeaderMatch) String() string {
 func (*HeaderMatch) ProtoMessage() {}
 
 func (x *HeaderMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[2]
+	mi := &file_portico_config_v1_config_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -418,7 +1313,7 @@ func (x *HeaderMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderMatch.ProtoReflect.Descriptor instead.
 func (*HeaderMatch) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{2}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HeaderMatch) GetName() string {
@@ -533,7 +1428,7 @@ type Cluster struct {
 
 func (x *Cluster) Reset() {
 	*x = Cluster{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[3]
+	mi := &file_portico_config_v1_config_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -545,7 +1440,7 @@ func (x *Cluster) String() string {
 func (*Cluster) ProtoMessage() {}
 
 func (x *Cluster) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[3]
+	mi := &file_portico_config_v1_config_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -558,7 +1453,7 @@ func (x *Cluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cluster.ProtoReflect.Descriptor instead.
 func (*Cluster) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{3}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Cluster) GetName() string {
@@ -628,7 +1523,7 @@ type Endpoint struct {
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[4]
+	mi := &file_portico_config_v1_config_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +1535,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[4]
+	mi := &file_portico_config_v1_config_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +1548,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{4}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Endpoint) GetAddress() string {
@@ -686,7 +1581,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[5]
+	mi := &file_portico_config_v1_config_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -698,7 +1593,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[5]
+	mi := &file_portico_config_v1_config_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -711,7 +1606,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{5}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HealthCheck) GetInterval() *durationpb.Duration {
@@ -795,7 +1690,7 @@ type HTTPProbe struct {
 
 func (x *HTTPProbe) Reset() {
 	*x = HTTPProbe{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[6]
+	mi := &file_portico_config_v1_config_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +1702,7 @@ func (x *HTTPProbe) String() string {
 func (*HTTPProbe) ProtoMessage() {}
 
 func (x *HTTPProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[6]
+	mi := &file_portico_config_v1_config_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +1715,7 @@ func (x *HTTPProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPProbe.ProtoReflect.Descriptor instead.
 func (*HTTPProbe) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{6}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *HTTPProbe) GetPath() string {
@@ -848,7 +1743,7 @@ type GRPCProbe struct {
 
 func (x *GRPCProbe) Reset() {
 	*x = GRPCProbe{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[7]
+	mi := &file_portico_config_v1_config_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -860,7 +1755,7 @@ func (x *GRPCProbe) String() string {
 func (*GRPCProbe) ProtoMessage() {}
 
 func (x *GRPCProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[7]
+	mi := &file_portico_config_v1_config_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -873,7 +1768,7 @@ func (x *GRPCProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GRPCProbe.ProtoReflect.Descriptor instead.
 func (*GRPCProbe) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{7}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GRPCProbe) GetService() string {
@@ -903,7 +1798,7 @@ type OutlierDetection struct {
 
 func (x *OutlierDetection) Reset() {
 	*x = OutlierDetection{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[8]
+	mi := &file_portico_config_v1_config_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -915,7 +1810,7 @@ func (x *OutlierDetection) String() string {
 func (*OutlierDetection) ProtoMessage() {}
 
 func (x *OutlierDetection) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[8]
+	mi := &file_portico_config_v1_config_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -928,7 +1823,7 @@ func (x *OutlierDetection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutlierDetection.ProtoReflect.Descriptor instead.
 func (*OutlierDetection) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{8}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *OutlierDetection) GetDisabled() bool {
@@ -977,7 +1872,7 @@ type ConnectionPool struct {
 
 func (x *ConnectionPool) Reset() {
 	*x = ConnectionPool{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[9]
+	mi := &file_portico_config_v1_config_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1884,7 @@ func (x *ConnectionPool) String() string {
 func (*ConnectionPool) ProtoMessage() {}
 
 func (x *ConnectionPool) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[9]
+	mi := &file_portico_config_v1_config_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1897,7 @@ func (x *ConnectionPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectionPool.ProtoReflect.Descriptor instead.
 func (*ConnectionPool) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{9}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ConnectionPool) GetMaxIdlePerEndpoint() uint32 {
@@ -1055,7 +1950,7 @@ type UpstreamTLS struct {
 
 func (x *UpstreamTLS) Reset() {
 	*x = UpstreamTLS{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[10]
+	mi := &file_portico_config_v1_config_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1962,7 @@ func (x *UpstreamTLS) String() string {
 func (*UpstreamTLS) ProtoMessage() {}
 
 func (x *UpstreamTLS) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[10]
+	mi := &file_portico_config_v1_config_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1975,7 @@ func (x *UpstreamTLS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpstreamTLS.ProtoReflect.Descriptor instead.
 func (*UpstreamTLS) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{10}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UpstreamTLS) GetServerName() string {
@@ -1122,13 +2017,81 @@ var File_portico_config_v1_config_proto protoreflect.FileDescriptor
 
 const file_portico_config_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"\x1eportico/config/v1/config.proto\x12\x11portico.config.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\"\xe1\x01\n" +
+	"\x1eportico/config/v1/config.proto\x12\x11portico.config.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe1\x04\n" +
 	"\bSnapshot\x12\"\n" +
 	"\aversion\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\aversion\x120\n" +
 	"\x06sha256\x18\x02 \x01(\tB\x18\xbaH\x15r\x132\x11^([0-9a-f]{64})?$R\x06sha256\x12<\n" +
 	"\x06routes\x18\x03 \x03(\v2\x18.portico.config.v1.RouteB\n" +
 	"\xbaH\a\x92\x01\x04\x10\xa0\x8d\x06R\x06routes\x12A\n" +
-	"\bclusters\x18\x04 \x03(\v2\x1a.portico.config.v1.ClusterB\t\xbaH\x06\x92\x01\x03\x10\x90NR\bclusters\"\xf1\x05\n" +
+	"\bclusters\x18\x04 \x03(\v2\x1a.portico.config.v1.ClusterB\t\xbaH\x06\x92\x01\x03\x10\x90NR\bclusters\x12A\n" +
+	"\bproducts\x18\n" +
+	" \x03(\v2\x1a.portico.config.v1.ProductB\t\xbaH\x06\x92\x01\x03\x10\x90NR\bproducts\x128\n" +
+	"\x05plans\x18\v \x03(\v2\x17.portico.config.v1.PlanB\t\xbaH\x06\x92\x01\x03\x10\x90NR\x05plans\x12=\n" +
+	"\x04keys\x18\f \x03(\v2\x1c.portico.config.v1.KeyRecordB\v\xbaH\b\x92\x01\x05\x10\x80\xad\xe2\x04R\x04keys\x12E\n" +
+	"\tdeny_list\x18\r \x03(\v2\x1c.portico.config.v1.DenyEntryB\n" +
+	"\xbaH\a\x92\x01\x04\x10\xc0\x84=R\bdenyList\x12=\n" +
+	"\aissuers\x18\x0e \x03(\v2\x19.portico.config.v1.IssuerB\b\xbaH\x05\x92\x01\x02\x10dR\aissuers\x12<\n" +
+	"\x06scopes\x18\x11 \x03(\v2\x18.portico.config.v1.ScopeB\n" +
+	"\xbaH\a\x92\x01\x04\x10\xa0\x8d\x06R\x06scopes\"n\n" +
+	"\aProduct\x127\n" +
+	"\x04name\x18\x01 \x01(\tB#\xbaH r\x1e2\x1c^[a-z0-9][a-z0-9._-]{0,127}$R\x04name\x12*\n" +
+	"\vdescription\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\vdescription\"h\n" +
+	"\x04Plan\x127\n" +
+	"\x04name\x18\x01 \x01(\tB#\xbaH r\x1e2\x1c^[a-z0-9][a-z0-9._-]{0,127}$R\x04name\x12'\n" +
+	"\bproducts\x18\x02 \x03(\tB\v\xbaH\b\x92\x01\x05\x10\xe8\a\x18\x01R\bproducts\"t\n" +
+	"\x05Scope\x12?\n" +
+	"\x04name\x18\x01 \x01(\tB+\xbaH(r&2$^[a-zA-Z0-9][a-zA-Z0-9._:/-]{0,127}$R\x04name\x12*\n" +
+	"\vdescription\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\vdescription\"\xd9\x05\n" +
+	"\tKeyRecord\x12\x1f\n" +
+	"\x06sha256\x18\x01 \x01(\fB\a\xbaH\x04z\x02h R\x06sha256\x12?\n" +
+	"\x06key_id\x18\x02 \x01(\tB(\xbaH%r#2!^[a-zA-Z0-9][a-zA-Z0-9._-]{0,63}$R\x05keyId\x12?\n" +
+	"\x06app_id\x18\x03 \x01(\tB(\xbaH%r#2!^[a-zA-Z0-9][a-zA-Z0-9._-]{0,63}$R\x05appId\x12E\n" +
+	"\ttenant_id\x18\x04 \x01(\tB(\xbaH%r#2!^[a-zA-Z0-9][a-zA-Z0-9._-]{0,63}$R\btenantId\x12\x1b\n" +
+	"\x04plan\x18\x05 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\x04plan\x12\"\n" +
+	"\x06scopes\x18\x06 \x03(\tB\n" +
+	"\xbaH\a\x92\x01\x04\x10@\x18\x01R\x06scopes\x12A\n" +
+	"\bpriority\x18\a \x01(\x0e2\x1b.portico.config.v1.PriorityB\b\xbaH\x05\x82\x01\x02\x10\x01R\bpriority\x12@\n" +
+	"\x06status\x18\b \x01(\x0e2\x1c.portico.config.v1.KeyStatusB\n" +
+	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x06status\x127\n" +
+	"\tnot_after\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\x121\n" +
+	"\x10successor_key_id\x18\n" +
+	" \x01(\tB\a\xbaH\x04r\x02\x18@R\x0esuccessorKeyId:\xaf\x01\xbaH\xab\x01\x1a\xa8\x01\n" +
+	"$key_record.successor_needs_not_after\x12La rotated key (successor_key_id set) needs not_after, the end of its overlap\x1a2this.successor_key_id == '' || has(this.not_after)\"\xac\x03\n" +
+	"\tDenyEntry\x12 \n" +
+	"\x06issuer\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x06issuer\x12\x1e\n" +
+	"\x03jti\x18\x02 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x02H\x00R\x03jti\x12&\n" +
+	"\asubject\x18\x03 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x02H\x00R\asubject\x12)\n" +
+	"\tclient_id\x18\x04 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x02H\x00R\bclientId\x12?\n" +
+	"\rissued_before\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\fissuedBefore\x12<\n" +
+	"\aexpires\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampB\x06\xbaH\x03\xc8\x01\x01R\aexpires:{\xbaHx\x1av\n" +
+	"\x18deny_entry.issued_before\x120a subject or client_id entry needs issued_before\x1a(has(this.jti) || has(this.issued_before)B\x0e\n" +
+	"\x05match\x12\x05\xbaH\x02\b\x01\"\xe7\x05\n" +
+	"\x06Issuer\x127\n" +
+	"\x04name\x18\x01 \x01(\tB#\xbaH r\x1e2\x1c^[a-z0-9][a-z0-9._-]{0,127}$R\x04name\x12\"\n" +
+	"\x06issuer\x18\x02 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\bR\x06issuer\x12.\n" +
+	"\taudiences\x18\x03 \x03(\tB\x10\xbaH\r\x92\x01\n" +
+	"\b\x01\x10 \"\x04r\x02\x10\x01R\taudiences\x12T\n" +
+	"\n" +
+	"algorithms\x18\x04 \x03(\x0e2\x1f.portico.config.v1.JWTAlgorithmB\x13\xbaH\x10\x92\x01\r\x10\x05\x18\x01\"\a\x82\x01\x04\x10\x01 \x00R\n" +
+	"algorithms\x12&\n" +
+	"\tjwks_json\x18\x05 \x01(\tB\t\xbaH\x06r\x04\x18\x80\x80@R\bjwksJson\x124\n" +
+	"\bjwks_url\x18\x06 \x01(\tB\x19\xbaH\x16r\x14\x18\x80\x102\x0f^(https://.+)?$R\ajwksUrl\x12N\n" +
+	"\fjwks_refresh\x18\a \x01(\v2\x19.google.protobuf.DurationB\x10\xbaH\r\xaa\x01\n" +
+	"\"\x04\b\x80\xa3\x052\x02\b\n" +
+	"R\vjwksRefresh\x12@\n" +
+	"\x06leeway\x18\b \x01(\v2\x19.google.protobuf.DurationB\r\xbaH\n" +
+	"\xaa\x01\a\"\x03\b\xac\x022\x00R\x06leeway\x121\n" +
+	"\x0fmax_token_bytes\x18\t \x01(\rB\t\xbaH\x06*\x04\x18\x80\x80\x04R\rmaxTokenBytes\x12'\n" +
+	"\n" +
+	"plan_claim\x18\n" +
+	" \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\tplanClaim\x12+\n" +
+	"\ftenant_claim\x18\v \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\vtenantClaim\x12+\n" +
+	"\fdefault_plan\x18\f \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\vdefaultPlan\x12T\n" +
+	"\x10jwks_min_refresh\x18\r \x01(\v2\x19.google.protobuf.DurationB\x0f\xbaH\f\xaa\x01\t\"\x03\b\x90\x1c2\x02\b\x01R\x0ejwksMinRefresh\"\xa3\x06\n" +
 	"\x05Route\x123\n" +
 	"\x02id\x18\x01 \x01(\tB#\xbaH r\x1e2\x1c^[a-z0-9][a-z0-9._-]{0,127}$R\x02id\x124\n" +
 	"\x04team\x18\x02 \x01(\tB \xbaH\x1dr\x1b2\x19^[a-z0-9][a-z0-9-]{0,62}$R\x04team\x12x\n" +
@@ -1142,7 +2105,25 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	"\x11max_request_bytes\x18\t \x01(\x04B\v\xbaH\b2\x06\x18\x80\x80\x80\x80\x10R\x0fmaxRequestBytes\x12A\n" +
 	"\bpriority\x18\n" +
 	" \x01(\x0e2\x1b.portico.config.v1.PriorityB\b\xbaH\x05\x82\x01\x02\x10\x01R\bpriority\x12?\n" +
-	"\x05pools\x18\v \x03(\tB)\xbaH&\x92\x01#\x10\x10\x18\x01\"\x1dr\x1b2\x19^[a-z0-9][a-z0-9-]{0,62}$R\x05pools\"\x86\x02\n" +
+	"\x05pools\x18\v \x03(\tB)\xbaH&\x92\x01#\x10\x10\x18\x01\"\x1dr\x1b2\x19^[a-z0-9][a-z0-9-]{0,62}$R\x05pools\x120\n" +
+	"\x04auth\x18\f \x01(\v2\x1c.portico.config.v1.RouteAuthR\x04auth\"\xb6\x05\n" +
+	"\tRouteAuth\x12\x16\n" +
+	"\x06public\x18\x01 \x01(\bR\x06public\x12$\n" +
+	"\breviewer\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\breviewer\x12\"\n" +
+	"\x06scopes\x18\x03 \x03(\tB\n" +
+	"\xbaH\a\x92\x01\x04\x10 \x18\x01R\x06scopes\x12O\n" +
+	"\rmethod_scopes\x18\x04 \x03(\v2\x1f.portico.config.v1.MethodScopesB\t\xbaH\x06\x92\x01\x03\x10\x80\x02R\fmethodScopes\x12\"\n" +
+	"\aproduct\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\aproduct\x12=\n" +
+	"\tquery_key\x18\x06 \x01(\tB \xbaH\x1dr\x1b2\x19^([A-Za-z0-9_.-]{1,64})?$R\bqueryKey\x12$\n" +
+	"\aissuers\x18\a \x03(\tB\n" +
+	"\xbaH\a\x92\x01\x04\x10\x10\x18\x01R\aissuers:\xec\x02\xbaH\xe8\x02\x1ab\n" +
+	"\x1aroute_auth.public_reviewer\x12\x1fa public route needs a reviewer\x1a#!this.public || this.reviewer != ''\x1a\x81\x02\n" +
+	"!route_auth.public_no_requirements\x12Ga public route cannot require scopes, a product, issuers or a query key\x1a\x92\x01!this.public || (size(this.scopes) == 0 && size(this.method_scopes) == 0 && this.product == '' && size(this.issuers) == 0 && this.query_key == '')\"V\n" +
+	"\fMethodScopes\x12\"\n" +
+	"\x06method\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\x80\x02R\x06method\x12\"\n" +
+	"\x06scopes\x18\x02 \x03(\tB\n" +
+	"\xbaH\a\x92\x01\x04\x10 \x18\x01R\x06scopes\"\x86\x02\n" +
 	"\vHeaderMatch\x12>\n" +
 	"\x04name\x18\x01 \x01(\tB*\xbaH'r%2#^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$R\x04name\x12 \n" +
 	"\x05exact\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bH\x00R\x05exact\x12$\n" +
@@ -1203,7 +2184,18 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	"\x10client_cert_file\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\x0eclientCertFile\x120\n" +
 	"\x0fclient_key_file\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\rclientKeyFile:\xfc\x01\xbaH\xf8\x01\x1ah\n" +
 	"\x16upstream_tls.ca_one_of\x12%set at most one of ca_pem and ca_file\x1a'this.ca_pem == '' || this.ca_file == ''\x1a\x8b\x01\n" +
-	"\x18upstream_tls.client_pair\x120client_cert_file and client_key_file go together\x1a=(this.client_cert_file == '') == (this.client_key_file == '')*x\n" +
+	"\x18upstream_tls.client_pair\x120client_cert_file and client_key_file go together\x1a=(this.client_cert_file == '') == (this.client_key_file == '')*V\n" +
+	"\tKeyStatus\x12\x1a\n" +
+	"\x16KEY_STATUS_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11KEY_STATUS_ACTIVE\x10\x01\x12\x16\n" +
+	"\x12KEY_STATUS_REVOKED\x10\x02*\xaa\x01\n" +
+	"\fJWTAlgorithm\x12\x1d\n" +
+	"\x19JWT_ALGORITHM_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13JWT_ALGORITHM_ES256\x10\x01\x12\x17\n" +
+	"\x13JWT_ALGORITHM_ES384\x10\x02\x12\x17\n" +
+	"\x13JWT_ALGORITHM_RS256\x10\x03\x12\x17\n" +
+	"\x13JWT_ALGORITHM_PS256\x10\x04\x12\x17\n" +
+	"\x13JWT_ALGORITHM_EDDSA\x10\x05*x\n" +
 	"\bPriority\x12\x18\n" +
 	"\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12PRIORITY_SHEDDABLE\x10\x01\x12\x11\n" +
@@ -1229,48 +2221,76 @@ func file_portico_config_v1_config_proto_rawDescGZIP() []byte {
 	return file_portico_config_v1_config_proto_rawDescData
 }
 
-var file_portico_config_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_portico_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_portico_config_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_portico_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_portico_config_v1_config_proto_goTypes = []any{
-	(Priority)(0),               // 0: portico.config.v1.Priority
-	(Protocol)(0),               // 1: portico.config.v1.Protocol
-	(*Snapshot)(nil),            // 2: portico.config.v1.Snapshot
-	(*Route)(nil),               // 3: portico.config.v1.Route
-	(*HeaderMatch)(nil),         // 4: portico.config.v1.HeaderMatch
-	(*Cluster)(nil),             // 5: portico.config.v1.Cluster
-	(*Endpoint)(nil),            // 6: portico.config.v1.Endpoint
-	(*HealthCheck)(nil),         // 7: portico.config.v1.HealthCheck
-	(*HTTPProbe)(nil),           // 8: portico.config.v1.HTTPProbe
-	(*GRPCProbe)(nil),           // 9: portico.config.v1.GRPCProbe
-	(*OutlierDetection)(nil),    // 10: portico.config.v1.OutlierDetection
-	(*ConnectionPool)(nil),      // 11: portico.config.v1.ConnectionPool
-	(*UpstreamTLS)(nil),         // 12: portico.config.v1.UpstreamTLS
-	(*durationpb.Duration)(nil), // 13: google.protobuf.Duration
+	(KeyStatus)(0),                // 0: portico.config.v1.KeyStatus
+	(JWTAlgorithm)(0),             // 1: portico.config.v1.JWTAlgorithm
+	(Priority)(0),                 // 2: portico.config.v1.Priority
+	(Protocol)(0),                 // 3: portico.config.v1.Protocol
+	(*Snapshot)(nil),              // 4: portico.config.v1.Snapshot
+	(*Product)(nil),               // 5: portico.config.v1.Product
+	(*Plan)(nil),                  // 6: portico.config.v1.Plan
+	(*Scope)(nil),                 // 7: portico.config.v1.Scope
+	(*KeyRecord)(nil),             // 8: portico.config.v1.KeyRecord
+	(*DenyEntry)(nil),             // 9: portico.config.v1.DenyEntry
+	(*Issuer)(nil),                // 10: portico.config.v1.Issuer
+	(*Route)(nil),                 // 11: portico.config.v1.Route
+	(*RouteAuth)(nil),             // 12: portico.config.v1.RouteAuth
+	(*MethodScopes)(nil),          // 13: portico.config.v1.MethodScopes
+	(*HeaderMatch)(nil),           // 14: portico.config.v1.HeaderMatch
+	(*Cluster)(nil),               // 15: portico.config.v1.Cluster
+	(*Endpoint)(nil),              // 16: portico.config.v1.Endpoint
+	(*HealthCheck)(nil),           // 17: portico.config.v1.HealthCheck
+	(*HTTPProbe)(nil),             // 18: portico.config.v1.HTTPProbe
+	(*GRPCProbe)(nil),             // 19: portico.config.v1.GRPCProbe
+	(*OutlierDetection)(nil),      // 20: portico.config.v1.OutlierDetection
+	(*ConnectionPool)(nil),        // 21: portico.config.v1.ConnectionPool
+	(*UpstreamTLS)(nil),           // 22: portico.config.v1.UpstreamTLS
+	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
 }
 var file_portico_config_v1_config_proto_depIdxs = []int32{
-	3,  // 0: portico.config.v1.Snapshot.routes:type_name -> portico.config.v1.Route
-	5,  // 1: portico.config.v1.Snapshot.clusters:type_name -> portico.config.v1.Cluster
-	4,  // 2: portico.config.v1.Route.headers:type_name -> portico.config.v1.HeaderMatch
-	13, // 3: portico.config.v1.Route.timeout:type_name -> google.protobuf.Duration
-	0,  // 4: portico.config.v1.Route.priority:type_name -> portico.config.v1.Priority
-	1,  // 5: portico.config.v1.Cluster.protocol:type_name -> portico.config.v1.Protocol
-	6,  // 6: portico.config.v1.Cluster.endpoints:type_name -> portico.config.v1.Endpoint
-	7,  // 7: portico.config.v1.Cluster.health_check:type_name -> portico.config.v1.HealthCheck
-	10, // 8: portico.config.v1.Cluster.outlier_detection:type_name -> portico.config.v1.OutlierDetection
-	11, // 9: portico.config.v1.Cluster.pool:type_name -> portico.config.v1.ConnectionPool
-	12, // 10: portico.config.v1.Cluster.tls:type_name -> portico.config.v1.UpstreamTLS
-	13, // 11: portico.config.v1.Cluster.connect_timeout:type_name -> google.protobuf.Duration
-	13, // 12: portico.config.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	13, // 13: portico.config.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
-	8,  // 14: portico.config.v1.HealthCheck.http:type_name -> portico.config.v1.HTTPProbe
-	9,  // 15: portico.config.v1.HealthCheck.grpc:type_name -> portico.config.v1.GRPCProbe
-	13, // 16: portico.config.v1.OutlierDetection.base_ejection_time:type_name -> google.protobuf.Duration
-	13, // 17: portico.config.v1.ConnectionPool.idle_timeout:type_name -> google.protobuf.Duration
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	11, // 0: portico.config.v1.Snapshot.routes:type_name -> portico.config.v1.Route
+	15, // 1: portico.config.v1.Snapshot.clusters:type_name -> portico.config.v1.Cluster
+	5,  // 2: portico.config.v1.Snapshot.products:type_name -> portico.config.v1.Product
+	6,  // 3: portico.config.v1.Snapshot.plans:type_name -> portico.config.v1.Plan
+	8,  // 4: portico.config.v1.Snapshot.keys:type_name -> portico.config.v1.KeyRecord
+	9,  // 5: portico.config.v1.Snapshot.deny_list:type_name -> portico.config.v1.DenyEntry
+	10, // 6: portico.config.v1.Snapshot.issuers:type_name -> portico.config.v1.Issuer
+	7,  // 7: portico.config.v1.Snapshot.scopes:type_name -> portico.config.v1.Scope
+	2,  // 8: portico.config.v1.KeyRecord.priority:type_name -> portico.config.v1.Priority
+	0,  // 9: portico.config.v1.KeyRecord.status:type_name -> portico.config.v1.KeyStatus
+	23, // 10: portico.config.v1.KeyRecord.not_after:type_name -> google.protobuf.Timestamp
+	23, // 11: portico.config.v1.DenyEntry.issued_before:type_name -> google.protobuf.Timestamp
+	23, // 12: portico.config.v1.DenyEntry.expires:type_name -> google.protobuf.Timestamp
+	1,  // 13: portico.config.v1.Issuer.algorithms:type_name -> portico.config.v1.JWTAlgorithm
+	24, // 14: portico.config.v1.Issuer.jwks_refresh:type_name -> google.protobuf.Duration
+	24, // 15: portico.config.v1.Issuer.leeway:type_name -> google.protobuf.Duration
+	24, // 16: portico.config.v1.Issuer.jwks_min_refresh:type_name -> google.protobuf.Duration
+	14, // 17: portico.config.v1.Route.headers:type_name -> portico.config.v1.HeaderMatch
+	24, // 18: portico.config.v1.Route.timeout:type_name -> google.protobuf.Duration
+	2,  // 19: portico.config.v1.Route.priority:type_name -> portico.config.v1.Priority
+	12, // 20: portico.config.v1.Route.auth:type_name -> portico.config.v1.RouteAuth
+	13, // 21: portico.config.v1.RouteAuth.method_scopes:type_name -> portico.config.v1.MethodScopes
+	3,  // 22: portico.config.v1.Cluster.protocol:type_name -> portico.config.v1.Protocol
+	16, // 23: portico.config.v1.Cluster.endpoints:type_name -> portico.config.v1.Endpoint
+	17, // 24: portico.config.v1.Cluster.health_check:type_name -> portico.config.v1.HealthCheck
+	20, // 25: portico.config.v1.Cluster.outlier_detection:type_name -> portico.config.v1.OutlierDetection
+	21, // 26: portico.config.v1.Cluster.pool:type_name -> portico.config.v1.ConnectionPool
+	22, // 27: portico.config.v1.Cluster.tls:type_name -> portico.config.v1.UpstreamTLS
+	24, // 28: portico.config.v1.Cluster.connect_timeout:type_name -> google.protobuf.Duration
+	24, // 29: portico.config.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	24, // 30: portico.config.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	18, // 31: portico.config.v1.HealthCheck.http:type_name -> portico.config.v1.HTTPProbe
+	19, // 32: portico.config.v1.HealthCheck.grpc:type_name -> portico.config.v1.GRPCProbe
+	24, // 33: portico.config.v1.OutlierDetection.base_ejection_time:type_name -> google.protobuf.Duration
+	24, // 34: portico.config.v1.ConnectionPool.idle_timeout:type_name -> google.protobuf.Duration
+	35, // [35:35] is the sub-list for method output_type
+	35, // [35:35] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_portico_config_v1_config_proto_init() }
@@ -1278,13 +2298,18 @@ func file_portico_config_v1_config_proto_init() {
 	if File_portico_config_v1_config_proto != nil {
 		return
 	}
-	file_portico_config_v1_config_proto_msgTypes[2].OneofWrappers = []any{
+	file_portico_config_v1_config_proto_msgTypes[5].OneofWrappers = []any{
+		(*DenyEntry_Jti)(nil),
+		(*DenyEntry_Subject)(nil),
+		(*DenyEntry_ClientId)(nil),
+	}
+	file_portico_config_v1_config_proto_msgTypes[10].OneofWrappers = []any{
 		(*HeaderMatch_Exact)(nil),
 		(*HeaderMatch_Prefix)(nil),
 		(*HeaderMatch_Regex)(nil),
 		(*HeaderMatch_Present)(nil),
 	}
-	file_portico_config_v1_config_proto_msgTypes[5].OneofWrappers = []any{
+	file_portico_config_v1_config_proto_msgTypes[13].OneofWrappers = []any{
 		(*HealthCheck_Http)(nil),
 		(*HealthCheck_Grpc)(nil),
 	}
@@ -1293,8 +2318,8 @@ func file_portico_config_v1_config_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_portico_config_v1_config_proto_rawDesc), len(file_portico_config_v1_config_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   11,
+			NumEnums:      4,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
