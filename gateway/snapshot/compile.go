@@ -17,7 +17,8 @@ import (
 // returns a *Error listing every problem: schema violations (protovalidate
 // on the config protos), a mismatched sha256, duplicate cluster names,
 // routes naming unknown clusters, unparsable path templates, duplicate route
-// ids and ambiguous routes (each naming both routes). cfg is not modified
+// ids and ambiguous routes (each naming both routes), and auth references to
+// unknown scopes, products, plans or issuers. cfg is not modified
 // and not referenced by the result.
 func Compile(cfg *configv1.Snapshot) (*Snapshot, error) {
 	if cfg == nil {
@@ -63,6 +64,8 @@ func Compile(cfg *configv1.Snapshot) (*Snapshot, error) {
 		s.ClusterNames = append(s.ClusterNames, c.GetName())
 	}
 
+	cat := compileCatalog(cfg, s, errs)
+
 	pools := map[string]bool{}
 	s.Routes = make([]Route, len(cfg.GetRoutes()))
 	for i, rc := range cfg.GetRoutes() {
@@ -76,6 +79,7 @@ func Compile(cfg *configv1.Snapshot) (*Snapshot, error) {
 			Timeout:         DefaultTimeout,
 			MaxRequestBytes: DefaultMaxRequestBytes,
 			Priority:        rc.GetPriority(),
+			Auth:            cat.compileRouteAuth(i, rc, errs),
 		}
 		if rc.GetTimeout() != nil {
 			r.Timeout = rc.GetTimeout().AsDuration()

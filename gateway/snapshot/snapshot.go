@@ -47,6 +47,9 @@ type Snapshot struct {
 	// ClusterNames lists the clusters, in source order.
 	ClusterNames []string
 
+	// plans maps each plan to the products it includes.
+	plans map[string]map[string]bool
+
 	// source is the deterministic encoding of the config with sha256 empty:
 	// the bytes SHA256 digests.
 	source []byte
@@ -67,6 +70,8 @@ type Route struct {
 	Timeout         time.Duration
 	MaxRequestBytes int64
 	Priority        configv1.Priority
+	// Auth is never nil.
+	Auth *RouteAuth
 }
 
 // Source decodes the config the snapshot was compiled from, sha256 included.

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/portico-gw/portico/gateway/router"
 	"github.com/portico-gw/portico/gateway/snapshot"
@@ -189,5 +190,87 @@ func TestCompileNil(t *testing.T) {
 	t.Parallel()
 	if _, err := snapshot.Compile(nil); err == nil {
 		t.Error("Compile(nil) succeeded")
+	}
+}
+
+func withAuth() *configv1.Snapshot {
+	cfg := valid()
+	cfg.Products = []*configv1.Product{{Name: "orders-api"}, {Name: "billing-api"}}
+	cfg.Plans = []*configv1.Plan{{Name: "free", Products: []string{"orders-api"}}, {Name: "pro", Products: []string{"orders-api", "billing-api"}}}
+	cfg.Scopes = []*configv1.Scope{{Name: "orders:read"}, {Name: "orders:write"}}
+	cfg.Issuers = []*configv1.Issuer{{Name: "login", Issuer: "https://login.example.com/", Audiences: []string{"api"}}}
+	cfg.Routes[1].Auth = &configv1.RouteAuth{
+		Scopes:       []string{"orders:read"},
+		MethodScopes: []*configv1.MethodScopes{{Method: "POST", Scopes: []string{"orders:write"}}},
+		Product:      "orders-api",
+		Issuers:      []string{"login"},
+		QueryKey:     "api_key",
+	}
+	cfg.Routes[2].Auth = &configv1.RouteAuth{Public: true, Reviewer: "sec-team"}
+	return cfg
+}
+
+func TestCompileAuth(t *testing.T) {
+	t.Parallel()
+	s, err := snapshot.Compile(withAuth())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := s.Routes[1].Auth
+	if got := a.RequiredScopes("GET", "/v1/orders/1"); len(got) != 1 || got[0] != "orders:read" {
+		t.Errorf("RequiredScopes(GET) = %v", got)
+	}
+	if got := a.RequiredScopes("POST", "/v1/orders/1"); len(got) != 1 || got[0] != "orders:write" {
+		t.Errorf("RequiredScopes(POST) = %v", got)
+	}
+	if !a.AcceptsIssuer("login") || a.AcceptsIssuer("other") || a.Product != "orders-api" || a.QueryKey != "api_key" || a.Public {
+		t.Errorf("route auth = %+v", a)
+	}
+	if !s.Routes[2].Auth.Public {
+		t.Error("public route not public")
+	}
+	if s.Routes[0].Auth == nil || s.Routes[0].Auth.Public || !s.Routes[0].Auth.AcceptsIssuer("login") {
+		t.Errorf("a route without auth config = %+v, want authenticated with no requirements", s.Routes[0].Auth)
+	}
+	if !s.PlanIncludes("pro", "billing-api") || s.PlanIncludes("free", "billing-api") || s.PlanIncludes("nope", "orders-api") {
+		t.Error("PlanIncludes is wrong")
+	}
+}
+
+func TestCompileRejectsAuth(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		edit func(*configv1.Snapshot)
+		want string
+	}{
+		{"unknown scope", func(c *configv1.Snapshot) { c.Routes[1].Auth.Scopes = []string{"orders:delete"} }, `routes[1].auth.scopes[0]: route "orders-get" requires unknown scope "orders:delete"`},
+		{"unknown method scope", func(c *configv1.Snapshot) { c.Routes[1].Auth.MethodScopes[0].Scopes = []string{"x"} }, `routes[1].auth.method_scopes[0].scopes[0]`},
+		{"unknown product", func(c *configv1.Snapshot) { c.Routes[1].Auth.Product = "shipping-api" }, `unknown product "shipping-api"`},
+		{"unknown issuer", func(c *configv1.Snapshot) { c.Routes[1].Auth.Issuers = []string{"evil"} }, `unknown issuer "evil"`},
+		{"public without reviewer", func(c *configv1.Snapshot) { c.Routes[2].Auth.Reviewer = "" }, "a public route needs a reviewer"},
+		{"public with scopes", func(c *configv1.Snapshot) { c.Routes[2].Auth.Scopes = []string{"orders:read"} }, "a public route cannot require"},
+		{"plan with unknown product", func(c *configv1.Snapshot) { c.Plans[0].Products = append(c.Plans[0].Products, "nope") }, `plan "free" names unknown product "nope"`},
+		{"duplicate plan", func(c *configv1.Snapshot) { c.Plans[1].Name = "free" }, `duplicate plan "free"`},
+		{"key with unknown plan", func(c *configv1.Snapshot) {
+			c.Keys = []*configv1.KeyRecord{{Sha256: make([]byte, 32), KeyId: "k1", AppId: "a", TenantId: "t", Plan: "gold", Status: configv1.KeyStatus_KEY_STATUS_ACTIVE}}
+		}, `key "k1" names unknown plan "gold"`},
+		{"deny entry with unknown issuer", func(c *configv1.Snapshot) {
+			c.DenyList = []*configv1.DenyEntry{{Issuer: "nope", Match: &configv1.DenyEntry_Jti{Jti: "x"}, Expires: timestamppb.Now()}}
+		}, `deny entry names unknown issuer "nope"`},
+		{"issuer default plan", func(c *configv1.Snapshot) { c.Issuers[0].DefaultPlan = "gold" }, `issuer "login" names unknown plan "gold"`},
+		{"same iss twice", func(c *configv1.Snapshot) {
+			c.Issuers = append(c.Issuers, &configv1.Issuer{Name: "login2", Issuer: "https://login.example.com/", Audiences: []string{"api"}})
+		}, `configured twice`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := withAuth()
+			tt.edit(cfg)
+			_, err := snapshot.Compile(cfg)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Compile = %v, want an error containing %q", err, tt.want)
+			}
+		})
 	}
 }
