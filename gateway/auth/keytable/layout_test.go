@@ -1,0 +1,92 @@
+package keytable
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+)
+
+// hasPointers reports whether values of t hold pointers the garbage
+// collector must follow.
+func hasPointers(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128:
+		return false
+	case reflect.Array:
+		return t.Len() > 0 && hasPointers(t.Elem())
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if hasPointers(t.Field(i).Type) {
+				return true
+			}
+		}
+		return false
+	}
+	return true
+}
+
+// TestPointerFree keeps the table invisible to the garbage collector: a
+// slot holds no pointer, and the Table only points at blocks of pointer-free
+// values (slices of them, or string bytes).
+func TestPointerFree(t *testing.T) {
+	t.Parallel()
+	if hasPointers(reflect.TypeFor[slot]()) {
+		t.Errorf("slot holds pointers; every key would cost the collector work")
+	}
+	tt := reflect.TypeFor[Table]()
+	for i := range tt.NumField() {
+		f := tt.Field(i)
+		switch f.Type.Kind() {
+		case reflect.String:
+		case reflect.Slice:
+			if hasPointers(f.Type.Elem()) {
+				t.Errorf("Table.%s is a %v whose elements hold pointers", f.Name, f.Type)
+			}
+		default:
+			if hasPointers(f.Type) {
+				t.Errorf("Table.%s is a %v, which holds pointers", f.Name, f.Type)
+			}
+		}
+	}
+	// hasPointers itself must be able to say yes.
+	for _, typ := range []reflect.Type{reflect.TypeFor[string](), reflect.TypeFor[Record](), reflect.TypeFor[[2]*int](), reflect.TypeFor[[]byte]()} {
+		if !hasPointers(typ) {
+			t.Errorf("hasPointers(%v) = false, want true", typ)
+		}
+	}
+}
+
+// TestArenaShared checks that every distinct string is stored once: key ids,
+// then each app, tenant, plan, scope list and successor the first time it
+// appears.
+func TestArenaShared(t *testing.T) {
+	t.Parallel()
+	var records []*configv1.KeyRecord
+	want := 0
+	for i := range 300 {
+		h := make([]byte, 32)
+		h[0], h[1] = byte(i), byte(i>>8)
+		r := &configv1.KeyRecord{
+			Sha256: h, KeyId: "key_" + string(rune('a'+i%26)) + strings.Repeat("x", i/26),
+			AppId: []string{"app-1", "app-2", "app-3"}[i%3], TenantId: "acme", Plan: "gold",
+			Scopes: []string{"a:read", "b:write"}, Status: configv1.KeyStatus_KEY_STATUS_ACTIVE,
+		}
+		if i%100 == 0 {
+			r.SuccessorKeyId = "key_next"
+		}
+		want += len(r.KeyId)
+		records = append(records, r)
+	}
+	want += len("app-1app-2app-3acmegolda:read b:writekey_next")
+	tbl, err := Build(records)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tbl.arena) != want {
+		t.Errorf("arena holds %d bytes, want %d", len(tbl.arena), want)
+	}
+}
