@@ -1,0 +1,144 @@
+package auth
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/portico-gw/portico/gateway/auth/jwt"
+	"github.com/portico-gw/portico/gateway/auth/keytable"
+	"github.com/portico-gw/portico/gateway/problem"
+	"github.com/portico-gw/portico/gateway/snapshot"
+)
+
+// Authenticator checks credentials and permissions. It is safe for
+// concurrent use.
+//
+// Lifecycle: New; SetKeys with each new key table (a snapshot, later the
+// fast lane); the token verifier is updated by its owner; Check on the hot
+// path.
+type Authenticator struct {
+	keys   atomic.Pointer[keytable.Table]
+	tokens *jwt.Verifier
+	now    func() time.Time
+}
+
+// New returns an Authenticator verifying tokens with tokens (which may be
+// nil: every token is then refused). now is the clock; nil means time.Now.
+func New(tokens *jwt.Verifier, now func() time.Time) *Authenticator {
+	if now == nil {
+		now = time.Now
+	}
+	return &Authenticator{tokens: tokens, now: now}
+}
+
+// SetKeys installs the API key table every later Check uses.
+func (a *Authenticator) SetKeys(t *keytable.Table) { a.keys.Store(t) }
+
+// Keys returns the key table in use.
+func (a *Authenticator) Keys() *keytable.Table { return a.keys.Load() }
+
+// Failure is a refused request: the problem to answer with and, for 401 and
+// 403, the WWW-Authenticate challenge (RFC 6750). Detail never contains any
+// part of a credential.
+type Failure struct {
+	Code      problem.Code
+	Detail    string
+	Challenge string
+}
+
+const realm = `Bearer realm="portico"`
+
+func unauthenticated(detail string, invalidToken bool) *Failure {
+	c := realm
+	if invalidToken {
+		c += `, error="invalid_token"`
+	}
+	return &Failure{Code: problem.Unauthenticated, Detail: detail, Challenge: c}
+}
+
+// Check authenticates r for route and authorises it against snap's plans.
+// rawQuery is the request's query; when the route's query key carried the
+// credential, the caller must forward WithoutQueryKey(rawQuery, …). Check
+// returns the caller's identity, or why the request is refused.
+func (a *Authenticator) Check(r *http.Request, route *snapshot.Route, snap *snapshot.Snapshot, path, rawQuery string) (Identity, *Failure) {
+	ra := route.Auth
+	if ra.Public {
+		return Identity{}, nil
+	}
+	cred, why := extract(r, ra.QueryKey, rawQuery)
+	if why != "" {
+		return Identity{}, unauthenticated(why, false)
+	}
+
+	var id Identity
+	switch cred.kind {
+	case APIKey:
+		rec, err := a.keys.Load().Check(cred.value, a.now().UnixNano())
+		if err != nil {
+			return Identity{}, unauthenticated(keyReason(err), true)
+		}
+		id = Identity{
+			Kind: APIKey, ClientID: rec.AppID, KeyID: rec.KeyID, Tenant: rec.TenantID,
+			Plan: rec.Plan, Scopes: rec.Scopes, Priority: rec.Priority,
+		}
+	case Token:
+		if a.tokens == nil {
+			return Identity{}, unauthenticated("access tokens are not accepted here", true)
+		}
+		c, err := a.tokens.Verify(cred.value)
+		if err != nil {
+			return Identity{}, unauthenticated(tokenReason(err), true)
+		}
+		if !ra.AcceptsIssuer(c.Issuer) {
+			return Identity{}, unauthenticated("this route does not accept tokens from the token's issuer", true)
+		}
+		id = Identity{
+			Kind: Token, Subject: c.Subject, ClientID: c.ClientID, Issuer: c.Issuer,
+			Tenant: c.Tenant, Plan: c.Plan, Scopes: c.Scopes,
+		}
+	}
+
+	for _, s := range ra.RequiredScopes(r.Method, path) {
+		if !id.HasScope(s) {
+			need := strings.Join(ra.RequiredScopes(r.Method, path), " ")
+			return Identity{}, &Failure{
+				Code:      problem.InsufficientScope,
+				Detail:    "the credential lacks a scope this route requires: " + need,
+				Challenge: realm + `, error="insufficient_scope", scope="` + need + `"`,
+			}
+		}
+	}
+	if ra.Product != "" && !snap.PlanIncludes(id.Plan, ra.Product) {
+		return Identity{}, &Failure{
+			Code:   problem.ProductNotInPlan,
+			Detail: "the caller's plan does not include the API product " + ra.Product,
+		}
+	}
+	return id, nil
+}
+
+// keyReason says why a key was refused, without naming the key.
+func keyReason(err error) string {
+	switch {
+	case errors.Is(err, keytable.ErrMalformed):
+		return "the API key is malformed"
+	case errors.Is(err, keytable.ErrRevoked):
+		return "the API key is revoked"
+	case errors.Is(err, keytable.ErrExpired):
+		return "the API key has expired"
+	}
+	return "the API key is not valid"
+}
+
+// tokenReason says why a token was refused; the verifier's reasons are
+// written to be shown.
+func tokenReason(err error) string {
+	var e *jwt.Error
+	if errors.As(err, &e) && e.Reason != "" {
+		return "the access token is not valid: " + e.Reason
+	}
+	return "the access token is not valid"
+}
