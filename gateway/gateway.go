@@ -32,6 +32,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/portico-gw/portico/gateway/auth"
+	"github.com/portico-gw/portico/gateway/auth/jwt"
 	"github.com/portico-gw/portico/gateway/internal/framing"
 	"github.com/portico-gw/portico/gateway/proxy"
 	"github.com/portico-gw/portico/gateway/upstream"
@@ -69,6 +71,13 @@ type Options struct {
 
 	// Upstream configures the upstream connection pools.
 	Upstream upstream.Options
+
+	// JWKSClient fetches issuers' jwks_url documents (off the request
+	// path); nil means a client with short timeouts.
+	JWKSClient *http.Client
+
+	// Now is the clock for credential expiry; nil means time.Now.
+	Now func() time.Time
 }
 
 // Listener is one socket of a pool.
@@ -92,6 +101,8 @@ type Node struct {
 	fwd       *proxy.Forwarder
 	upstreams *upstream.Registry
 	trusted   []netip.Prefix
+	tokens    *jwt.Verifier
+	auth      *auth.Authenticator
 
 	state   atomic.Pointer[state]
 	applyMu sync.Mutex // serialises Apply
@@ -124,7 +135,9 @@ func New(opts Options) (*Node, error) {
 		fwd:       proxy.New(opts.Logger),
 		upstreams: upstream.NewRegistry(withLogger(opts.Upstream, opts.Logger)),
 		trusted:   opts.TrustedProxies,
+		tokens:    jwt.New(jwt.Options{Now: opts.Now, Logger: opts.Logger, HTTPClient: opts.JWKSClient}),
 	}
+	n.auth = auth.New(n.tokens, opts.Now)
 	poolIndex := map[string]int{}
 	for _, l := range opts.Listeners {
 		name := l.Pool
@@ -152,7 +165,7 @@ func New(opts Options) (*Node, error) {
 	}
 	empty, err := n.build(&configv1.Snapshot{Version: "empty"}, poolIndex)
 	if err != nil {
-		n.closeListeners()
+		n.Close()
 		return nil, err
 	}
 	n.state.Store(empty)
@@ -273,6 +286,7 @@ func (n *Node) Close() {
 	n.closeOnce.Do(func() {
 		n.closeListeners()
 		n.upstreams.Close()
+		n.tokens.Close()
 	})
 }
 

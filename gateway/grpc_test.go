@@ -279,7 +279,7 @@ func TestGRPCTimeoutHeader(t *testing.T) {
 
 	cfg := &configv1.Snapshot{
 		Clusters: []*configv1.Cluster{{Name: "g", Protocol: configv1.Protocol_PROTOCOL_GRPC, Endpoints: []*configv1.Endpoint{{Address: backend.Addr().String()}}}},
-		Routes:   []*configv1.Route{{Id: "g", Team: "t", Path: "/x.v1.X/*", Cluster: "g", Timeout: durationpb.New(2 * time.Second)}},
+		Routes:   []*configv1.Route{{Id: "g", Team: "t", Path: "/x.v1.X/*", Cluster: "g", Timeout: durationpb.New(2 * time.Second), Auth: public}},
 	}
 	g := gatewaytest.Start(t, cfg, nil)
 	cc := g.GRPCConn(t)
@@ -390,7 +390,7 @@ func TestGRPCUpstreamTLS(t *testing.T) {
 			Endpoints: []*configv1.Endpoint{{Address: ln.Addr().String()}},
 			Tls:       &configv1.UpstreamTLS{ServerName: "orders.internal", CaPem: string(ca.PEM)},
 		}},
-		Routes: []*configv1.Route{{Id: "orders", Team: "demo", Methods: []string{"POST"}, Path: "/portico.demo.v1.OrdersService/*", Cluster: "orders"}},
+		Routes: []*configv1.Route{{Id: "orders", Team: "demo", Methods: []string{"POST"}, Path: "/portico.demo.v1.OrdersService/*", Cluster: "orders", Auth: public}},
 	}
 	g := gatewaytest.Start(t, cfg, nil)
 	client := demov1.NewOrdersServiceClient(g.GRPCConn(t))

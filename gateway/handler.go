@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/portico-gw/portico/gateway/auth"
 	"github.com/portico-gw/portico/gateway/internal/cleanpath"
 	"github.com/portico-gw/portico/gateway/internal/framing"
 	"github.com/portico-gw/portico/gateway/problem"
@@ -16,9 +17,10 @@ import (
 )
 
 // ServeHTTP runs the request chain for one pool. The order is fixed
-// (DESIGN.md, the request path): framing, request id and trace, path
-// normalisation, route match, then the proxy, which enforces the body limit
-// and strips client identity headers while it copies the rest.
+// (DESIGN.md, the request path): framing, request id, path normalisation,
+// route match, size limit, authentication and authorisation, trace
+// context, then the proxy, which counts the body while it streams, strips
+// credentials and client identity headers, and adds the verified identity.
 func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n := p.node
 	st := n.state.Load()
@@ -69,6 +71,28 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	// Size limit by the declared length; the proxy also counts while the
+	// body streams.
+	if r.ContentLength > route.MaxRequestBytes {
+		n.problem(w, r, rid, problem.PayloadTooLarge, "request body exceeds the route's limit", path)
+		return
+	}
+
+	// Authenticate and authorise.
+	var ident auth.Identity
+	if !route.Auth.Public {
+		var fail *auth.Failure
+		ident, fail = n.auth.Check(r, route, st.snap, path, rawQuery)
+		if fail != nil {
+			if fail.Challenge != "" {
+				w.Header()["Www-Authenticate"] = []string{fail.Challenge}
+			}
+			n.problem(w, r, rid, fail.Code, fail.Detail, path)
+			return
+		}
+		rawQuery = auth.WithoutQueryKey(rawQuery, route.Auth.QueryKey)
+	}
+
 	// Trace context: continue the caller's trace or start one.
 	tc, ok := telemetry.ParseTraceparent(headerValue(r.Header, "Traceparent"))
 	if ok {
@@ -89,6 +113,7 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ClientIP:       clientIP,
 		TLS:            p.tls,
 		TrustForwarded: trusted,
+		Identity:       ident,
 	}
 	n.fwd.Serve(w, r, &t)
 }

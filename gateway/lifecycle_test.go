@@ -200,6 +200,7 @@ routes:
     team: t
     path: /{rest=**}
     cluster: backend
+    auth: {public: true, reviewer: tests}
 `, version, addr)
 	}
 	write(yaml("v1", a))

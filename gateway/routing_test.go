@@ -27,8 +27,11 @@ func cluster(name, addr string) *configv1.Cluster {
 	return &configv1.Cluster{Name: name, Protocol: configv1.Protocol_PROTOCOL_HTTP1, Endpoints: []*configv1.Endpoint{{Address: addr}}}
 }
 
+// public marks a test route that is not about authentication.
+var public = &configv1.RouteAuth{Public: true, Reviewer: "tests"}
+
 func route(id, path, cluster string, methods ...string) *configv1.Route {
-	return &configv1.Route{Id: id, Team: "t", Path: path, Cluster: cluster, Methods: methods}
+	return &configv1.Route{Id: id, Team: "t", Path: path, Cluster: cluster, Methods: methods, Auth: public}
 }
 
 // TestRoutingPrecedence drives the precedence rules end to end: each route

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/portico-gw/portico/gateway/auth/keytable"
 	"github.com/portico-gw/portico/gateway/router"
 	"github.com/portico-gw/portico/gateway/snapshot"
 	"github.com/portico-gw/portico/gateway/upstream"
@@ -40,11 +41,21 @@ func (n *Node) Apply(cfg *configv1.Snapshot) error {
 	if err != nil {
 		return err
 	}
+	keys, err := keytable.Build(cfg.GetKeys())
+	if err != nil {
+		st.set.Release()
+		return fmt.Errorf("snapshot %q: %w", cfg.GetVersion(), err)
+	}
+	if err := n.tokens.Update(cfg.GetIssuers(), cfg.GetDenyList()); err != nil {
+		st.set.Release()
+		return fmt.Errorf("snapshot %q: %w", cfg.GetVersion(), err)
+	}
+	n.auth.SetKeys(keys)
 	old := n.state.Swap(st)
 	if old != nil {
 		time.AfterFunc(releaseDelay, old.set.Release)
 	}
-	n.log.Info("snapshot applied", "version", st.snap.Version, "sha256", st.snap.SHA256, "routes", len(st.snap.Routes), "clusters", len(st.snap.ClusterNames))
+	n.log.Info("snapshot applied", "version", st.snap.Version, "sha256", st.snap.SHA256, "routes", len(st.snap.Routes), "clusters", len(st.snap.ClusterNames), "keys", keys.Len(), "issuers", len(cfg.GetIssuers()))
 	return nil
 }
 

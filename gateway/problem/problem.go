@@ -19,6 +19,9 @@ type Code string
 // HTTP and gRPC mappings.
 const (
 	BadRequest          Code = "bad_request"
+	Unauthenticated     Code = "unauthenticated"
+	InsufficientScope   Code = "insufficient_scope"
+	ProductNotInPlan    Code = "product_not_in_plan"
 	NoRoute             Code = "no_route"
 	MethodNotAllowed    Code = "method_not_allowed"
 	PayloadTooLarge     Code = "payload_too_large"
@@ -37,10 +40,12 @@ const TypeBase = "https://portico-gw.github.io/errors/"
 const (
 	grpcInvalidArgument   = 3
 	grpcDeadlineExceeded  = 4
+	grpcPermissionDenied  = 7
 	grpcResourceExhausted = 8
 	grpcUnimplemented     = 12
 	grpcInternal          = 13
 	grpcUnavailable       = 14
+	grpcUnauthenticated   = 16
 )
 
 type spec struct {
@@ -51,6 +56,9 @@ type spec struct {
 
 var specs = map[Code]spec{
 	BadRequest:          {http.StatusBadRequest, "Bad request", grpcInvalidArgument},
+	Unauthenticated:     {http.StatusUnauthorized, "Unauthenticated", grpcUnauthenticated},
+	InsufficientScope:   {http.StatusForbidden, "Insufficient scope", grpcPermissionDenied},
+	ProductNotInPlan:    {http.StatusForbidden, "Product not in plan", grpcPermissionDenied},
 	NoRoute:             {http.StatusNotFound, "No route", grpcUnimplemented},
 	MethodNotAllowed:    {http.StatusMethodNotAllowed, "Method not allowed", grpcUnimplemented},
 	PayloadTooLarge:     {http.StatusRequestEntityTooLarge, "Payload too large", grpcResourceExhausted},

@@ -16,7 +16,7 @@ type outbound struct {
 	req  *http.Request
 	url  url.URL
 	body limitedBody
-	vals [8]string // backing store for the values of headers the gateway sets
+	vals [14]string // backing store for the values of headers the gateway sets
 }
 
 func newOutbound(ctx context.Context, r *http.Request, t *Target, addr string, grpc bool, timeout time.Duration) *outbound {
@@ -92,6 +92,7 @@ func (o *outbound) header(r *http.Request, t *Target, grpc bool, timeout time.Du
 	if t.Traceparent != "" {
 		set("Traceparent", t.Traceparent)
 	}
+	t.Identity.EachHeader(set)
 	if grpc {
 		// TE: trailers is the one TE value a gRPC server requires.
 		set("Te", "trailers")
@@ -102,7 +103,9 @@ func (o *outbound) header(r *http.Request, t *Target, grpc bool, timeout time.Du
 
 // dropRequestHeader reports whether the client's header k must not reach
 // the upstream: hop-by-hop headers (RFC 9110 7.6.1), headers the gateway
-// sets itself, and every x-auth-* header, which only the gateway may send.
+// sets itself, every x-auth-* header, which only the gateway may send, and
+// the credential headers: a credential is never forwarded, even on a
+// public route.
 func dropRequestHeader(k string) bool {
 	if len(k) >= 7 && (k[0] == 'X' || k[0] == 'x') && strings.EqualFold(k[:7], "x-auth-") {
 		return true
@@ -110,7 +113,7 @@ func dropRequestHeader(k string) bool {
 	switch k {
 	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
 		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-		"Expect", "Http2-Settings",
+		"Expect", "Http2-Settings", "Authorization", "X-Api-Key",
 		"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Forwarded",
 		"X-Request-Id", "Traceparent", "Grpc-Timeout":
 		return true

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/portico-gw/portico/gateway/auth"
 	"github.com/portico-gw/portico/gateway/problem"
 	"github.com/portico-gw/portico/gateway/upstream"
 )
@@ -46,6 +47,8 @@ type Target struct {
 	// TrustForwarded appends to the client's X-Forwarded-For and Forwarded
 	// instead of replacing them: set only when the peer is a trusted proxy.
 	TrustForwarded bool
+	// Identity is sent as the x-auth-* headers (none for Anonymous).
+	Identity auth.Identity
 }
 
 // Forwarder forwards requests. The zero value is not usable; call New. It is

@@ -132,9 +132,12 @@ func Demo(t testing.TB) *demo.Servers {
 	return s
 }
 
-// DemoSnapshot routes the demo backends the way `portico dev` does: every
-// gRPC method of the orders service (plus health) to the "orders" cluster,
-// /inventory/** to the "inventory" cluster.
+// Public is the auth of test routes that are not about authentication.
+var Public = &configv1.RouteAuth{Public: true, Reviewer: "tests"}
+
+// DemoSnapshot routes the demo backends: every gRPC method of the orders
+// service (plus health) to the "orders" cluster, /inventory/** to the
+// "inventory" cluster, all public (auth tests add their own routes).
 func DemoSnapshot(d *demo.Servers) *configv1.Snapshot {
 	return &configv1.Snapshot{
 		Version: "demo",
@@ -143,9 +146,9 @@ func DemoSnapshot(d *demo.Servers) *configv1.Snapshot {
 			{Name: "inventory", Protocol: configv1.Protocol_PROTOCOL_HTTP1, Endpoints: []*configv1.Endpoint{{Address: d.InventoryAddr()}}},
 		},
 		Routes: []*configv1.Route{
-			{Id: "orders", Team: "demo", Methods: []string{"POST"}, Path: "/portico.demo.v1.OrdersService/*", Cluster: "orders", Timeout: durationpb.New(30 * time.Second)},
-			{Id: "health", Team: "demo", Methods: []string{"POST"}, Path: "/grpc.health.v1.Health/*", Cluster: "orders"},
-			{Id: "inventory", Team: "demo", Path: "/inventory/v1/{rest=**}", Cluster: "inventory"},
+			{Id: "orders", Team: "demo", Methods: []string{"POST"}, Path: "/portico.demo.v1.OrdersService/*", Cluster: "orders", Timeout: durationpb.New(30 * time.Second), Auth: Public},
+			{Id: "health", Team: "demo", Methods: []string{"POST"}, Path: "/grpc.health.v1.Health/*", Cluster: "orders", Auth: Public},
+			{Id: "inventory", Team: "demo", Path: "/inventory/v1/{rest=**}", Cluster: "inventory", Auth: Public},
 		},
 	}
 }
