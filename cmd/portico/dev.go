@@ -62,27 +62,53 @@ func runDev(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("dev: %w (choose other ports with -addr and -tls-addr)", err)
 	}
-	if err := node.Apply(devSnapshot(backends)); err != nil {
+	ident, err := newDevIdentity()
+	if err != nil {
+		node.Close()
+		return fmt.Errorf("dev: making the demo credentials: %w", err)
+	}
+	if err := node.Apply(devSnapshot(backends, ident)); err != nil {
 		node.Close()
 		return err
 	}
 	addrs := node.Addrs()
-	printDevBanner(os.Stdout, addrs[0].String(), addrs[1].String(), caFile)
+	printDevBanner(os.Stdout, addrs[0].String(), addrs[1].String(), caFile, ident)
 	return node.Run(ctx)
 }
 
 // devSnapshot routes the demo backends: the gRPC orders service (with
-// reflection and health, so grpcurl works through the gateway) and the REST
-// inventory service.
-func devSnapshot(b *demo.Servers) *configv1.Snapshot {
-	grpcRoute := func(id, service string) *configv1.Route {
+// reflection and health public, so grpcurl can discover it through the
+// gateway) and the REST inventory service, both behind the demo
+// credentials.
+func devSnapshot(b *demo.Servers, ident *devIdentity) *configv1.Snapshot {
+	grpcRoute := func(id, service string, auth *configv1.RouteAuth) *configv1.Route {
 		return &configv1.Route{
 			Id: id, Team: "demo", Methods: []string{"POST"},
 			Path: "/" + service + "/*", Cluster: "orders",
 			Timeout: durationpb.New(30 * time.Second),
+			Auth:    auth,
 		}
 	}
-	return &configv1.Snapshot{
+	public := &configv1.RouteAuth{Public: true, Reviewer: "portico-dev"}
+	const orders = "/portico.demo.v1.OrdersService/"
+	ordersAuth := &configv1.RouteAuth{
+		Product: "orders-api",
+		Scopes:  []string{"orders:write"},
+		MethodScopes: []*configv1.MethodScopes{
+			{Method: orders + "GetOrder", Scopes: []string{"orders:read"}},
+			{Method: orders + "WatchOrders", Scopes: []string{"orders:read"}},
+		},
+	}
+	inventoryAuth := &configv1.RouteAuth{
+		Product:  "inventory-api",
+		Scopes:   []string{"inventory:write"},
+		QueryKey: "api_key",
+		MethodScopes: []*configv1.MethodScopes{
+			{Method: "GET", Scopes: []string{"inventory:read"}},
+			{Method: "HEAD", Scopes: []string{"inventory:read"}},
+		},
+	}
+	cfg := &configv1.Snapshot{
 		Version: "dev",
 		Clusters: []*configv1.Cluster{
 			{
@@ -101,17 +127,19 @@ func devSnapshot(b *demo.Servers) *configv1.Snapshot {
 			},
 		},
 		Routes: []*configv1.Route{
-			grpcRoute("orders-grpc", "portico.demo.v1.OrdersService"),
-			grpcRoute("orders-reflection", "grpc.reflection.v1.ServerReflection"),
-			grpcRoute("orders-reflection-v1alpha", "grpc.reflection.v1alpha.ServerReflection"),
-			grpcRoute("orders-health", "grpc.health.v1.Health"),
-			{Id: "inventory", Team: "demo", Path: "/inventory/v1/{rest=**}", Cluster: "inventory"},
+			grpcRoute("orders-grpc", "portico.demo.v1.OrdersService", ordersAuth),
+			grpcRoute("orders-reflection", "grpc.reflection.v1.ServerReflection", public),
+			grpcRoute("orders-reflection-v1alpha", "grpc.reflection.v1alpha.ServerReflection", public),
+			grpcRoute("orders-health", "grpc.health.v1.Health", public),
+			{Id: "inventory", Team: "demo", Path: "/inventory/v1/{rest=**}", Cluster: "inventory", Auth: inventoryAuth},
 		},
 	}
+	ident.addTo(cfg)
+	return cfg
 }
 
-func printDevBanner(w io.Writer, addr, tlsAddr, caFile string) {
-	_, tlsPort, _ := strings.Cut(tlsAddr, ":")
+func printDevBanner(w io.Writer, addr, tlsAddr, caFile string, ident *devIdentity) {
+	tlsPort := tlsAddr
 	if i := strings.LastIndexByte(tlsAddr, ':'); i >= 0 {
 		tlsPort = tlsAddr[i+1:]
 	}
@@ -121,19 +149,30 @@ Portico dev is running: one gateway node in front of two demo backends.
   http://%[1]s     HTTP/1.1 and h2c (gRPC)
   https://localhost:%[2]s  HTTP/2 and HTTP/1.1 over TLS; self-signed CA in %[3]s
 
-REST (the inventory service):
-  curl -i http://%[1]s/inventory/v1/items
-  curl -i http://%[1]s/inventory/v1/items/WIDGET-1
-  curl -i -X POST http://%[1]s/inventory/v1/items -H 'content-type: application/json' -d '{"sku":"SPROCKET-4","name":"Sprocket","quantity":5,"price_cents":250}'
-  curl -i --cacert %[3]s https://localhost:%[2]s/inventory/v1/headers
-  curl -i http://%[1]s/nowhere            # 404 no_route, application/problem+json
+Demo credentials (made up at start, valid while this process runs):
+  API key (app %[5]s, plan %[6]s; scopes inventory:read orders:read orders:write):
+    %[4]s
+  Access token from the demo issuer (user-42; scopes inventory:read inventory:write orders:read; 1 h):
+    %[7]s
+
+REST (the inventory service) with the API key:
+  curl -i -H 'x-api-key: %[4]s' http://%[1]s/inventory/v1/items
+  curl -i -H 'Authorization: Bearer %[4]s' http://%[1]s/inventory/v1/items/WIDGET-1
+  curl -i 'http://%[1]s/inventory/v1/items?api_key=%[4]s'
+  curl -i --cacert %[3]s -H 'x-api-key: %[4]s' https://localhost:%[2]s/inventory/v1/headers
+with the access token:
+  curl -i -H 'Authorization: Bearer %[7]s' -X POST http://%[1]s/inventory/v1/items -H 'content-type: application/json' -d '{"sku":"SPROCKET-4","name":"Sprocket","quantity":5,"price_cents":250}'
+refused:
+  curl -i -H 'x-api-key: %[4]s' -X POST http://%[1]s/inventory/v1/items -H 'content-type: application/json' -d '{"sku":"NUT-5","name":"Nut","quantity":1,"price_cents":5}'   # 403 insufficient_scope (the key lacks inventory:write)
+  curl -i http://%[1]s/inventory/v1/items            # 401 unauthenticated
+  curl -i http://%[1]s/nowhere                       # 404 no_route
 
 gRPC (the orders service; go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4):
   grpcurl -plaintext %[1]s list
-  grpcurl -plaintext -d '{"order_id":"o-1001"}' %[1]s portico.demo.v1.OrdersService/GetOrder
-  grpcurl -plaintext -d '{"customer_id":"c-42","max_events":3}' %[1]s portico.demo.v1.OrdersService/WatchOrders
-  grpcurl -cacert %[3]s -d '{"order_id":"o-1001"}' localhost:%[2]s portico.demo.v1.OrdersService/GetOrder
+  grpcurl -plaintext -H 'x-api-key: %[4]s' -d '{"order_id":"o-1001"}' %[1]s portico.demo.v1.OrdersService/GetOrder
+  grpcurl -plaintext -H 'x-api-key: %[4]s' -d '{"customer_id":"c-42","max_events":3}' %[1]s portico.demo.v1.OrdersService/WatchOrders
+  grpcurl -cacert %[3]s -H 'authorization: Bearer %[7]s' -d '{"order_id":"o-1001"}' localhost:%[2]s portico.demo.v1.OrdersService/GetOrder
 
 Ctrl-C drains in-flight requests and stops.
-`, addr, tlsPort, filepath.Clean(caFile))
+`, addr, tlsPort, filepath.Clean(caFile), ident.Key, devApp, devPlan, ident.Token)
 }

@@ -161,7 +161,7 @@ func TestGatewayRole(t *testing.T) {
 		}
 	}
 	config := func(version, addr string) string {
-		return fmt.Sprintf("version: %s\nclusters: [{name: c, protocol: PROTOCOL_HTTP1, endpoints: [{address: %q}]}]\nroutes: [{id: r, team: t, path: \"/{x=**}\", cluster: c}]\n", version, addr)
+		return fmt.Sprintf("version: %s\nclusters: [{name: c, protocol: PROTOCOL_HTTP1, endpoints: [{address: %q}]}]\nroutes: [{id: r, team: t, path: \"/{x=**}\", cluster: c, auth: {public: true, reviewer: tests}}]\n", version, addr)
 	}
 	write(config("one", a))
 
@@ -225,16 +225,52 @@ func TestDevRole(t *testing.T) {
 	p := start(t, "dev", "-addr", addr, "-tls-addr", tlsAddr)
 	p.waitLine(t, regexp.MustCompile(`Ctrl-C drains`))
 	out := p.output()
-	for _, want := range []string{"curl -i http://" + addr + "/inventory/v1/items", "grpcurl -plaintext " + addr + " list", "portico.demo.v1.OrdersService/GetOrder"} {
+	for _, want := range []string{"curl -i http://" + addr + "/inventory/v1/items", "grpcurl -plaintext " + addr + " list", "portico.demo.v1.OrdersService/GetOrder", "403 insufficient_scope"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("dev banner lacks %q", want)
 		}
 	}
-	if code, body := get(t, "http://"+addr+"/inventory/v1/items/WIDGET-1"); code != 200 || !strings.Contains(body, `"sku":"WIDGET-1"`) {
-		t.Errorf("GET WIDGET-1 through dev = %d %q", code, body)
+	key := regexp.MustCompile(`ak_test_[0-9A-Za-z]{38}`).FindString(out)
+	token := regexp.MustCompile(`Bearer (eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+)`).FindStringSubmatch(out)
+	if key == "" || token == nil {
+		t.Fatalf("dev banner shows no demo key or token:\n%s", out)
 	}
-	if code, body := get(t, "http://"+addr+"/nowhere"); code != 404 || !strings.Contains(body, `"error":"no_route"`) {
+	call := func(method, path string, header map[string]string, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	withKey := map[string]string{"X-Api-Key": key}
+	if code, body := call("GET", "/inventory/v1/items/WIDGET-1", withKey, ""); code != 200 || !strings.Contains(body, `"sku":"WIDGET-1"`) {
+		t.Errorf("GET WIDGET-1 with the demo key = %d %q", code, body)
+	}
+	if code, _ := call("GET", "/inventory/v1/items?api_key="+key, nil, ""); code != 200 {
+		t.Errorf("GET with the demo key in the query = %d, want 200", code)
+	}
+	if code, body := call("GET", "/inventory/v1/items", nil, ""); code != 401 || !strings.Contains(body, `"error":"unauthenticated"`) {
+		t.Errorf("GET without a credential = %d %q, want 401", code, body)
+	}
+	if code, body := call("POST", "/inventory/v1/items", withKey, `{"sku":"NUT-5","name":"Nut","quantity":1,"price_cents":5}`); code != 403 || !strings.Contains(body, `"error":"insufficient_scope"`) {
+		t.Errorf("POST with the demo key = %d %q, want 403 insufficient_scope", code, body)
+	}
+	if code, body := call("POST", "/inventory/v1/items", map[string]string{"Authorization": "Bearer " + token[1]}, `{"sku":"SPROCKET-4","name":"Sprocket","quantity":5,"price_cents":250}`); code != 201 {
+		t.Errorf("POST with the demo token = %d %q, want 201", code, body)
+	}
+	if code, body := call("GET", "/nowhere", nil, ""); code != 404 || !strings.Contains(body, `"error":"no_route"`) {
 		t.Errorf("GET /nowhere through dev = %d %q", code, body)
+	}
+	if strings.Contains(strings.ReplaceAll(out, key, ""), key[8:20]) {
+		t.Errorf("the key appears in dev's output other than in the banner's calls")
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	gojwt "github.com/golang-jwt/jwt/v5"
+
+	"github.com/portico-gw/portico/gateway/apikey"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+)
+
+// devIdentity is what `portico dev` makes up so its demo calls can
+// authenticate: a tenant with an app on a plan, an API key for the app, and
+// a JWT issuer whose signing key only this process holds.
+type devIdentity struct {
+	Key       string // the raw demo API key, printed once, never logged
+	Token     string // an access token minted by the demo issuer
+	issuerKey *ecdsa.PrivateKey
+	jwks      string
+}
+
+const (
+	devTenant   = "tenant-demo"
+	devApp      = "app-demo"
+	devKeyID    = "key-demo"
+	devPlan     = "demo"
+	devIssuer   = "https://issuer.portico.dev.local/"
+	devAudience = "portico-dev"
+	devKID      = "dev-1"
+)
+
+func newDevIdentity() (*devIdentity, error) {
+	key, err := apikey.Generate(apikey.Test, rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	signer, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	d := &devIdentity{Key: key, issuerKey: signer}
+	if d.jwks, err = jwksOf(devKID, &signer.PublicKey); err != nil {
+		return nil, err
+	}
+	if d.Token, err = d.mint(time.Hour); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// mint signs an access token for a demo user, valid for ttl.
+func (d *devIdentity) mint(ttl time.Duration) (string, error) {
+	now := time.Now()
+	claims := gojwt.MapClaims{
+		"iss":       devIssuer,
+		"aud":       devAudience,
+		"sub":       "user-42",
+		"client_id": devApp,
+		"scope":     "inventory:read inventory:write orders:read",
+		"plan":      devPlan,
+		"tenant":    devTenant,
+		"iat":       now.Unix(),
+		"nbf":       now.Unix(),
+		"exp":       now.Add(ttl).Unix(),
+		"jti":       base64.RawURLEncoding.EncodeToString(randomBytes(12)),
+	}
+	t := gojwt.NewWithClaims(gojwt.SigningMethodES256, claims)
+	t.Header["kid"] = devKID
+	return t.SignedString(d.issuerKey)
+}
+
+// jwksOf is the JSON Web Key Set holding pub.
+func jwksOf(kid string, pub *ecdsa.PublicKey) (string, error) {
+	ecdhKey, err := pub.ECDH()
+	if err != nil {
+		return "", err
+	}
+	raw := ecdhKey.Bytes() // 0x04 || X || Y
+	b, err := json.Marshal(map[string]any{"keys": []map[string]string{{
+		"kty": "EC", "crv": "P-256", "kid": kid, "use": "sig", "alg": "ES256",
+		"x": base64.RawURLEncoding.EncodeToString(raw[1:33]),
+		"y": base64.RawURLEncoding.EncodeToString(raw[33:]),
+	}}})
+	return string(b), err
+}
+
+// addTo puts the demo catalog, key record and issuer into cfg.
+func (d *devIdentity) addTo(cfg *configv1.Snapshot) {
+	sum := sha256.Sum256([]byte(d.Key))
+	cfg.Products = []*configv1.Product{
+		{Name: "inventory-api", Description: "the demo REST inventory"},
+		{Name: "orders-api", Description: "the demo gRPC orders service"},
+	}
+	cfg.Plans = []*configv1.Plan{{Name: devPlan, Products: []string{"inventory-api", "orders-api"}}}
+	cfg.Scopes = []*configv1.Scope{
+		{Name: "inventory:read"}, {Name: "inventory:write"},
+		{Name: "orders:read"}, {Name: "orders:write"},
+	}
+	cfg.Keys = []*configv1.KeyRecord{{
+		Sha256: sum[:], KeyId: devKeyID, AppId: devApp, TenantId: devTenant, Plan: devPlan,
+		// No inventory:write: the demo key shows what a 403 looks like.
+		Scopes:   []string{"inventory:read", "orders:read", "orders:write"},
+		Priority: configv1.Priority_PRIORITY_PAID,
+		Status:   configv1.KeyStatus_KEY_STATUS_ACTIVE,
+	}}
+	cfg.Issuers = []*configv1.Issuer{{
+		Name: "dev", Issuer: devIssuer, Audiences: []string{devAudience}, JwksJson: d.jwks,
+	}}
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err)) // never fails on supported platforms
+	}
+	return b
+}
