@@ -1,12 +1,14 @@
 package load
 
 import (
+	"crypto/rand"
 	"fmt"
 	"os"
 	"slices"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/portico-gw/portico/gateway/apikey"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
 
@@ -34,6 +36,9 @@ var routeShapes = []struct {
 	{"POST", "/%s.v1.ItemService/ListItems"},
 }
 
+// public is the auth of the no-auth configuration's routes.
+var public = &configv1.RouteAuth{Public: true, Reviewer: "portico-load"}
+
 // gatewayConfig is the snapshot the gateway serves: the bench route plus
 // extra generated routes, all on one HTTP/1.1 cluster at backend.
 func gatewayConfig(backend string, extra int) *configv1.Snapshot {
@@ -55,13 +60,64 @@ func gatewayConfig(backend string, extra int) *configv1.Snapshot {
 				Methods: []string{s.method},
 				Path:    fmt.Sprintf(s.path, svc),
 				Cluster: "backend",
+				Auth:    public,
 			})
 		}
 	}
 	// The bench route sits in the middle of the table.
-	bench := &configv1.Route{Id: "bench", Team: "bench", Methods: []string{"GET"}, Path: benchRoute, Cluster: "backend"}
+	bench := &configv1.Route{Id: "bench", Team: "bench", Methods: []string{"GET"}, Path: benchRoute, Cluster: "backend", Auth: public}
 	cfg.Routes = slices.Insert(routes, len(routes)/2, bench)
 	return cfg
+}
+
+// authGatewayConfig is gatewayConfig with an API key table of keys records
+// and the bench route requiring a key (no scope, no product: the cost
+// measured is authentication). It returns the one key the load sends.
+func authGatewayConfig(backend string, extra, keys int) (*configv1.Snapshot, string, error) {
+	cfg := gatewayConfig(backend, extra)
+	cfg.Version = "portico-load-auth"
+	cfg.Plans = []*configv1.Plan{{Name: "load"}}
+	key, err := apikey.Generate(apikey.Live, rand.Reader)
+	if err != nil {
+		return nil, "", err
+	}
+	cfg.Keys = make([]*configv1.KeyRecord, 0, keys+1)
+	hashes := make([]byte, 32*keys)
+	if _, err := rand.Read(hashes); err != nil {
+		return nil, "", err
+	}
+	for i := range keys {
+		cfg.Keys = append(cfg.Keys, &configv1.KeyRecord{
+			Sha256: hashes[32*i : 32*i+32 : 32*i+32], KeyId: fmt.Sprintf("key-%07d", i),
+			AppId: fmt.Sprintf("app-%06d", i/2), TenantId: fmt.Sprintf("tenant-%04d", i%1000),
+			Plan: "load", Status: configv1.KeyStatus_KEY_STATUS_ACTIVE,
+		})
+	}
+	sum := apikey.Hash(key)
+	cfg.Keys = slices.Insert(cfg.Keys, len(cfg.Keys)/2, &configv1.KeyRecord{
+		Sha256: sum[:], KeyId: "key-load", AppId: "app-load", TenantId: "tenant-load",
+		Plan: "load", Status: configv1.KeyStatus_KEY_STATUS_ACTIVE,
+	})
+	for _, r := range cfg.Routes {
+		if r.GetId() == "bench" {
+			r.Auth = &configv1.RouteAuth{}
+		}
+	}
+	return cfg, key, nil
+}
+
+// writeAuthGatewayConfig writes authGatewayConfig as JSON to path and
+// returns the key the load sends.
+func writeAuthGatewayConfig(path, backend string, extra, keys int) (string, error) {
+	cfg, key, err := authGatewayConfig(backend, extra, keys)
+	if err != nil {
+		return "", err
+	}
+	data, err := protojson.Marshal(cfg)
+	if err != nil {
+		return "", err
+	}
+	return key, os.WriteFile(path, data, 0o600)
 }
 
 // writeGatewayConfig writes the snapshot as JSON to path.

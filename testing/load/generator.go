@@ -12,9 +12,10 @@ import (
 )
 
 // requestFor is the request the load generator sends to addr: a small GET
-// to the bench route, built once and written as is.
-func requestFor(addr string) []byte {
-	return fmt.Appendf(nil, "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: portico-load\r\nAccept: */*\r\n\r\n", benchPath, addr)
+// to the bench route, built once and written as is. header is extra header
+// lines, each ending in CRLF (an API key for the gateway-auth target).
+func requestFor(addr, header string) []byte {
+	return fmt.Appendf(nil, "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: portico-load\r\nAccept: */*\r\n%s\r\n", benchPath, addr, header)
 }
 
 // client is one keep-alive HTTP/1.1 connection of the load generator. It is
@@ -89,6 +90,7 @@ func (c *client) drop() {
 // phaseSpec is one run of the load generator against one address.
 type phaseSpec struct {
 	addr     string
+	header   string // extra request header lines, CRLF-terminated
 	conns    int
 	duration time.Duration
 	// rate is the open loop's requests per second; 0 runs a closed loop
@@ -169,7 +171,7 @@ type generator struct {
 // proxy's upstream connections) established.
 func newGenerator(ctx context.Context, spec phaseSpec) (*generator, error) {
 	g := &generator{spec: spec, clients: make([]*client, spec.conns)}
-	req := requestFor(spec.addr)
+	req := requestFor(spec.addr, spec.header)
 	errs := make([]error, spec.conns)
 	var wg sync.WaitGroup
 	for i := range g.clients {

@@ -37,6 +37,7 @@ func TestHarnessSmoke(t *testing.T) {
 		IdleConns:   idle,
 		SlowClients: slow,
 		SlowRate:    200,
+		AuthKeys:    1000,
 		Timeout:     45 * time.Second,
 		Nginx:       "none",
 		Log:         tlog{t},
@@ -54,7 +55,7 @@ func TestHarnessSmoke(t *testing.T) {
 	}
 
 	want := map[string]bool{}
-	for _, target := range []string{"direct", "baseline", "gateway"} {
+	for _, target := range []string{"direct", "baseline", "gateway", "gateway-auth"} {
 		for _, mode := range []string{"full", "1000/s"} {
 			want[target+" "+mode] = true
 		}
@@ -81,7 +82,8 @@ func TestHarnessSmoke(t *testing.T) {
 	for name := range want {
 		t.Errorf("no median for %s", name)
 	}
-	if rep.Ratios.CPUPerRequestFull <= 0 || rep.Ratios.RPSFull <= 0 || len(rep.Ratios.Added) != 2 {
+	if rep.Ratios.CPUPerRequestFull <= 0 || rep.Ratios.RPSFull <= 0 || len(rep.Ratios.Added) != 3 ||
+		rep.Ratios.AuthCPUPerRequestFull <= 0 || rep.Ratios.AuthRPSFull <= 0 || rep.Ratios.AuthOverDirectRPSFull <= 0 {
 		t.Errorf("ratios %+v incomplete", rep.Ratios)
 	}
 

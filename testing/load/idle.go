@@ -50,7 +50,7 @@ func measureIdle(ctx context.Context, name, addr string, pid, n int) (*IdleResul
 		return nil, err
 	}
 
-	req := requestFor(addr)
+	req := requestFor(addr, "")
 	conns := make([]net.Conn, n)
 	var next atomic.Int64
 	var mu sync.Mutex

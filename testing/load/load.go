@@ -52,6 +52,10 @@ type Options struct {
 	SlowClients       int
 	SlowRate          int
 	ReadHeaderTimeout time.Duration
+	// AuthKeys is the number of API keys, besides the one the load
+	// presents, in the table of the gateway-auth target (the gateway with
+	// a bench route that requires a key); negative skips that target.
+	AuthKeys int
 	// Timeout bounds the run once the gateway is built; building it has a
 	// bound of the same length of its own, since how long it takes depends
 	// on what else changed in the tree.
@@ -128,6 +132,11 @@ type harness struct {
 	backend     *process
 	backendAddr string
 	nginxNoted  bool
+
+	// authConfig is the gateway-auth target's config file, "" when it is
+	// skipped; authKey is the API key the load presents to it.
+	authConfig string
+	authKey    string
 }
 
 // Run runs the harness and returns what it measured. Every process it
@@ -202,6 +211,7 @@ func (h *harness) setup(ctx context.Context) error {
 		Conns:           o.Conns,
 		Rate:            o.Rate,
 		Routes:          o.Routes,
+		AuthKeys:        o.AuthKeys,
 		BaselineBufPool: o.BaselineBufferPool,
 		Started:         time.Now().UTC().Format(time.RFC3339),
 		GoVersion:       runtime.Version(),
@@ -377,7 +387,7 @@ func (h *harness) rounds(ctx context.Context, targets []*target) error {
 			for i := range targets {
 				t := targets[(i+round-1)%len(targets)]
 				p, err := h.phase(ctx, t, phaseSpec{
-					addr: t.addr, conns: o.Conns, duration: o.Duration, rate: m.rate, grace: 5 * time.Second,
+					addr: t.addr, header: t.header, conns: o.Conns, duration: o.Duration, rate: m.rate, grace: 5 * time.Second,
 				})
 				if err != nil {
 					return fmt.Errorf("round %d, %s, %s: %w", round, t.name, m.name, err)

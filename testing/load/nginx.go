@@ -70,7 +70,7 @@ func (h *harness) startNginx(ctx context.Context) (*target, error) {
 		func(addr string) []string {
 			writeErr = os.WriteFile(conf, fmt.Appendf(nil, nginxConfig, dir, h.backendAddr, addr), 0o644)
 			return []string{"-c", conf}
-		}, benchPath)
+		}, benchPath, "")
 	if writeErr != nil {
 		return nil, writeErr
 	}

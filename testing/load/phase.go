@@ -9,7 +9,7 @@ import (
 
 // warm runs t at full load for Options.Warmup, unmeasured.
 func (h *harness) warm(ctx context.Context, t *target) error {
-	g, err := newGenerator(ctx, phaseSpec{addr: t.addr, conns: h.opts.Conns, duration: h.opts.Warmup, grace: 5 * time.Second})
+	g, err := newGenerator(ctx, phaseSpec{addr: t.addr, header: t.header, conns: h.opts.Conns, duration: h.opts.Warmup, grace: 5 * time.Second})
 	if err != nil {
 		return fmt.Errorf("warming up %s: %w", t.name, err)
 	}

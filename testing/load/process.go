@@ -144,7 +144,7 @@ func (h *harness) start(ctx context.Context, s startSpec) (*process, string, err
 // startListening starts a program that is told which port to bind (the
 // gateway, nginx): it picks a free port, starts, and waits until GET path
 // answers 200. A port taken between the pick and the bind is retried.
-func (h *harness) startListening(ctx context.Context, s startSpec, args func(addr string) []string, path string) (*process, string, error) {
+func (h *harness) startListening(ctx context.Context, s startSpec, args func(addr string) []string, path, header string) (*process, string, error) {
 	base := s.argv
 	var lastErr error
 	for range 5 {
@@ -157,7 +157,7 @@ func (h *harness) startListening(ctx context.Context, s startSpec, args func(add
 		if err != nil {
 			return nil, "", err
 		}
-		err = waitReady(ctx, p, addr, path)
+		err = waitReady(ctx, p, addr, path, header)
 		if err == nil {
 			return p, addr, nil
 		}
@@ -182,7 +182,9 @@ func freeAddr() (string, error) {
 
 // waitReady polls GET path on addr until it answers 200, the process exits
 // or 30 seconds pass.
-func waitReady(ctx context.Context, p *process, addr, path string) error {
+// waitReady polls GET path on addr (with the extra header lines, "Name:
+// value\r\n" each) until it answers 200, p dies, or 30 s pass.
+func waitReady(ctx context.Context, p *process, addr, path, header string) error {
 	client := &http.Client{
 		Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil},
 		Timeout:   time.Second,
@@ -197,6 +199,11 @@ func waitReady(ctx context.Context, p *process, addr, path string) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
 		if err != nil {
 			return err
+		}
+		for _, line := range strings.Split(strings.TrimSpace(header), "\r\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok {
+				req.Header.Set(strings.TrimSpace(k), strings.TrimSpace(v))
+			}
 		}
 		resp, err := client.Do(req)
 		if err == nil {

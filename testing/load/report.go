@@ -102,6 +102,14 @@ type Ratios struct {
 	// GatewayOverNginxP50 is gateway p50 − nginx p50 at the fixed rate
 	// (target ≤ 25 µs), when nginx ran.
 	GatewayOverNginxP50 *float64 `json:"gateway_minus_nginx_p50_us,omitempty"`
+	// AuthCPUPerRequest is gateway-auth ÷ gateway CPU per request at full
+	// load and at the fixed rate: what API key checks cost, when it ran.
+	AuthCPUPerRequestFull float64 `json:"auth_over_gateway_cpu_per_request_full,omitempty"`
+	AuthCPUPerRequestRate float64 `json:"auth_over_gateway_cpu_per_request_rate,omitempty"`
+	// AuthRPSFull is gateway-auth ÷ gateway requests per second at full
+	// load, and AuthOverDirectRPSFull gateway-auth ÷ direct.
+	AuthRPSFull           float64 `json:"auth_over_gateway_rps_full,omitempty"`
+	AuthOverDirectRPSFull float64 `json:"auth_over_direct_rps_full,omitempty"`
 }
 
 // AddedLatency is a proxy's latency minus the direct target's.
@@ -137,6 +145,7 @@ type Config struct {
 	Conns           int      `json:"conns"`
 	Rate            int      `json:"rate"`
 	Routes          int      `json:"routes"`
+	AuthKeys        int      `json:"auth_keys"`
 	Targets         []string `json:"targets"`
 	BaselineBufPool bool     `json:"baseline_buffer_pool"`
 	Started         string   `json:"started"`
@@ -232,6 +241,19 @@ func (r *Report) summarise(targets, modes []string) {
 				r.Ratios.Added[t] = AddedLatency{P50: p.Latency.P50 - d.Latency.P50, P99: p.Latency.P99 - d.Latency.P99}
 			}
 		}
+	}
+	af, ar := r.median("gateway-auth", full), r.median("gateway-auth", rate)
+	if af != nil && gf != nil {
+		r.Ratios.AuthCPUPerRequestFull = ratio(af.ProxyCPUPerRequest, gf.ProxyCPUPerRequest)
+		r.Ratios.AuthRPSFull = ratio(af.RPS, gf.RPS)
+	}
+	if af != nil {
+		if df := r.median("direct", full); df != nil {
+			r.Ratios.AuthOverDirectRPSFull = ratio(af.RPS, df.RPS)
+		}
+	}
+	if ar != nil && gr != nil {
+		r.Ratios.AuthCPUPerRequestRate = ratio(ar.ProxyCPUPerRequest, gr.ProxyCPUPerRequest)
 	}
 	if n := r.median("nginx", rate); n != nil && gr != nil {
 		gap := gr.Latency.P50 - n.Latency.P50
@@ -332,6 +354,10 @@ func (r *Report) WriteText(w io.Writer) error {
 			}
 		}
 		fmt.Fprintf(&b, "added latency at %s (vs direct): %s (targets: gateway p50 < +0.30 ms, p99 < +2 ms)\n", rateMode, strings.Join(parts, "; "))
+	}
+	if ra.AuthCPUPerRequestFull > 0 {
+		fmt.Fprintf(&b, "API key auth (%d keys): gateway-auth/gateway CPU per request %.2f at full load, %.2f at %d req/s; req/s at full load %.2f× the gateway's, %.2f× direct\n",
+			c.AuthKeys, ra.AuthCPUPerRequestFull, ra.AuthCPUPerRequestRate, c.Rate, ra.AuthRPSFull, ra.AuthOverDirectRPSFull)
 	}
 	if ra.GatewayOverNginxP50 != nil {
 		fmt.Fprintf(&b, "gateway p50 − nginx p50 at %s: %s (target ≤ +25µs)\n", rateMode, fmtDelta(*ra.GatewayOverNginxP50))

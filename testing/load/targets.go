@@ -10,9 +10,10 @@ import (
 // target is something the load generator sends requests to; proc is nil
 // for the backend itself ("direct").
 type target struct {
-	name string
-	addr string
-	proc *process
+	name   string
+	addr   string
+	header string // extra request header lines the load sends
+	proc   *process
 }
 
 // startTargets starts the backend and the proxies in front of it.
@@ -30,8 +31,14 @@ func (h *harness) startTargets(ctx context.Context) ([]*target, error) {
 	if err := writeGatewayConfig(h.config, h.backendAddr, h.opts.Routes); err != nil {
 		return nil, err
 	}
+	if h.opts.AuthKeys >= 0 {
+		h.authConfig = filepath.Join(h.dir, "portico-auth.json")
+		if h.authKey, err = writeAuthGatewayConfig(h.authConfig, h.backendAddr, h.opts.Routes, h.opts.AuthKeys); err != nil {
+			return nil, err
+		}
+	}
 	targets := []*target{{name: "direct", addr: h.backendAddr}}
-	for _, start := range []func(context.Context) (*target, error){h.startBaseline, h.startGateway, h.startNginx} {
+	for _, start := range []func(context.Context) (*target, error){h.startBaseline, h.startGateway, h.startAuthGateway, h.startNginx} {
 		t, err := start(ctx)
 		if err != nil {
 			return nil, err
@@ -66,24 +73,38 @@ func (h *harness) startBaseline(ctx context.Context) (*target, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := waitReady(ctx, p, addr, benchPath); err != nil {
+	if err := waitReady(ctx, p, addr, benchPath, ""); err != nil {
 		return nil, err
 	}
 	return &target{name: "baseline", addr: addr, proc: p}, nil
 }
 
 func (h *harness) startGateway(ctx context.Context) (*target, error) {
-	spec := startSpec{name: "gateway", core: proxyCPU, env: h.env(), argv: []string{
-		h.gateway, "gateway", "-config", h.config, "-log-level", "warn",
+	return h.startPortico(ctx, "gateway", h.config, "")
+}
+
+// startAuthGateway starts the gateway-auth target: the same routes, an
+// API key table of Options.AuthKeys keys, and a bench route that requires
+// one.
+func (h *harness) startAuthGateway(ctx context.Context) (*target, error) {
+	if h.authConfig == "" {
+		return nil, nil
+	}
+	return h.startPortico(ctx, "gateway-auth", h.authConfig, "X-Api-Key: "+h.authKey+"\r\n")
+}
+
+func (h *harness) startPortico(ctx context.Context, name, config, header string) (*target, error) {
+	spec := startSpec{name: name, core: proxyCPU, env: h.env(), argv: []string{
+		h.gateway, "gateway", "-config", config, "-log-level", "warn",
 		"-read-header-timeout", h.opts.ReadHeaderTimeout.String(),
 	}}
 	start := time.Now()
 	p, addr, err := h.startListening(ctx, spec, func(addr string) []string {
 		return []string{"-listen", "public=" + addr}
-	}, benchPath)
+	}, benchPath, header)
 	if err != nil {
 		return nil, err
 	}
-	h.logf("gateway ready on %s in %.2fs (%d routes)", addr, time.Since(start).Seconds(), h.opts.Routes+1)
-	return &target{name: "gateway", addr: addr, proc: p}, nil
+	h.logf("%s ready on %s in %.2fs (%d routes)", name, addr, time.Since(start).Seconds(), h.opts.Routes+1)
+	return &target{name: name, addr: addr, header: header, proc: p}, nil
 }

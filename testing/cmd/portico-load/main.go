@@ -36,6 +36,7 @@ func run() error {
 	flag.IntVar(&o.Conns, "conns", 64, "keep-alive client connections")
 	flag.IntVar(&o.Rate, "rate", 5000, "open-loop requests per second")
 	flag.IntVar(&o.Routes, "routes", 5000, "generated gateway routes besides the bench route")
+	flag.IntVar(&o.AuthKeys, "auth-keys", 100000, "API keys in the gateway-auth target's table (negative: skip that target)")
 	flag.IntVar(&o.IdleConns, "idle-conns", 10000, "idle connections opened to each proxy (negative: skip)")
 	flag.IntVar(&o.SlowClients, "slow-clients", 500, "clients trickling their request head (negative: skip)")
 	flag.IntVar(&o.SlowRate, "slow-rate", 1000, "normal req/s while the slow clients run")
