@@ -96,6 +96,34 @@ type authCase struct {
 	code   string // problem error code when not 2xx
 }
 
+// send sends tc's request to the gateway at base and checks its status. It
+// returns the response when tc expects a problem; otherwise it drains the
+// body and returns nil.
+func (tc authCase) send(t *testing.T, client *http.Client, base string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(tc.method, base+tc.url, strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for h, v := range tc.header {
+		req.Header.Set(h, v)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != tc.status {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t.Fatalf("status %d %s, want %d", resp.StatusCode, b, tc.status)
+	}
+	if tc.code == "" {
+		gatewaytest.Drain(resp)
+		return nil
+	}
+	return resp
+}
+
 func TestAPIKeyAuthentication(t *testing.T) {
 	t.Parallel()
 	d := gatewaytest.Demo(t)
@@ -129,21 +157,8 @@ func TestAPIKeyAuthentication(t *testing.T) {
 		{"public route", "GET", "/public/healthz", nil, 404, ""}, // reaches the backend, which has no /public
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			req, _ := http.NewRequest(tc.method, g.URL()+tc.url, strings.NewReader("{}"))
-			for h, v := range tc.header {
-				req.Header.Set(h, v)
-			}
-			resp, err := client.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if resp.StatusCode != tc.status {
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				t.Fatalf("status %d %s, want %d", resp.StatusCode, b, tc.status)
-			}
-			if tc.code == "" {
-				gatewaytest.Drain(resp)
+			resp := tc.send(t, client, g.URL())
+			if resp == nil {
 				return
 			}
 			challenge := resp.Header.Get("Www-Authenticate")
@@ -253,21 +268,8 @@ func TestTokenAuthentication(t *testing.T) {
 		{"garbage", "GET", "/inventory/v1/items", bearer("not.a.token"), 401, "unauthenticated"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			req, _ := http.NewRequest(tc.method, g.URL()+tc.url, strings.NewReader("{}"))
-			for h, v := range tc.header {
-				req.Header.Set(h, v)
-			}
-			resp, err := client.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if resp.StatusCode != tc.status {
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				t.Fatalf("status %d %s, want %d", resp.StatusCode, b, tc.status)
-			}
-			if tc.code == "" {
-				gatewaytest.Drain(resp)
+			resp := tc.send(t, client, g.URL())
+			if resp == nil {
 				return
 			}
 			if p := readProblem(t, resp); p.Error != tc.code {

@@ -3,6 +3,8 @@ package router
 import (
 	"reflect"
 	"testing"
+
+	"github.com/portico-gw/portico/testing/gclayout"
 )
 
 // TestCoreIsFlat keeps the compiled table out of the garbage collector's way: apart
@@ -21,29 +23,10 @@ func TestCoreIsFlat(t *testing.T) {
 		if ft.Kind() == reflect.Slice {
 			what, ft = "element of field", ft.Elem()
 		}
-		if hasPointers(ft) {
+		if gclayout.HasPointers(ft) {
 			t.Errorf("core: %s %s (%v) holds pointers", what, f.Name, ft)
 		}
 	}
-}
-
-func hasPointers(t reflect.Type) bool {
-	switch t.Kind() {
-	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
-		reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128:
-		return false
-	case reflect.Array:
-		return t.Len() > 0 && hasPointers(t.Elem())
-	case reflect.Struct:
-		for i := range t.NumField() {
-			if hasPointers(t.Field(i).Type) {
-				return true
-			}
-		}
-		return false
-	}
-	return true
 }
 
 // TestHashKeyAvalanche checks that flipping any bit of a key, or of its parent

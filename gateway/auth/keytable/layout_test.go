@@ -6,35 +6,15 @@ import (
 	"testing"
 
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	"github.com/portico-gw/portico/testing/gclayout"
 )
-
-// hasPointers reports whether values of t hold pointers the garbage
-// collector must follow.
-func hasPointers(t reflect.Type) bool {
-	switch t.Kind() {
-	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
-		reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128:
-		return false
-	case reflect.Array:
-		return t.Len() > 0 && hasPointers(t.Elem())
-	case reflect.Struct:
-		for i := range t.NumField() {
-			if hasPointers(t.Field(i).Type) {
-				return true
-			}
-		}
-		return false
-	}
-	return true
-}
 
 // TestPointerFree keeps the table invisible to the garbage collector: a
 // slot holds no pointer, and the Table only points at blocks of pointer-free
 // values (slices of them, or string bytes).
 func TestPointerFree(t *testing.T) {
 	t.Parallel()
-	if hasPointers(reflect.TypeFor[slot]()) {
+	if gclayout.HasPointers(reflect.TypeFor[slot]()) {
 		t.Errorf("slot holds pointers; every key would cost the collector work")
 	}
 	tt := reflect.TypeFor[Table]()
@@ -43,19 +23,19 @@ func TestPointerFree(t *testing.T) {
 		switch f.Type.Kind() {
 		case reflect.String:
 		case reflect.Slice:
-			if hasPointers(f.Type.Elem()) {
+			if gclayout.HasPointers(f.Type.Elem()) {
 				t.Errorf("Table.%s is a %v whose elements hold pointers", f.Name, f.Type)
 			}
 		default:
-			if hasPointers(f.Type) {
+			if gclayout.HasPointers(f.Type) {
 				t.Errorf("Table.%s is a %v, which holds pointers", f.Name, f.Type)
 			}
 		}
 	}
 	// hasPointers itself must be able to say yes.
 	for _, typ := range []reflect.Type{reflect.TypeFor[string](), reflect.TypeFor[Record](), reflect.TypeFor[[2]*int](), reflect.TypeFor[[]byte]()} {
-		if !hasPointers(typ) {
-			t.Errorf("hasPointers(%v) = false, want true", typ)
+		if !gclayout.HasPointers(typ) {
+			t.Errorf("gclayout.HasPointers(%v) = false, want true", typ)
 		}
 	}
 }
