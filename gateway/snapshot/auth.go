@@ -93,9 +93,13 @@ func compileCatalog(cfg *configv1.Snapshot, s *Snapshot, errs *Error) *catalog {
 		iss[is.GetIssuer()] = true
 	}
 	s.plans = make(map[string]map[string]bool, len(cfg.GetPlans()))
+	s.planLimits = make(map[string][]*RateLimit, len(cfg.GetPlans()))
 	for i, p := range cfg.GetPlans() {
 		if !unique(c.plans, "plan", i, p.GetName()) {
 			continue
+		}
+		if l := compileLimits(fmt.Sprintf("plans[%d].rate_limits", i), "plan/"+p.GetName()+"/", p.GetRateLimits(), errs); l != nil {
+			s.planLimits[p.GetName()] = l
 		}
 		products := make(map[string]bool, len(p.GetProducts()))
 		for j, prod := range p.GetProducts() {

@@ -65,6 +65,7 @@ func Compile(cfg *configv1.Snapshot) (*Snapshot, error) {
 	}
 
 	cat := compileCatalog(cfg, s, errs)
+	compileRateLimiting(cfg, s)
 
 	pools := map[string]bool{}
 	s.Routes = make([]Route, len(cfg.GetRoutes()))
@@ -80,6 +81,8 @@ func Compile(cfg *configv1.Snapshot) (*Snapshot, error) {
 			MaxRequestBytes: DefaultMaxRequestBytes,
 			Priority:        rc.GetPriority(),
 			Auth:            cat.compileRouteAuth(i, rc, errs),
+			RateLimits:      compileRouteLimits(i, rc, errs),
+			RateLimitClass:  rc.GetRateLimitClass(),
 		}
 		if rc.GetTimeout() != nil {
 			r.Timeout = rc.GetTimeout().AsDuration()

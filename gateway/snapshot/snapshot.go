@@ -47,8 +47,13 @@ type Snapshot struct {
 	// ClusterNames lists the clusters, in source order.
 	ClusterNames []string
 
-	// plans maps each plan to the products it includes.
-	plans map[string]map[string]bool
+	// RateLimiting is the fleet-wide rate limit settings.
+	RateLimiting RateLimiting
+
+	// plans maps each plan to the products it includes; planLimits to its
+	// rate limits.
+	plans      map[string]map[string]bool
+	planLimits map[string][]*RateLimit
 
 	// source is the deterministic encoding of the config with sha256 empty:
 	// the bytes SHA256 digests.
@@ -72,6 +77,10 @@ type Route struct {
 	Priority        configv1.Priority
 	// Auth is never nil.
 	Auth *RouteAuth
+	// RateLimits are the route's own limits, on top of the caller's plan.
+	RateLimits []*RateLimit
+	// RateLimitClass selects the plan limits of scope CLASS that apply.
+	RateLimitClass string
 }
 
 // Source decodes the config the snapshot was compiled from, sha256 included.

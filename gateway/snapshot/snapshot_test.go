@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -266,6 +267,102 @@ func TestCompileRejectsAuth(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := withAuth()
+			tt.edit(cfg)
+			_, err := snapshot.Compile(cfg)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Compile = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func withLimits() *configv1.Snapshot {
+	cfg := withAuth()
+	cfg.Plans[0].RateLimits = []*configv1.RateLimit{
+		{Name: "default", Scope: configv1.RateLimitScope_RATE_LIMIT_SCOPE_CALLER, Rate: 20, Burst: 40},
+		{Name: "app", Scope: configv1.RateLimitScope_RATE_LIMIT_SCOPE_APP, Rate: 2.5},
+		{Name: "writes", Scope: configv1.RateLimitScope_RATE_LIMIT_SCOPE_CLASS, Class: "write", Rate: 5,
+			OnError: configv1.RateLimitOnError_RATE_LIMIT_ON_ERROR_CLOSED, StaleAfter: durationpb.New(2 * time.Second)},
+	}
+	cfg.Routes[1].RateLimits = []*configv1.RateLimit{{Name: "route", Scope: configv1.RateLimitScope_RATE_LIMIT_SCOPE_CALLER, Rate: 1}}
+	cfg.Routes[1].RateLimitClass = "write"
+	cfg.RateLimiting = &configv1.RateLimiting{ExpectedNodes: 3, SyncInterval: durationpb.New(time.Second)}
+	return cfg
+}
+
+func TestCompileRateLimits(t *testing.T) {
+	t.Parallel()
+	s, err := snapshot.Compile(withLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.PlanLimits("free")
+	want := []snapshot.RateLimit{
+		{ID: "plan/free/default", Name: "default", Scope: configv1.RateLimitScope_RATE_LIMIT_SCOPE_CALLER, Rate: 20, Burst: 40, StaleAfter: snapshot.DefaultStaleAfter},
+		{ID: "plan/free/app", Name: "app", Scope: configv1.RateLimitScope_RATE_LIMIT_SCOPE_APP, Rate: 2.5, Burst: 3, StaleAfter: snapshot.DefaultStaleAfter},
+		{ID: "plan/free/writes", Name: "writes", Scope: configv1.RateLimitScope_RATE_LIMIT_SCOPE_CLASS, Class: "write", Rate: 5, Burst: 5, FailClosed: true, StaleAfter: 2 * time.Second},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("PlanLimits(free) = %d limits, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if *got[i] != want[i] {
+			t.Errorf("PlanLimits(free)[%d] = %+v, want %+v", i, *got[i], want[i])
+		}
+	}
+	if s.PlanLimits("pro") != nil || s.PlanLimits("nope") != nil {
+		t.Error("a plan without limits has limits")
+	}
+	r := s.Routes[1]
+	if len(r.RateLimits) != 1 || r.RateLimits[0].ID != "route/orders-get/route" || r.RateLimits[0].Burst != 1 || r.RateLimitClass != "write" {
+		t.Errorf("route limits = %+v, class %q", r.RateLimits, r.RateLimitClass)
+	}
+	rl := s.RateLimiting
+	if rl.ExpectedNodes != 3 || rl.SyncInterval != time.Second || rl.RedisTimeout != snapshot.DefaultRedisTimeout {
+		t.Errorf("RateLimiting = %+v", rl)
+	}
+	if a := rl.Anonymous; a == nil || a.Rate != snapshot.DefaultAnonymousRate || a.Burst != snapshot.DefaultAnonymousBurst || a.ID != "anonymous" {
+		t.Errorf("default anonymous limit = %+v", a)
+	}
+
+	cfg := withLimits()
+	cfg.RateLimiting.Anonymous = &configv1.AnonymousLimit{Disabled: true}
+	if s, err := snapshot.Compile(cfg); err != nil || s.RateLimiting.Anonymous != nil {
+		t.Errorf("disabled anonymous limit: %v, %+v", err, s.RateLimiting.Anonymous)
+	}
+	cfg.RateLimiting.Anonymous = &configv1.AnonymousLimit{Rate: 1.5}
+	if s, err := snapshot.Compile(cfg); err != nil || s.RateLimiting.Anonymous.Rate != 1.5 || s.RateLimiting.Anonymous.Burst != 2 {
+		t.Errorf("anonymous limit 1.5/s: %v, %+v", err, s.RateLimiting.Anonymous)
+	}
+	if s, err := snapshot.Compile(valid()); err != nil || s.RateLimiting.ExpectedNodes != 1 || s.RateLimiting.SyncInterval != snapshot.DefaultSyncInterval {
+		t.Errorf("defaults: %v, %+v", err, s.RateLimiting)
+	}
+}
+
+func TestCompileRejectsRateLimits(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		edit func(*configv1.Snapshot)
+		want string
+	}{
+		{"duplicate name", func(c *configv1.Snapshot) { c.Plans[0].RateLimits[1].Name = "default" }, `plans[0].rate_limits[1].name: duplicate rate limit name "default"`},
+		{"class without class scope", func(c *configv1.Snapshot) { c.Plans[0].RateLimits[0].Class = "write" }, "class is set exactly when scope is RATE_LIMIT_SCOPE_CLASS"},
+		{"class scope without class", func(c *configv1.Snapshot) { c.Plans[0].RateLimits[2].Class = "" }, "class is set exactly when scope is RATE_LIMIT_SCOPE_CLASS"},
+		{"no scope", func(c *configv1.Snapshot) { c.Plans[0].RateLimits[0].Scope = 0 }, "plans[0].rate_limits[0].scope"},
+		{"zero rate", func(c *configv1.Snapshot) { c.Plans[0].RateLimits[0].Rate = 0 }, "plans[0].rate_limits[0].rate"},
+		{"class limit on a route", func(c *configv1.Snapshot) {
+			c.Routes[1].RateLimits[0].Scope = configv1.RateLimitScope_RATE_LIMIT_SCOPE_CLASS
+			c.Routes[1].RateLimits[0].Class = "write"
+		}, `routes[1].rate_limits[0].scope: route "orders-get": a route's own limit is per caller or per app`},
+		{"limit on a public route", func(c *configv1.Snapshot) {
+			c.Routes[2].RateLimits = []*configv1.RateLimit{{Name: "x", Scope: configv1.RateLimitScope_RATE_LIMIT_SCOPE_CALLER, Rate: 1}}
+		}, "it has no caller to limit"},
+		{"sync interval too short", func(c *configv1.Snapshot) { c.RateLimiting.SyncInterval = durationpb.New(time.Millisecond) }, "rate_limiting.sync_interval"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := withLimits()
 			tt.edit(cfg)
 			_, err := snapshot.Compile(cfg)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -24,6 +24,117 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// RateLimitScope is what one bucket of a limit counts.
+type RateLimitScope int32
+
+const (
+	RateLimitScope_RATE_LIMIT_SCOPE_UNSPECIFIED RateLimitScope = 0
+	// One bucket per caller: per API key; per (subject, client) for access
+	// tokens.
+	RateLimitScope_RATE_LIMIT_SCOPE_CALLER RateLimitScope = 1
+	// One bucket per app (an API key's app id, a token's client id) across
+	// all its keys and users.
+	RateLimitScope_RATE_LIMIT_SCOPE_APP RateLimitScope = 2
+	// One bucket per caller for the routes of one class.
+	RateLimitScope_RATE_LIMIT_SCOPE_CLASS RateLimitScope = 3
+)
+
+// Enum value maps for RateLimitScope.
+var (
+	RateLimitScope_name = map[int32]string{
+		0: "RATE_LIMIT_SCOPE_UNSPECIFIED",
+		1: "RATE_LIMIT_SCOPE_CALLER",
+		2: "RATE_LIMIT_SCOPE_APP",
+		3: "RATE_LIMIT_SCOPE_CLASS",
+	}
+	RateLimitScope_value = map[string]int32{
+		"RATE_LIMIT_SCOPE_UNSPECIFIED": 0,
+		"RATE_LIMIT_SCOPE_CALLER":      1,
+		"RATE_LIMIT_SCOPE_APP":         2,
+		"RATE_LIMIT_SCOPE_CLASS":       3,
+	}
+)
+
+func (x RateLimitScope) Enum() *RateLimitScope {
+	p := new(RateLimitScope)
+	*p = x
+	return p
+}
+
+func (x RateLimitScope) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RateLimitScope) Descriptor() protoreflect.EnumDescriptor {
+	return file_portico_config_v1_config_proto_enumTypes[0].Descriptor()
+}
+
+func (RateLimitScope) Type() protoreflect.EnumType {
+	return &file_portico_config_v1_config_proto_enumTypes[0]
+}
+
+func (x RateLimitScope) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RateLimitScope.Descriptor instead.
+func (RateLimitScope) EnumDescriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{0}
+}
+
+// RateLimitOnError is what a node does when its shares are stale.
+type RateLimitOnError int32
+
+const (
+	// UNSPECIFIED is OPEN.
+	RateLimitOnError_RATE_LIMIT_ON_ERROR_UNSPECIFIED RateLimitOnError = 0
+	// OPEN keeps enforcing the node's last share of the limit.
+	RateLimitOnError_RATE_LIMIT_ON_ERROR_OPEN RateLimitOnError = 1
+	// CLOSED refuses calls while the share is older than stale_after.
+	RateLimitOnError_RATE_LIMIT_ON_ERROR_CLOSED RateLimitOnError = 2
+)
+
+// Enum value maps for RateLimitOnError.
+var (
+	RateLimitOnError_name = map[int32]string{
+		0: "RATE_LIMIT_ON_ERROR_UNSPECIFIED",
+		1: "RATE_LIMIT_ON_ERROR_OPEN",
+		2: "RATE_LIMIT_ON_ERROR_CLOSED",
+	}
+	RateLimitOnError_value = map[string]int32{
+		"RATE_LIMIT_ON_ERROR_UNSPECIFIED": 0,
+		"RATE_LIMIT_ON_ERROR_OPEN":        1,
+		"RATE_LIMIT_ON_ERROR_CLOSED":      2,
+	}
+)
+
+func (x RateLimitOnError) Enum() *RateLimitOnError {
+	p := new(RateLimitOnError)
+	*p = x
+	return p
+}
+
+func (x RateLimitOnError) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RateLimitOnError) Descriptor() protoreflect.EnumDescriptor {
+	return file_portico_config_v1_config_proto_enumTypes[1].Descriptor()
+}
+
+func (RateLimitOnError) Type() protoreflect.EnumType {
+	return &file_portico_config_v1_config_proto_enumTypes[1]
+}
+
+func (x RateLimitOnError) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RateLimitOnError.Descriptor instead.
+func (RateLimitOnError) EnumDescriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{1}
+}
+
 type KeyStatus int32
 
 const (
@@ -57,11 +168,11 @@ func (x KeyStatus) String() string {
 }
 
 func (KeyStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_portico_config_v1_config_proto_enumTypes[0].Descriptor()
+	return file_portico_config_v1_config_proto_enumTypes[2].Descriptor()
 }
 
 func (KeyStatus) Type() protoreflect.EnumType {
-	return &file_portico_config_v1_config_proto_enumTypes[0]
+	return &file_portico_config_v1_config_proto_enumTypes[2]
 }
 
 func (x KeyStatus) Number() protoreflect.EnumNumber {
@@ -70,7 +181,7 @@ func (x KeyStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use KeyStatus.Descriptor instead.
 func (KeyStatus) EnumDescriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{0}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{2}
 }
 
 type JWTAlgorithm int32
@@ -115,11 +226,11 @@ func (x JWTAlgorithm) String() string {
 }
 
 func (JWTAlgorithm) Descriptor() protoreflect.EnumDescriptor {
-	return file_portico_config_v1_config_proto_enumTypes[1].Descriptor()
+	return file_portico_config_v1_config_proto_enumTypes[3].Descriptor()
 }
 
 func (JWTAlgorithm) Type() protoreflect.EnumType {
-	return &file_portico_config_v1_config_proto_enumTypes[1]
+	return &file_portico_config_v1_config_proto_enumTypes[3]
 }
 
 func (x JWTAlgorithm) Number() protoreflect.EnumNumber {
@@ -128,7 +239,7 @@ func (x JWTAlgorithm) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use JWTAlgorithm.Descriptor instead.
 func (JWTAlgorithm) EnumDescriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{1}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{3}
 }
 
 // Priority classes, from the first shed to the last.
@@ -171,11 +282,11 @@ func (x Priority) String() string {
 }
 
 func (Priority) Descriptor() protoreflect.EnumDescriptor {
-	return file_portico_config_v1_config_proto_enumTypes[2].Descriptor()
+	return file_portico_config_v1_config_proto_enumTypes[4].Descriptor()
 }
 
 func (Priority) Type() protoreflect.EnumType {
-	return &file_portico_config_v1_config_proto_enumTypes[2]
+	return &file_portico_config_v1_config_proto_enumTypes[4]
 }
 
 func (x Priority) Number() protoreflect.EnumNumber {
@@ -184,7 +295,7 @@ func (x Priority) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Priority.Descriptor instead.
 func (Priority) EnumDescriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{2}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{4}
 }
 
 // Protocol spoken to a cluster's endpoints.
@@ -232,11 +343,11 @@ func (x Protocol) String() string {
 }
 
 func (Protocol) Descriptor() protoreflect.EnumDescriptor {
-	return file_portico_config_v1_config_proto_enumTypes[3].Descriptor()
+	return file_portico_config_v1_config_proto_enumTypes[5].Descriptor()
 }
 
 func (Protocol) Type() protoreflect.EnumType {
-	return &file_portico_config_v1_config_proto_enumTypes[3]
+	return &file_portico_config_v1_config_proto_enumTypes[5]
 }
 
 func (x Protocol) Number() protoreflect.EnumNumber {
@@ -245,7 +356,7 @@ func (x Protocol) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Protocol.Descriptor instead.
 func (Protocol) EnumDescriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{3}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{5}
 }
 
 // Snapshot is everything a gateway node needs to serve traffic. The control
@@ -278,7 +389,10 @@ type Snapshot struct {
 	// the gateway accepts.
 	Issuers []*Issuer `protobuf:"bytes,14,rep,name=issuers,proto3" json:"issuers,omitempty"`
 	// Scopes are the OAuth scopes routes may require.
-	Scopes        []*Scope `protobuf:"bytes,17,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	Scopes []*Scope `protobuf:"bytes,17,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	// RateLimiting holds the fleet-wide rate limit settings; the limits
+	// themselves are on plans and routes.
+	RateLimiting  *RateLimiting `protobuf:"bytes,18,opt,name=rate_limiting,json=rateLimiting,proto3" json:"rate_limiting,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -383,6 +497,13 @@ func (x *Snapshot) GetScopes() []*Scope {
 	return nil
 }
 
+func (x *Snapshot) GetRateLimiting() *RateLimiting {
+	if x != nil {
+		return x.RateLimiting
+	}
+	return nil
+}
+
 // Product is an API product: a named set of routes sold together.
 type Product struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -436,11 +557,15 @@ func (x *Product) GetDescription() string {
 	return ""
 }
 
-// Plan is what a caller subscribes to: the products it may call.
+// Plan is what a caller subscribes to: the products it may call and the
+// rate limits every caller on it gets.
 type Plan struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Products      []string               `protobuf:"bytes,2,rep,name=products,proto3" json:"products,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Products []string               `protobuf:"bytes,2,rep,name=products,proto3" json:"products,omitempty"`
+	// RateLimits apply to every call of a caller on this plan (those of
+	// scope CLASS only on routes of their class). Names are unique in a plan.
+	RateLimits    []*RateLimit `protobuf:"bytes,3,rep,name=rate_limits,json=rateLimits,proto3" json:"rate_limits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -489,6 +614,260 @@ func (x *Plan) GetProducts() []string {
 	return nil
 }
 
+func (x *Plan) GetRateLimits() []*RateLimit {
+	if x != nil {
+		return x.RateLimits
+	}
+	return nil
+}
+
+// RateLimit is one token bucket: a rate per second with a burst, counted
+// over the whole fleet (each node enforces its share, synced through Redis).
+type RateLimit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name is the policy name in the RateLimit-Policy and RateLimit headers.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Scope is what one bucket counts.
+	Scope RateLimitScope `protobuf:"varint,2,opt,name=scope,proto3,enum=portico.config.v1.RateLimitScope" json:"scope,omitempty"`
+	// Rate is the tokens per second the bucket refills with.
+	Rate float64 `protobuf:"fixed64,3,opt,name=rate,proto3" json:"rate,omitempty"`
+	// Burst is the bucket's size: how many calls may come at once. Zero means
+	// the rate rounded up (at least 1).
+	Burst uint32 `protobuf:"varint,4,opt,name=burst,proto3" json:"burst,omitempty"`
+	// Class names the routes a CLASS-scoped limit applies to (those whose
+	// rate_limit_class is this), such as "write".
+	Class string `protobuf:"bytes,5,opt,name=class,proto3" json:"class,omitempty"`
+	// OnError is what a node does when it has not synced with Redis for
+	// stale_after: OPEN (the default) keeps enforcing its last share; CLOSED
+	// refuses calls until it syncs again.
+	OnError RateLimitOnError `protobuf:"varint,6,opt,name=on_error,json=onError,proto3,enum=portico.config.v1.RateLimitOnError" json:"on_error,omitempty"`
+	// StaleAfter is how old a node's share may get before CLOSED refuses; 5 s
+	// when unset.
+	StaleAfter    *durationpb.Duration `protobuf:"bytes,7,opt,name=stale_after,json=staleAfter,proto3" json:"stale_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RateLimit) Reset() {
+	*x = RateLimit{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RateLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RateLimit) ProtoMessage() {}
+
+func (x *RateLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RateLimit.ProtoReflect.Descriptor instead.
+func (*RateLimit) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RateLimit) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RateLimit) GetScope() RateLimitScope {
+	if x != nil {
+		return x.Scope
+	}
+	return RateLimitScope_RATE_LIMIT_SCOPE_UNSPECIFIED
+}
+
+func (x *RateLimit) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *RateLimit) GetBurst() uint32 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *RateLimit) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *RateLimit) GetOnError() RateLimitOnError {
+	if x != nil {
+		return x.OnError
+	}
+	return RateLimitOnError_RATE_LIMIT_ON_ERROR_UNSPECIFIED
+}
+
+func (x *RateLimit) GetStaleAfter() *durationpb.Duration {
+	if x != nil {
+		return x.StaleAfter
+	}
+	return nil
+}
+
+// RateLimiting is the fleet-wide rate limit settings.
+type RateLimiting struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Anonymous is the bucket per client IP on public routes, enforced by
+	// each node alone, so that unauthenticated traffic cannot spend a real
+	// caller's limit. Unset: 10 per second, burst 20.
+	Anonymous *AnonymousLimit `protobuf:"bytes,1,opt,name=anonymous,proto3" json:"anonymous,omitempty"`
+	// ExpectedNodes is how many nodes share the global limits: a node that
+	// has no share from Redis yet (cold start, Redis down from the start)
+	// enforces limit / expected_nodes. Default 1.
+	ExpectedNodes uint32 `protobuf:"varint,2,opt,name=expected_nodes,json=expectedNodes,proto3" json:"expected_nodes,omitempty"`
+	// SyncInterval is how often each node syncs its shares with Redis; 500 ms
+	// when unset.
+	SyncInterval *durationpb.Duration `protobuf:"bytes,3,opt,name=sync_interval,json=syncInterval,proto3" json:"sync_interval,omitempty"`
+	// RedisTimeout bounds one sync round trip; 50 ms when unset.
+	RedisTimeout  *durationpb.Duration `protobuf:"bytes,4,opt,name=redis_timeout,json=redisTimeout,proto3" json:"redis_timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RateLimiting) Reset() {
+	*x = RateLimiting{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RateLimiting) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RateLimiting) ProtoMessage() {}
+
+func (x *RateLimiting) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RateLimiting.ProtoReflect.Descriptor instead.
+func (*RateLimiting) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RateLimiting) GetAnonymous() *AnonymousLimit {
+	if x != nil {
+		return x.Anonymous
+	}
+	return nil
+}
+
+func (x *RateLimiting) GetExpectedNodes() uint32 {
+	if x != nil {
+		return x.ExpectedNodes
+	}
+	return 0
+}
+
+func (x *RateLimiting) GetSyncInterval() *durationpb.Duration {
+	if x != nil {
+		return x.SyncInterval
+	}
+	return nil
+}
+
+func (x *RateLimiting) GetRedisTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.RedisTimeout
+	}
+	return nil
+}
+
+// AnonymousLimit is the per-client-IP bucket of public routes.
+type AnonymousLimit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Disabled turns the bucket off.
+	Disabled bool    `protobuf:"varint,1,opt,name=disabled,proto3" json:"disabled,omitempty"`
+	Rate     float64 `protobuf:"fixed64,2,opt,name=rate,proto3" json:"rate,omitempty"`
+	// Burst: zero means the rate rounded up (at least 1).
+	Burst         uint32 `protobuf:"varint,3,opt,name=burst,proto3" json:"burst,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AnonymousLimit) Reset() {
+	*x = AnonymousLimit{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AnonymousLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AnonymousLimit) ProtoMessage() {}
+
+func (x *AnonymousLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AnonymousLimit.ProtoReflect.Descriptor instead.
+func (*AnonymousLimit) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *AnonymousLimit) GetDisabled() bool {
+	if x != nil {
+		return x.Disabled
+	}
+	return false
+}
+
+func (x *AnonymousLimit) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *AnonymousLimit) GetBurst() uint32 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
 // Scope is an OAuth scope a route may require.
 type Scope struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -500,7 +879,7 @@ type Scope struct {
 
 func (x *Scope) Reset() {
 	*x = Scope{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[3]
+	mi := &file_portico_config_v1_config_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -512,7 +891,7 @@ func (x *Scope) String() string {
 func (*Scope) ProtoMessage() {}
 
 func (x *Scope) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[3]
+	mi := &file_portico_config_v1_config_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -525,7 +904,7 @@ func (x *Scope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Scope.ProtoReflect.Descriptor instead.
 func (*Scope) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{3}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Scope) GetName() string {
@@ -567,7 +946,7 @@ type KeyRecord struct {
 
 func (x *KeyRecord) Reset() {
 	*x = KeyRecord{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[4]
+	mi := &file_portico_config_v1_config_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -579,7 +958,7 @@ func (x *KeyRecord) String() string {
 func (*KeyRecord) ProtoMessage() {}
 
 func (x *KeyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[4]
+	mi := &file_portico_config_v1_config_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -592,7 +971,7 @@ func (x *KeyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRecord.ProtoReflect.Descriptor instead.
 func (*KeyRecord) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{4}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *KeyRecord) GetSha256() []byte {
@@ -687,7 +1066,7 @@ type DenyEntry struct {
 
 func (x *DenyEntry) Reset() {
 	*x = DenyEntry{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[5]
+	mi := &file_portico_config_v1_config_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +1078,7 @@ func (x *DenyEntry) String() string {
 func (*DenyEntry) ProtoMessage() {}
 
 func (x *DenyEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[5]
+	mi := &file_portico_config_v1_config_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +1091,7 @@ func (x *DenyEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyEntry.ProtoReflect.Descriptor instead.
 func (*DenyEntry) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{5}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DenyEntry) GetIssuer() string {
@@ -834,7 +1213,7 @@ type Issuer struct {
 
 func (x *Issuer) Reset() {
 	*x = Issuer{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[6]
+	mi := &file_portico_config_v1_config_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -846,7 +1225,7 @@ func (x *Issuer) String() string {
 func (*Issuer) ProtoMessage() {}
 
 func (x *Issuer) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[6]
+	mi := &file_portico_config_v1_config_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -859,7 +1238,7 @@ func (x *Issuer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Issuer.ProtoReflect.Descriptor instead.
 func (*Issuer) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{6}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Issuer) GetName() string {
@@ -995,14 +1374,20 @@ type Route struct {
 	Pools []string `protobuf:"bytes,11,rep,name=pools,proto3" json:"pools,omitempty"`
 	// Auth says who may call the route. Routes are authenticated unless
 	// marked public; an unset auth means authenticated, no scopes, no product.
-	Auth          *RouteAuth `protobuf:"bytes,12,opt,name=auth,proto3" json:"auth,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Auth *RouteAuth `protobuf:"bytes,12,opt,name=auth,proto3" json:"auth,omitempty"`
+	// RateLimits tighten the caller's plan limits on this route alone
+	// (scopes CALLER or APP; buckets per route).
+	RateLimits []*RateLimit `protobuf:"bytes,13,rep,name=rate_limits,json=rateLimits,proto3" json:"rate_limits,omitempty"`
+	// RateLimitClass puts the route in a class ("write"): the plan limits of
+	// scope CLASS with that class apply to it.
+	RateLimitClass string `protobuf:"bytes,14,opt,name=rate_limit_class,json=rateLimitClass,proto3" json:"rate_limit_class,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Route) Reset() {
 	*x = Route{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[7]
+	mi := &file_portico_config_v1_config_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +1399,7 @@ func (x *Route) String() string {
 func (*Route) ProtoMessage() {}
 
 func (x *Route) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[7]
+	mi := &file_portico_config_v1_config_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +1412,7 @@ func (x *Route) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Route.ProtoReflect.Descriptor instead.
 func (*Route) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{7}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Route) GetId() string {
@@ -1114,6 +1499,20 @@ func (x *Route) GetAuth() *RouteAuth {
 	return nil
 }
 
+func (x *Route) GetRateLimits() []*RateLimit {
+	if x != nil {
+		return x.RateLimits
+	}
+	return nil
+}
+
+func (x *Route) GetRateLimitClass() string {
+	if x != nil {
+		return x.RateLimitClass
+	}
+	return ""
+}
+
 // RouteAuth is a route's authentication and authorisation.
 type RouteAuth struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1139,7 +1538,7 @@ type RouteAuth struct {
 
 func (x *RouteAuth) Reset() {
 	*x = RouteAuth{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[8]
+	mi := &file_portico_config_v1_config_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1550,7 @@ func (x *RouteAuth) String() string {
 func (*RouteAuth) ProtoMessage() {}
 
 func (x *RouteAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[8]
+	mi := &file_portico_config_v1_config_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1563,7 @@ func (x *RouteAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteAuth.ProtoReflect.Descriptor instead.
 func (*RouteAuth) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{8}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RouteAuth) GetPublic() bool {
@@ -1226,7 +1625,7 @@ type MethodScopes struct {
 
 func (x *MethodScopes) Reset() {
 	*x = MethodScopes{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[9]
+	mi := &file_portico_config_v1_config_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1637,7 @@ func (x *MethodScopes) String() string {
 func (*MethodScopes) ProtoMessage() {}
 
 func (x *MethodScopes) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[9]
+	mi := &file_portico_config_v1_config_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1650,7 @@ func (x *MethodScopes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MethodScopes.ProtoReflect.Descriptor instead.
 func (*MethodScopes) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{9}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *MethodScopes) GetMethod() string {
@@ -1288,7 +1687,7 @@ type HeaderMatch struct {
 
 func (x *HeaderMatch) Reset() {
 	*x = HeaderMatch{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[10]
+	mi := &file_portico_config_v1_config_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1300,7 +1699,7 @@ func (x *HeaderMatch) String() string {
 func (*HeaderMatch) ProtoMessage() {}
 
 func (x *HeaderMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[10]
+	mi := &file_portico_config_v1_config_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1313,7 +1712,7 @@ func (x *HeaderMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderMatch.ProtoReflect.Descriptor instead.
 func (*HeaderMatch) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{10}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HeaderMatch) GetName() string {
@@ -1428,7 +1827,7 @@ type Cluster struct {
 
 func (x *Cluster) Reset() {
 	*x = Cluster{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[11]
+	mi := &file_portico_config_v1_config_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1839,7 @@ func (x *Cluster) String() string {
 func (*Cluster) ProtoMessage() {}
 
 func (x *Cluster) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[11]
+	mi := &file_portico_config_v1_config_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1852,7 @@ func (x *Cluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cluster.ProtoReflect.Descriptor instead.
 func (*Cluster) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{11}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Cluster) GetName() string {
@@ -1523,7 +1922,7 @@ type Endpoint struct {
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[12]
+	mi := &file_portico_config_v1_config_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1535,7 +1934,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[12]
+	mi := &file_portico_config_v1_config_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1548,7 +1947,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{12}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Endpoint) GetAddress() string {
@@ -1581,7 +1980,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[13]
+	mi := &file_portico_config_v1_config_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1992,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[13]
+	mi := &file_portico_config_v1_config_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +2005,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{13}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *HealthCheck) GetInterval() *durationpb.Duration {
@@ -1690,7 +2089,7 @@ type HTTPProbe struct {
 
 func (x *HTTPProbe) Reset() {
 	*x = HTTPProbe{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[14]
+	mi := &file_portico_config_v1_config_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +2101,7 @@ func (x *HTTPProbe) String() string {
 func (*HTTPProbe) ProtoMessage() {}
 
 func (x *HTTPProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[14]
+	mi := &file_portico_config_v1_config_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1715,7 +2114,7 @@ func (x *HTTPProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPProbe.ProtoReflect.Descriptor instead.
 func (*HTTPProbe) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{14}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HTTPProbe) GetPath() string {
@@ -1743,7 +2142,7 @@ type GRPCProbe struct {
 
 func (x *GRPCProbe) Reset() {
 	*x = GRPCProbe{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[15]
+	mi := &file_portico_config_v1_config_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1755,7 +2154,7 @@ func (x *GRPCProbe) String() string {
 func (*GRPCProbe) ProtoMessage() {}
 
 func (x *GRPCProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[15]
+	mi := &file_portico_config_v1_config_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1768,7 +2167,7 @@ func (x *GRPCProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GRPCProbe.ProtoReflect.Descriptor instead.
 func (*GRPCProbe) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{15}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GRPCProbe) GetService() string {
@@ -1798,7 +2197,7 @@ type OutlierDetection struct {
 
 func (x *OutlierDetection) Reset() {
 	*x = OutlierDetection{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[16]
+	mi := &file_portico_config_v1_config_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1810,7 +2209,7 @@ func (x *OutlierDetection) String() string {
 func (*OutlierDetection) ProtoMessage() {}
 
 func (x *OutlierDetection) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[16]
+	mi := &file_portico_config_v1_config_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1823,7 +2222,7 @@ func (x *OutlierDetection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutlierDetection.ProtoReflect.Descriptor instead.
 func (*OutlierDetection) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{16}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *OutlierDetection) GetDisabled() bool {
@@ -1872,7 +2271,7 @@ type ConnectionPool struct {
 
 func (x *ConnectionPool) Reset() {
 	*x = ConnectionPool{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[17]
+	mi := &file_portico_config_v1_config_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1884,7 +2283,7 @@ func (x *ConnectionPool) String() string {
 func (*ConnectionPool) ProtoMessage() {}
 
 func (x *ConnectionPool) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[17]
+	mi := &file_portico_config_v1_config_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1897,7 +2296,7 @@ func (x *ConnectionPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectionPool.ProtoReflect.Descriptor instead.
 func (*ConnectionPool) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{17}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ConnectionPool) GetMaxIdlePerEndpoint() uint32 {
@@ -1950,7 +2349,7 @@ type UpstreamTLS struct {
 
 func (x *UpstreamTLS) Reset() {
 	*x = UpstreamTLS{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[18]
+	mi := &file_portico_config_v1_config_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +2361,7 @@ func (x *UpstreamTLS) String() string {
 func (*UpstreamTLS) ProtoMessage() {}
 
 func (x *UpstreamTLS) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[18]
+	mi := &file_portico_config_v1_config_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +2374,7 @@ func (x *UpstreamTLS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpstreamTLS.ProtoReflect.Descriptor instead.
 func (*UpstreamTLS) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{18}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UpstreamTLS) GetServerName() string {
@@ -2017,7 +2416,7 @@ var File_portico_config_v1_config_proto protoreflect.FileDescriptor
 
 const file_portico_config_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"\x1eportico/config/v1/config.proto\x12\x11portico.config.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe1\x04\n" +
+	"\x1eportico/config/v1/config.proto\x12\x11portico.config.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa7\x05\n" +
 	"\bSnapshot\x12\"\n" +
 	"\aversion\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\aversion\x120\n" +
 	"\x06sha256\x18\x02 \x01(\tB\x18\xbaH\x15r\x132\x11^([0-9a-f]{64})?$R\x06sha256\x12<\n" +
@@ -2032,13 +2431,40 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	"\xbaH\a\x92\x01\x04\x10\xc0\x84=R\bdenyList\x12=\n" +
 	"\aissuers\x18\x0e \x03(\v2\x19.portico.config.v1.IssuerB\b\xbaH\x05\x92\x01\x02\x10dR\aissuers\x12<\n" +
 	"\x06scopes\x18\x11 \x03(\v2\x18.portico.config.v1.ScopeB\n" +
-	"\xbaH\a\x92\x01\x04\x10\xa0\x8d\x06R\x06scopes\"n\n" +
+	"\xbaH\a\x92\x01\x04\x10\xa0\x8d\x06R\x06scopes\x12D\n" +
+	"\rrate_limiting\x18\x12 \x01(\v2\x1f.portico.config.v1.RateLimitingR\frateLimiting\"n\n" +
 	"\aProduct\x127\n" +
 	"\x04name\x18\x01 \x01(\tB#\xbaH r\x1e2\x1c^[a-z0-9][a-z0-9._-]{0,127}$R\x04name\x12*\n" +
-	"\vdescription\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\vdescription\"h\n" +
+	"\vdescription\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\vdescription\"\xb1\x01\n" +
 	"\x04Plan\x127\n" +
 	"\x04name\x18\x01 \x01(\tB#\xbaH r\x1e2\x1c^[a-z0-9][a-z0-9._-]{0,127}$R\x04name\x12'\n" +
-	"\bproducts\x18\x02 \x03(\tB\v\xbaH\b\x92\x01\x05\x10\xe8\a\x18\x01R\bproducts\"t\n" +
+	"\bproducts\x18\x02 \x03(\tB\v\xbaH\b\x92\x01\x05\x10\xe8\a\x18\x01R\bproducts\x12G\n" +
+	"\vrate_limits\x18\x03 \x03(\v2\x1c.portico.config.v1.RateLimitB\b\xbaH\x05\x92\x01\x02\x10 R\n" +
+	"rateLimits\"\xab\x04\n" +
+	"\tRateLimit\x126\n" +
+	"\x04name\x18\x01 \x01(\tB\"\xbaH\x1fr\x1d2\x1b^[a-z0-9][a-z0-9._-]{0,63}$R\x04name\x12C\n" +
+	"\x05scope\x18\x02 \x01(\x0e2!.portico.config.v1.RateLimitScopeB\n" +
+	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x05scope\x12+\n" +
+	"\x04rate\x18\x03 \x01(\x01B\x17\xbaH\x14\x12\x12\x19\x00\x00\x00\x00\xd0\x12cA!\x00\x00\x00\x00\x00\x00\x00\x00R\x04rate\x12 \n" +
+	"\x05burst\x18\x04 \x01(\rB\n" +
+	"\xbaH\a*\x05\x18\x80\xc2\xd7/R\x05burst\x12;\n" +
+	"\x05class\x18\x05 \x01(\tB%\xbaH\"r 2\x1e^([a-z0-9][a-z0-9._-]{0,63})?$R\x05class\x12H\n" +
+	"\bon_error\x18\x06 \x01(\x0e2#.portico.config.v1.RateLimitOnErrorB\b\xbaH\x05\x82\x01\x02\x10\x01R\aonError\x12N\n" +
+	"\vstale_after\x18\a \x01(\v2\x19.google.protobuf.DurationB\x12\xbaH\x0f\xaa\x01\f\"\x03\b\x90\x1c2\x05\x10\x80\xc2\xd7/R\n" +
+	"staleAfter:{\xbaHx\x1av\n" +
+	"\x10rate_limit.class\x129class is set exactly when scope is RATE_LIMIT_SCOPE_CLASS\x1a'(this.scope == 3) == (this.class != '')\"\xa6\x02\n" +
+	"\fRateLimiting\x12?\n" +
+	"\tanonymous\x18\x01 \x01(\v2!.portico.config.v1.AnonymousLimitR\tanonymous\x120\n" +
+	"\x0eexpected_nodes\x18\x02 \x01(\rB\t\xbaH\x06*\x04\x18\xa0\x8d\x06R\rexpectedNodes\x12Q\n" +
+	"\rsync_interval\x18\x03 \x01(\v2\x19.google.protobuf.DurationB\x11\xbaH\x0e\xaa\x01\v\"\x02\b<2\x05\x10\x80\xe1\xeb\x17R\fsyncInterval\x12P\n" +
+	"\rredis_timeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationB\x10\xbaH\r\xaa\x01\n" +
+	"\"\x02\b\n" +
+	"2\x04\x10\xc0\x84=R\fredisTimeout\"{\n" +
+	"\x0eAnonymousLimit\x12\x1a\n" +
+	"\bdisabled\x18\x01 \x01(\bR\bdisabled\x12+\n" +
+	"\x04rate\x18\x02 \x01(\x01B\x17\xbaH\x14\x12\x12\x19\x00\x00\x00\x00\xd0\x12cA)\x00\x00\x00\x00\x00\x00\x00\x00R\x04rate\x12 \n" +
+	"\x05burst\x18\x03 \x01(\rB\n" +
+	"\xbaH\a*\x05\x18\x80\xc2\xd7/R\x05burst\"t\n" +
 	"\x05Scope\x12?\n" +
 	"\x04name\x18\x01 \x01(\tB+\xbaH(r&2$^[a-zA-Z0-9][a-zA-Z0-9._:/-]{0,127}$R\x04name\x12*\n" +
 	"\vdescription\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\vdescription\"\xd9\x05\n" +
@@ -2091,7 +2517,7 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	" \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\tplanClaim\x12+\n" +
 	"\ftenant_claim\x18\v \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\vtenantClaim\x12+\n" +
 	"\fdefault_plan\x18\f \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\vdefaultPlan\x12T\n" +
-	"\x10jwks_min_refresh\x18\r \x01(\v2\x19.google.protobuf.DurationB\x0f\xbaH\f\xaa\x01\t\"\x03\b\x90\x1c2\x02\b\x01R\x0ejwksMinRefresh\"\xa3\x06\n" +
+	"\x10jwks_min_refresh\x18\r \x01(\v2\x19.google.protobuf.DurationB\x0f\xbaH\f\xaa\x01\t\"\x03\b\x90\x1c2\x02\b\x01R\x0ejwksMinRefresh\"\xbd\a\n" +
 	"\x05Route\x123\n" +
 	"\x02id\x18\x01 \x01(\tB#\xbaH r\x1e2\x1c^[a-z0-9][a-z0-9._-]{0,127}$R\x02id\x124\n" +
 	"\x04team\x18\x02 \x01(\tB \xbaH\x1dr\x1b2\x19^[a-z0-9][a-z0-9-]{0,62}$R\x04team\x12x\n" +
@@ -2106,7 +2532,10 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	"\bpriority\x18\n" +
 	" \x01(\x0e2\x1b.portico.config.v1.PriorityB\b\xbaH\x05\x82\x01\x02\x10\x01R\bpriority\x12?\n" +
 	"\x05pools\x18\v \x03(\tB)\xbaH&\x92\x01#\x10\x10\x18\x01\"\x1dr\x1b2\x19^[a-z0-9][a-z0-9-]{0,62}$R\x05pools\x120\n" +
-	"\x04auth\x18\f \x01(\v2\x1c.portico.config.v1.RouteAuthR\x04auth\"\xb6\x05\n" +
+	"\x04auth\x18\f \x01(\v2\x1c.portico.config.v1.RouteAuthR\x04auth\x12G\n" +
+	"\vrate_limits\x18\r \x03(\v2\x1c.portico.config.v1.RateLimitB\b\xbaH\x05\x92\x01\x02\x10\bR\n" +
+	"rateLimits\x12O\n" +
+	"\x10rate_limit_class\x18\x0e \x01(\tB%\xbaH\"r 2\x1e^([a-z0-9][a-z0-9._-]{0,63})?$R\x0erateLimitClass\"\xb6\x05\n" +
 	"\tRouteAuth\x12\x16\n" +
 	"\x06public\x18\x01 \x01(\bR\x06public\x12$\n" +
 	"\breviewer\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\breviewer\x12\"\n" +
@@ -2184,7 +2613,16 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	"\x10client_cert_file\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\x0eclientCertFile\x120\n" +
 	"\x0fclient_key_file\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\rclientKeyFile:\xfc\x01\xbaH\xf8\x01\x1ah\n" +
 	"\x16upstream_tls.ca_one_of\x12%set at most one of ca_pem and ca_file\x1a'this.ca_pem == '' || this.ca_file == ''\x1a\x8b\x01\n" +
-	"\x18upstream_tls.client_pair\x120client_cert_file and client_key_file go together\x1a=(this.client_cert_file == '') == (this.client_key_file == '')*V\n" +
+	"\x18upstream_tls.client_pair\x120client_cert_file and client_key_file go together\x1a=(this.client_cert_file == '') == (this.client_key_file == '')*\x85\x01\n" +
+	"\x0eRateLimitScope\x12 \n" +
+	"\x1cRATE_LIMIT_SCOPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17RATE_LIMIT_SCOPE_CALLER\x10\x01\x12\x18\n" +
+	"\x14RATE_LIMIT_SCOPE_APP\x10\x02\x12\x1a\n" +
+	"\x16RATE_LIMIT_SCOPE_CLASS\x10\x03*u\n" +
+	"\x10RateLimitOnError\x12#\n" +
+	"\x1fRATE_LIMIT_ON_ERROR_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18RATE_LIMIT_ON_ERROR_OPEN\x10\x01\x12\x1e\n" +
+	"\x1aRATE_LIMIT_ON_ERROR_CLOSED\x10\x02*V\n" +
 	"\tKeyStatus\x12\x1a\n" +
 	"\x16KEY_STATUS_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11KEY_STATUS_ACTIVE\x10\x01\x12\x16\n" +
@@ -2221,76 +2659,90 @@ func file_portico_config_v1_config_proto_rawDescGZIP() []byte {
 	return file_portico_config_v1_config_proto_rawDescData
 }
 
-var file_portico_config_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_portico_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_portico_config_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_portico_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_portico_config_v1_config_proto_goTypes = []any{
-	(KeyStatus)(0),                // 0: portico.config.v1.KeyStatus
-	(JWTAlgorithm)(0),             // 1: portico.config.v1.JWTAlgorithm
-	(Priority)(0),                 // 2: portico.config.v1.Priority
-	(Protocol)(0),                 // 3: portico.config.v1.Protocol
-	(*Snapshot)(nil),              // 4: portico.config.v1.Snapshot
-	(*Product)(nil),               // 5: portico.config.v1.Product
-	(*Plan)(nil),                  // 6: portico.config.v1.Plan
-	(*Scope)(nil),                 // 7: portico.config.v1.Scope
-	(*KeyRecord)(nil),             // 8: portico.config.v1.KeyRecord
-	(*DenyEntry)(nil),             // 9: portico.config.v1.DenyEntry
-	(*Issuer)(nil),                // 10: portico.config.v1.Issuer
-	(*Route)(nil),                 // 11: portico.config.v1.Route
-	(*RouteAuth)(nil),             // 12: portico.config.v1.RouteAuth
-	(*MethodScopes)(nil),          // 13: portico.config.v1.MethodScopes
-	(*HeaderMatch)(nil),           // 14: portico.config.v1.HeaderMatch
-	(*Cluster)(nil),               // 15: portico.config.v1.Cluster
-	(*Endpoint)(nil),              // 16: portico.config.v1.Endpoint
-	(*HealthCheck)(nil),           // 17: portico.config.v1.HealthCheck
-	(*HTTPProbe)(nil),             // 18: portico.config.v1.HTTPProbe
-	(*GRPCProbe)(nil),             // 19: portico.config.v1.GRPCProbe
-	(*OutlierDetection)(nil),      // 20: portico.config.v1.OutlierDetection
-	(*ConnectionPool)(nil),        // 21: portico.config.v1.ConnectionPool
-	(*UpstreamTLS)(nil),           // 22: portico.config.v1.UpstreamTLS
-	(*timestamppb.Timestamp)(nil), // 23: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 24: google.protobuf.Duration
+	(RateLimitScope)(0),           // 0: portico.config.v1.RateLimitScope
+	(RateLimitOnError)(0),         // 1: portico.config.v1.RateLimitOnError
+	(KeyStatus)(0),                // 2: portico.config.v1.KeyStatus
+	(JWTAlgorithm)(0),             // 3: portico.config.v1.JWTAlgorithm
+	(Priority)(0),                 // 4: portico.config.v1.Priority
+	(Protocol)(0),                 // 5: portico.config.v1.Protocol
+	(*Snapshot)(nil),              // 6: portico.config.v1.Snapshot
+	(*Product)(nil),               // 7: portico.config.v1.Product
+	(*Plan)(nil),                  // 8: portico.config.v1.Plan
+	(*RateLimit)(nil),             // 9: portico.config.v1.RateLimit
+	(*RateLimiting)(nil),          // 10: portico.config.v1.RateLimiting
+	(*AnonymousLimit)(nil),        // 11: portico.config.v1.AnonymousLimit
+	(*Scope)(nil),                 // 12: portico.config.v1.Scope
+	(*KeyRecord)(nil),             // 13: portico.config.v1.KeyRecord
+	(*DenyEntry)(nil),             // 14: portico.config.v1.DenyEntry
+	(*Issuer)(nil),                // 15: portico.config.v1.Issuer
+	(*Route)(nil),                 // 16: portico.config.v1.Route
+	(*RouteAuth)(nil),             // 17: portico.config.v1.RouteAuth
+	(*MethodScopes)(nil),          // 18: portico.config.v1.MethodScopes
+	(*HeaderMatch)(nil),           // 19: portico.config.v1.HeaderMatch
+	(*Cluster)(nil),               // 20: portico.config.v1.Cluster
+	(*Endpoint)(nil),              // 21: portico.config.v1.Endpoint
+	(*HealthCheck)(nil),           // 22: portico.config.v1.HealthCheck
+	(*HTTPProbe)(nil),             // 23: portico.config.v1.HTTPProbe
+	(*GRPCProbe)(nil),             // 24: portico.config.v1.GRPCProbe
+	(*OutlierDetection)(nil),      // 25: portico.config.v1.OutlierDetection
+	(*ConnectionPool)(nil),        // 26: portico.config.v1.ConnectionPool
+	(*UpstreamTLS)(nil),           // 27: portico.config.v1.UpstreamTLS
+	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
 }
 var file_portico_config_v1_config_proto_depIdxs = []int32{
-	11, // 0: portico.config.v1.Snapshot.routes:type_name -> portico.config.v1.Route
-	15, // 1: portico.config.v1.Snapshot.clusters:type_name -> portico.config.v1.Cluster
-	5,  // 2: portico.config.v1.Snapshot.products:type_name -> portico.config.v1.Product
-	6,  // 3: portico.config.v1.Snapshot.plans:type_name -> portico.config.v1.Plan
-	8,  // 4: portico.config.v1.Snapshot.keys:type_name -> portico.config.v1.KeyRecord
-	9,  // 5: portico.config.v1.Snapshot.deny_list:type_name -> portico.config.v1.DenyEntry
-	10, // 6: portico.config.v1.Snapshot.issuers:type_name -> portico.config.v1.Issuer
-	7,  // 7: portico.config.v1.Snapshot.scopes:type_name -> portico.config.v1.Scope
-	2,  // 8: portico.config.v1.KeyRecord.priority:type_name -> portico.config.v1.Priority
-	0,  // 9: portico.config.v1.KeyRecord.status:type_name -> portico.config.v1.KeyStatus
-	23, // 10: portico.config.v1.KeyRecord.not_after:type_name -> google.protobuf.Timestamp
-	23, // 11: portico.config.v1.DenyEntry.issued_before:type_name -> google.protobuf.Timestamp
-	23, // 12: portico.config.v1.DenyEntry.expires:type_name -> google.protobuf.Timestamp
-	1,  // 13: portico.config.v1.Issuer.algorithms:type_name -> portico.config.v1.JWTAlgorithm
-	24, // 14: portico.config.v1.Issuer.jwks_refresh:type_name -> google.protobuf.Duration
-	24, // 15: portico.config.v1.Issuer.leeway:type_name -> google.protobuf.Duration
-	24, // 16: portico.config.v1.Issuer.jwks_min_refresh:type_name -> google.protobuf.Duration
-	14, // 17: portico.config.v1.Route.headers:type_name -> portico.config.v1.HeaderMatch
-	24, // 18: portico.config.v1.Route.timeout:type_name -> google.protobuf.Duration
-	2,  // 19: portico.config.v1.Route.priority:type_name -> portico.config.v1.Priority
-	12, // 20: portico.config.v1.Route.auth:type_name -> portico.config.v1.RouteAuth
-	13, // 21: portico.config.v1.RouteAuth.method_scopes:type_name -> portico.config.v1.MethodScopes
-	3,  // 22: portico.config.v1.Cluster.protocol:type_name -> portico.config.v1.Protocol
-	16, // 23: portico.config.v1.Cluster.endpoints:type_name -> portico.config.v1.Endpoint
-	17, // 24: portico.config.v1.Cluster.health_check:type_name -> portico.config.v1.HealthCheck
-	20, // 25: portico.config.v1.Cluster.outlier_detection:type_name -> portico.config.v1.OutlierDetection
-	21, // 26: portico.config.v1.Cluster.pool:type_name -> portico.config.v1.ConnectionPool
-	22, // 27: portico.config.v1.Cluster.tls:type_name -> portico.config.v1.UpstreamTLS
-	24, // 28: portico.config.v1.Cluster.connect_timeout:type_name -> google.protobuf.Duration
-	24, // 29: portico.config.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	24, // 30: portico.config.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
-	18, // 31: portico.config.v1.HealthCheck.http:type_name -> portico.config.v1.HTTPProbe
-	19, // 32: portico.config.v1.HealthCheck.grpc:type_name -> portico.config.v1.GRPCProbe
-	24, // 33: portico.config.v1.OutlierDetection.base_ejection_time:type_name -> google.protobuf.Duration
-	24, // 34: portico.config.v1.ConnectionPool.idle_timeout:type_name -> google.protobuf.Duration
-	35, // [35:35] is the sub-list for method output_type
-	35, // [35:35] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	16, // 0: portico.config.v1.Snapshot.routes:type_name -> portico.config.v1.Route
+	20, // 1: portico.config.v1.Snapshot.clusters:type_name -> portico.config.v1.Cluster
+	7,  // 2: portico.config.v1.Snapshot.products:type_name -> portico.config.v1.Product
+	8,  // 3: portico.config.v1.Snapshot.plans:type_name -> portico.config.v1.Plan
+	13, // 4: portico.config.v1.Snapshot.keys:type_name -> portico.config.v1.KeyRecord
+	14, // 5: portico.config.v1.Snapshot.deny_list:type_name -> portico.config.v1.DenyEntry
+	15, // 6: portico.config.v1.Snapshot.issuers:type_name -> portico.config.v1.Issuer
+	12, // 7: portico.config.v1.Snapshot.scopes:type_name -> portico.config.v1.Scope
+	10, // 8: portico.config.v1.Snapshot.rate_limiting:type_name -> portico.config.v1.RateLimiting
+	9,  // 9: portico.config.v1.Plan.rate_limits:type_name -> portico.config.v1.RateLimit
+	0,  // 10: portico.config.v1.RateLimit.scope:type_name -> portico.config.v1.RateLimitScope
+	1,  // 11: portico.config.v1.RateLimit.on_error:type_name -> portico.config.v1.RateLimitOnError
+	28, // 12: portico.config.v1.RateLimit.stale_after:type_name -> google.protobuf.Duration
+	11, // 13: portico.config.v1.RateLimiting.anonymous:type_name -> portico.config.v1.AnonymousLimit
+	28, // 14: portico.config.v1.RateLimiting.sync_interval:type_name -> google.protobuf.Duration
+	28, // 15: portico.config.v1.RateLimiting.redis_timeout:type_name -> google.protobuf.Duration
+	4,  // 16: portico.config.v1.KeyRecord.priority:type_name -> portico.config.v1.Priority
+	2,  // 17: portico.config.v1.KeyRecord.status:type_name -> portico.config.v1.KeyStatus
+	29, // 18: portico.config.v1.KeyRecord.not_after:type_name -> google.protobuf.Timestamp
+	29, // 19: portico.config.v1.DenyEntry.issued_before:type_name -> google.protobuf.Timestamp
+	29, // 20: portico.config.v1.DenyEntry.expires:type_name -> google.protobuf.Timestamp
+	3,  // 21: portico.config.v1.Issuer.algorithms:type_name -> portico.config.v1.JWTAlgorithm
+	28, // 22: portico.config.v1.Issuer.jwks_refresh:type_name -> google.protobuf.Duration
+	28, // 23: portico.config.v1.Issuer.leeway:type_name -> google.protobuf.Duration
+	28, // 24: portico.config.v1.Issuer.jwks_min_refresh:type_name -> google.protobuf.Duration
+	19, // 25: portico.config.v1.Route.headers:type_name -> portico.config.v1.HeaderMatch
+	28, // 26: portico.config.v1.Route.timeout:type_name -> google.protobuf.Duration
+	4,  // 27: portico.config.v1.Route.priority:type_name -> portico.config.v1.Priority
+	17, // 28: portico.config.v1.Route.auth:type_name -> portico.config.v1.RouteAuth
+	9,  // 29: portico.config.v1.Route.rate_limits:type_name -> portico.config.v1.RateLimit
+	18, // 30: portico.config.v1.RouteAuth.method_scopes:type_name -> portico.config.v1.MethodScopes
+	5,  // 31: portico.config.v1.Cluster.protocol:type_name -> portico.config.v1.Protocol
+	21, // 32: portico.config.v1.Cluster.endpoints:type_name -> portico.config.v1.Endpoint
+	22, // 33: portico.config.v1.Cluster.health_check:type_name -> portico.config.v1.HealthCheck
+	25, // 34: portico.config.v1.Cluster.outlier_detection:type_name -> portico.config.v1.OutlierDetection
+	26, // 35: portico.config.v1.Cluster.pool:type_name -> portico.config.v1.ConnectionPool
+	27, // 36: portico.config.v1.Cluster.tls:type_name -> portico.config.v1.UpstreamTLS
+	28, // 37: portico.config.v1.Cluster.connect_timeout:type_name -> google.protobuf.Duration
+	28, // 38: portico.config.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	28, // 39: portico.config.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	23, // 40: portico.config.v1.HealthCheck.http:type_name -> portico.config.v1.HTTPProbe
+	24, // 41: portico.config.v1.HealthCheck.grpc:type_name -> portico.config.v1.GRPCProbe
+	28, // 42: portico.config.v1.OutlierDetection.base_ejection_time:type_name -> google.protobuf.Duration
+	28, // 43: portico.config.v1.ConnectionPool.idle_timeout:type_name -> google.protobuf.Duration
+	44, // [44:44] is the sub-list for method output_type
+	44, // [44:44] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_portico_config_v1_config_proto_init() }
@@ -2298,18 +2750,18 @@ func file_portico_config_v1_config_proto_init() {
 	if File_portico_config_v1_config_proto != nil {
 		return
 	}
-	file_portico_config_v1_config_proto_msgTypes[5].OneofWrappers = []any{
+	file_portico_config_v1_config_proto_msgTypes[8].OneofWrappers = []any{
 		(*DenyEntry_Jti)(nil),
 		(*DenyEntry_Subject)(nil),
 		(*DenyEntry_ClientId)(nil),
 	}
-	file_portico_config_v1_config_proto_msgTypes[10].OneofWrappers = []any{
+	file_portico_config_v1_config_proto_msgTypes[13].OneofWrappers = []any{
 		(*HeaderMatch_Exact)(nil),
 		(*HeaderMatch_Prefix)(nil),
 		(*HeaderMatch_Regex)(nil),
 		(*HeaderMatch_Present)(nil),
 	}
-	file_portico_config_v1_config_proto_msgTypes[13].OneofWrappers = []any{
+	file_portico_config_v1_config_proto_msgTypes[16].OneofWrappers = []any{
 		(*HealthCheck_Http)(nil),
 		(*HealthCheck_Grpc)(nil),
 	}
@@ -2318,8 +2770,8 @@ func file_portico_config_v1_config_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_portico_config_v1_config_proto_rawDesc), len(file_portico_config_v1_config_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   19,
+			NumEnums:      6,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
