@@ -6,9 +6,17 @@
 package problem
 
 import (
+	"encoding/base64"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // Code is a stable, machine-readable error code. Clients may branch on it;
@@ -22,6 +30,7 @@ const (
 	Unauthenticated     Code = "unauthenticated"
 	InsufficientScope   Code = "insufficient_scope"
 	ProductNotInPlan    Code = "product_not_in_plan"
+	RateLimited         Code = "rate_limited"
 	NoRoute             Code = "no_route"
 	MethodNotAllowed    Code = "method_not_allowed"
 	PayloadTooLarge     Code = "payload_too_large"
@@ -59,6 +68,7 @@ var specs = map[Code]spec{
 	Unauthenticated:     {http.StatusUnauthorized, "Unauthenticated", grpcUnauthenticated},
 	InsufficientScope:   {http.StatusForbidden, "Insufficient scope", grpcPermissionDenied},
 	ProductNotInPlan:    {http.StatusForbidden, "Product not in plan", grpcPermissionDenied},
+	RateLimited:         {http.StatusTooManyRequests, "Rate limited", grpcResourceExhausted},
 	NoRoute:             {http.StatusNotFound, "No route", grpcUnimplemented},
 	MethodNotAllowed:    {http.StatusMethodNotAllowed, "Method not allowed", grpcUnimplemented},
 	PayloadTooLarge:     {http.StatusRequestEntityTooLarge, "Payload too large", grpcResourceExhausted},
@@ -103,6 +113,10 @@ type Problem struct {
 	Instance string
 	// RequestID is echoed so callers can quote it to support.
 	RequestID string
+	// RetryAfter, when positive, tells the caller when to try again: the
+	// Retry-After header (whole seconds, rounded up) and, for gRPC, a
+	// google.rpc.RetryInfo detail.
+	RetryAfter time.Duration
 }
 
 // IsGRPC reports whether contentType is a gRPC content type
@@ -138,6 +152,12 @@ func writeGRPC(w http.ResponseWriter, r *http.Request, p Problem) {
 		msg = p.Code.Title()
 	}
 	h.Set("Grpc-Message", EncodeGRPCMessage(string(p.Code)+": "+msg))
+	if p.RetryAfter > 0 {
+		setRetryAfter(h, p.RetryAfter)
+		if d := retryDetails(p.Code.GRPCCode(), string(p.Code)+": "+msg, p.RetryAfter); d != "" {
+			h.Set("Grpc-Status-Details-Bin", d)
+		}
+	}
 	// A trailers-only response: status 200 and a single HEADERS frame.
 	w.WriteHeader(http.StatusOK)
 }
@@ -169,6 +189,9 @@ func writeJSON(w http.ResponseWriter, r *http.Request, p Problem) {
 	b.WriteString("}\n")
 
 	h := w.Header()
+	if p.RetryAfter > 0 {
+		setRetryAfter(h, p.RetryAfter)
+	}
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Content-Length", strconv.Itoa(b.Len()))
 	h.Set("Cache-Control", "no-store")
@@ -237,4 +260,23 @@ func EncodeGRPCMessage(msg string) string {
 		b.WriteByte(hexDigits[c&0xF])
 	}
 	return b.String()
+}
+
+// setRetryAfter sets Retry-After to d in whole seconds, rounded up.
+func setRetryAfter(h http.Header, d time.Duration) {
+	h.Set("Retry-After", strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10))
+}
+
+// retryDetails returns the grpc-status-details-bin value of a status with a
+// google.rpc.RetryInfo detail, or "" if it cannot be encoded.
+func retryDetails(code int, msg string, d time.Duration) string {
+	info, err := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)})
+	if err != nil {
+		return ""
+	}
+	b, err := proto.Marshal(&spb.Status{Code: int32(code), Message: msg, Details: []*anypb.Any{info}})
+	if err != nil {
+		return ""
+	}
+	return base64.RawStdEncoding.EncodeToString(b)
 }

@@ -1,9 +1,17 @@
 package problem_test
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"net/http/httptest"
 	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/portico-gw/portico/gateway/problem"
 )
@@ -82,5 +90,41 @@ func TestIsGRPC(t *testing.T) {
 		if got := problem.IsGRPC(ct); got != want {
 			t.Errorf("IsGRPC(%q) = %v, want %v", ct, got, want)
 		}
+	}
+}
+
+func TestWriteRetryAfter(t *testing.T) {
+	t.Parallel()
+	w := httptest.NewRecorder()
+	problem.Write(w, httptest.NewRequest("GET", "/", nil), problem.Problem{Code: problem.RateLimited, RetryAfter: 1200 * time.Millisecond})
+	if w.Code != 429 || w.Header().Get("Retry-After") != "2" {
+		t.Errorf("HTTP: %d, Retry-After %q; want 429 and 2", w.Code, w.Header().Get("Retry-After"))
+	}
+
+	r := httptest.NewRequest("POST", "/pkg.S/M", nil)
+	r.Header.Set("Content-Type", "application/grpc")
+	w = httptest.NewRecorder()
+	problem.Write(w, r, problem.Problem{Code: problem.RateLimited, Detail: "slow down", RetryAfter: 250 * time.Millisecond})
+	h := w.Header()
+	if h.Get("Grpc-Status") != "8" {
+		t.Fatalf("grpc-status %q, want 8", h.Get("Grpc-Status"))
+	}
+	// The details decode as grpc-go's client would: a google.rpc.Status
+	// holding a RetryInfo.
+	raw, err := base64.RawStdEncoding.DecodeString(h.Get("Grpc-Status-Details-Bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st spb.Status
+	if err := proto.Unmarshal(raw, &st); err != nil {
+		t.Fatal(err)
+	}
+	s := status.FromProto(&st)
+	if s.Code() != codes.ResourceExhausted || s.Message() != "rate_limited: slow down" || len(s.Details()) != 1 {
+		t.Fatalf("status = %v %q, %d details", s.Code(), s.Message(), len(s.Details()))
+	}
+	ri, ok := s.Details()[0].(*errdetails.RetryInfo)
+	if !ok || ri.GetRetryDelay().AsDuration() != 250*time.Millisecond {
+		t.Errorf("detail = %#v, want RetryInfo of 250ms", s.Details()[0])
 	}
 }
