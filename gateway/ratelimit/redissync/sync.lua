@@ -1,0 +1,115 @@
+-- One node's sync of some global buckets, all in one hash slot.
+--
+-- KEYS[i]    the hash of one global bucket:
+--              t        tokens (may be negative: debt)
+--              u        time of the last refill, seconds (Redis clock)
+--              x        time the key's expiry was last pushed back, seconds
+--              n<node>  "<demand EWMA, requests/s> <time of that node's last report>"
+-- ARGV[1]    this node's id
+-- ARGV[2]    sync interval, seconds
+-- ARGV[3]    key TTL, milliseconds
+-- ARGV[4i..4i+3]  for KEYS[i]: rate (tokens/s), burst, admitted, demand
+--
+-- Returns {weight_1, tokens_1, weight_2, tokens_2, ...} as strings: Redis
+-- would truncate Lua numbers to integers.
+--
+-- The maths is in the package documentation (redissync.go).
+
+local me = 'n' .. ARGV[1]
+local interval = tonumber(ARGV[2])
+local ttl = ARGV[3]
+-- Pushing the expiry back is a good part of a report's cost, so it is done
+-- at most every tenth of the TTL: a bucket expires 0.9 to 1 TTL after its
+-- last report.
+local refresh = tonumber(ttl) / 1000 / 10
+local tau = 2 * interval   -- EWMA time constant
+local stale = 5 * interval -- a node silent for longer is dropped
+local min_demand = 1e-3    -- every live node claims at least this, requests/s
+
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1e6
+
+-- Numbers are stored and returned as '%.17g' strings, which round-trip
+-- exactly. Formatting is a good part of the script's time, so each number
+-- is formatted once.
+local fmt = string.format
+local now_s = fmt('%.17g', now)
+
+local out = {}
+for i = 1, #KEYS do
+	local key = KEYS[i]
+	local a = 4 * i
+	local rate = tonumber(ARGV[a])
+	local burst = tonumber(ARGV[a + 1])
+	local admitted = tonumber(ARGV[a + 2])
+	local demand = tonumber(ARGV[a + 3])
+
+	local tokens, last, expiry = burst, now, nil
+	local mine, mine_at
+	local sum = 0
+	local dead
+	local h = redis.call('HGETALL', key)
+	for j = 1, #h, 2 do
+		local f, v = h[j], h[j + 1]
+		if f == 't' then
+			tokens = tonumber(v) or burst
+		elseif f == 'u' then
+			last = tonumber(v) or now
+		elseif f == 'x' then
+			expiry = tonumber(v)
+		else
+			local e, at = string.match(v, '^(%S+) (%S+)$')
+			e, at = tonumber(e), tonumber(at)
+			if e == nil or at == nil or now - at > stale then
+				-- Silent too long (or unreadable): forget it. This node's own
+				-- stale entry is dropped too and it starts afresh below.
+				dead = dead or {}
+				dead[#dead + 1] = f
+			elseif f == me then
+				mine, mine_at = e, at
+			else
+				sum = sum + math.max(e, min_demand)
+			end
+		end
+	end
+
+	-- The global bucket: refill by the time since anyone last reported,
+	-- then take what this node admitted. Debt is bounded by one burst.
+	local elapsed = now - last
+	if elapsed > 0 then
+		tokens = tokens + rate * elapsed
+	end
+	tokens = math.min(tokens, burst) - admitted
+	if tokens < -burst then
+		tokens = -burst
+	end
+
+	-- This node's demand rate, smoothed with time constant tau over the
+	-- real time between its reports (which need not be regular).
+	local e
+	if mine == nil then
+		e = demand / interval
+	else
+		local dt = math.max(now - mine_at, 1e-3)
+		local alpha = 1 - math.exp(-dt / tau)
+		e = mine + alpha * (demand / dt - mine)
+	end
+	local claim = math.max(e, min_demand)
+	sum = sum + claim
+	local weight = claim / sum
+
+	if dead then
+		redis.call('HDEL', key, unpack(dead))
+	end
+	local tokens_s = fmt('%.17g', tokens)
+	local node_s = fmt('%.17g %s', e, now_s)
+	if expiry == nil or now - expiry >= refresh or now < expiry then
+		redis.call('HSET', key, 't', tokens_s, 'u', now_s, me, node_s, 'x', now_s)
+		redis.call('PEXPIRE', key, ttl)
+	else
+		redis.call('HSET', key, 't', tokens_s, 'u', now_s, me, node_s)
+	end
+	out[2 * i - 1] = fmt('%.17g', weight)
+	out[2 * i] = tokens_s
+end
+return out
