@@ -22,7 +22,7 @@ local ttl = ARGV[3]
 -- at most every tenth of the TTL: a bucket expires 0.9 to 1 TTL after its
 -- last report.
 local refresh = tonumber(ttl) / 1000 / 10
-local tau = 2 * interval   -- EWMA time constant
+local tau = interval / 2   -- EWMA time constant
 local stale = 5 * interval -- a node silent for longer is dropped
 local min_demand = 1e-3    -- every live node claims at least this, requests/s
 
