@@ -43,7 +43,7 @@ func BenchmarkForward(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(node.Close)
-	if err := node.Apply(cfg); err != nil {
+	if err := node.Apply(gatewaytest.WithoutAnonymousLimit(cfg)); err != nil {
 		b.Fatal(err)
 	}
 

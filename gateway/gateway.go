@@ -36,6 +36,8 @@ import (
 	"github.com/portico-gw/portico/gateway/auth/jwt"
 	"github.com/portico-gw/portico/gateway/internal/framing"
 	"github.com/portico-gw/portico/gateway/proxy"
+	"github.com/portico-gw/portico/gateway/ratelimit"
+	"github.com/portico-gw/portico/gateway/ratelimit/redissync"
 	"github.com/portico-gw/portico/gateway/upstream"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
@@ -78,6 +80,9 @@ type Options struct {
 
 	// Now is the clock for credential expiry; nil means time.Now.
 	Now func() time.Time
+
+	// RateLimit configures the rate limit buckets and their Redis sync.
+	RateLimit RateLimitOptions
 }
 
 // Listener is one socket of a pool.
@@ -103,6 +108,10 @@ type Node struct {
 	trusted   []netip.Prefix
 	tokens    *jwt.Verifier
 	auth      *auth.Authenticator
+	limits    *ratelimit.Table
+	// stopSync stops the rate limit sync; nil without Redis.
+	stopSync context.CancelFunc
+	syncDone chan struct{}
 
 	state   atomic.Pointer[state]
 	applyMu sync.Mutex // serialises Apply
@@ -169,6 +178,22 @@ func New(opts Options) (*Node, error) {
 		return nil, err
 	}
 	n.state.Store(empty)
+	n.limits = ratelimit.NewTable(ratelimit.Options{MaxBuckets: opts.RateLimit.MaxBuckets, Now: opts.Now})
+	if rc := opts.RateLimit.Redis; rc != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		n.stopSync, n.syncDone = cancel, make(chan struct{})
+		r := &redissync.Runner{
+			Table: n.limits, Client: rc, Node: opts.RateLimit.NodeID, Logger: n.log,
+			Settings: func() (time.Duration, time.Duration) {
+				rl := n.state.Load().snap.RateLimiting
+				return rl.SyncInterval, rl.RedisTimeout
+			},
+		}
+		go func() {
+			defer close(n.syncDone)
+			r.Run(ctx)
+		}()
+	}
 	return n, nil
 }
 
@@ -287,6 +312,13 @@ func (n *Node) Close() {
 		n.closeListeners()
 		n.upstreams.Close()
 		n.tokens.Close()
+		if n.stopSync != nil {
+			n.stopSync()
+			<-n.syncDone
+		}
+		if n.limits != nil {
+			n.limits.Close()
+		}
 	})
 }
 

@@ -18,9 +18,10 @@ import (
 
 // ServeHTTP runs the request chain for one pool. The order is fixed
 // (DESIGN.md, the request path): framing, request id, path normalisation,
-// route match, size limit, authentication and authorisation, trace
-// context, then the proxy, which counts the body while it streams, strips
-// credentials and client identity headers, and adds the verified identity.
+// route match, size limit, authentication and authorisation, rate limits,
+// trace context, then the proxy, which counts the body while it streams,
+// strips credentials and client identity headers, and adds the verified
+// identity.
 func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n := p.node
 	st := n.state.Load()
@@ -93,6 +94,19 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rawQuery = auth.WithoutQueryKey(rawQuery, route.Auth.QueryKey)
 	}
 
+	// Rate limits: in-memory buckets, per caller (or per client IP on
+	// public routes).
+	clientIP, trusted := p.peer(r)
+	v := n.rateLimit(st.limits, route, &ident, p.limitAddr(r, clientIP, trusted))
+	v.writeHeaders(w.Header())
+	if v.limited {
+		problem.Write(w, r, problem.Problem{
+			Code: problem.RateLimited, Detail: "rate limit \"" + v.by.spec.Name + "\" exceeded",
+			Instance: path, RequestID: rid, RetryAfter: v.res.RetryAfter,
+		})
+		return
+	}
+
 	// Trace context: continue the caller's trace or start one.
 	tc, ok := telemetry.ParseTraceparent(headerValue(r.Header, "Traceparent"))
 	if ok {
@@ -101,7 +115,6 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		tc = telemetry.NewTrace(false)
 	}
 
-	clientIP, trusted := p.peer(r)
 	t := proxy.Target{
 		Cluster:        st.clusters[route.Index],
 		Path:           path,
@@ -122,6 +135,45 @@ func (n *Node) problem(w http.ResponseWriter, r *http.Request, rid string, code 
 	problem.Write(w, r, problem.Problem{Code: code, Detail: detail, Instance: instance, RequestID: rid})
 }
 
+// limitAddr is the client address per-IP limits count: the peer, or behind
+// trusted proxies the nearest X-Forwarded-For address that is not one of
+// them (a client can prepend anything, so the list is read from the right).
+func (p *pool) limitAddr(r *http.Request, peer string, trusted bool) string {
+	if !trusted {
+		return peer
+	}
+	xff := r.Header["X-Forwarded-For"]
+	for i := len(xff) - 1; i >= 0; i-- {
+		list := xff[i]
+		for list != "" {
+			var hop string
+			if j := strings.LastIndexByte(list, ','); j >= 0 {
+				hop, list = list[j+1:], list[:j]
+			} else {
+				hop, list = list, ""
+			}
+			addr, err := netip.ParseAddr(strings.TrimSpace(hop))
+			if err != nil {
+				return peer // malformed: count the proxy's own address
+			}
+			if !p.node.isTrusted(addr.Unmap()) {
+				return addr.Unmap().String()
+			}
+		}
+	}
+	return peer
+}
+
+// isTrusted reports whether addr is inside a trusted proxy prefix.
+func (n *Node) isTrusted(addr netip.Addr) bool {
+	for _, pfx := range n.trusted {
+		if pfx.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
 // peer returns the client's IP and whether it is a trusted proxy.
 func (p *pool) peer(r *http.Request) (string, bool) {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
@@ -135,13 +187,7 @@ func (p *pool) peer(r *http.Request) (string, bool) {
 	if err != nil {
 		return host, false
 	}
-	addr = addr.Unmap()
-	for _, pfx := range p.node.trusted {
-		if pfx.Contains(addr) {
-			return host, true
-		}
-	}
-	return host, false
+	return host, p.node.isTrusted(addr.Unmap())
 }
 
 // splitRequestURI returns the raw, still-escaped path and query of r as the

@@ -83,7 +83,7 @@ func TestSnapshotSwapUnderLoad(t *testing.T) {
 		if i%2 == 1 {
 			backend = b
 		}
-		if err := g.Node.Apply(snap(fmt.Sprint(i), backend)); err != nil {
+		if err := g.Node.Apply(gatewaytest.WithoutAnonymousLimit(snap(fmt.Sprint(i), backend))); err != nil {
 			t.Fatalf("Apply %d: %v", i, err)
 		}
 		time.Sleep(2 * time.Millisecond)

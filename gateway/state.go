@@ -19,6 +19,7 @@ type state struct {
 	tables   []*router.Table[*snapshot.Route] // by pool index
 	clusters []*upstream.Cluster              // by route index
 	set      *upstream.Set
+	limits   *limitSet
 }
 
 // releaseDelay is how long a replaced state's upstream clusters are kept:
@@ -51,6 +52,7 @@ func (n *Node) Apply(cfg *configv1.Snapshot) error {
 		return fmt.Errorf("snapshot %q: %w", cfg.GetVersion(), err)
 	}
 	n.auth.SetKeys(keys)
+	n.limits.SetExpectedNodes(st.snap.RateLimiting.ExpectedNodes)
 	old := n.state.Swap(st)
 	if old != nil {
 		time.AfterFunc(releaseDelay, old.set.Release)
@@ -76,6 +78,7 @@ func (n *Node) build(cfg *configv1.Snapshot, pools map[string]int) (*state, erro
 		tables:   make([]*router.Table[*snapshot.Route], len(pools)),
 		clusters: make([]*upstream.Cluster, len(snap.Routes)),
 		set:      set,
+		limits:   newLimitSet(snap),
 	}
 	for name, i := range pools {
 		st.tables[i] = snap.Table(name)

@@ -18,6 +18,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/portico-gw/portico/cmd/portico/demo"
@@ -71,6 +72,11 @@ func Logger() *slog.Logger {
 
 // Start runs a node serving cfg (nil for an empty snapshot). edit, if not
 // nil, may adjust the options before the node is built.
+//
+// A cfg without rate_limiting settings is served with the anonymous
+// per-IP limit off (cfg itself is not changed): tests send public routes
+// more than its default allows, and are not about it. Tests of rate limits
+// set rate_limiting.
 func Start(t testing.TB, cfg *configv1.Snapshot, edit func(*gateway.Options)) *Gateway {
 	t.Helper()
 	cert, pool := Certificate(t, "127.0.0.1")
@@ -90,6 +96,7 @@ func Start(t testing.TB, cfg *configv1.Snapshot, edit func(*gateway.Options)) *G
 		t.Fatalf("gateway.New: %v", err)
 	}
 	if cfg != nil {
+		cfg = WithoutAnonymousLimit(cfg)
 		if err := node.Apply(cfg); err != nil {
 			node.Close()
 			t.Fatalf("Apply: %v", err)
@@ -109,6 +116,17 @@ func Start(t testing.TB, cfg *configv1.Snapshot, edit func(*gateway.Options)) *G
 		}
 	})
 	return g
+}
+
+// WithoutAnonymousLimit returns cfg, or a copy with the anonymous per-IP
+// limit turned off when cfg has no rate_limiting settings.
+func WithoutAnonymousLimit(cfg *configv1.Snapshot) *configv1.Snapshot {
+	if cfg.RateLimiting != nil {
+		return cfg
+	}
+	cfg = proto.Clone(cfg).(*configv1.Snapshot)
+	cfg.RateLimiting = &configv1.RateLimiting{Anonymous: &configv1.AnonymousLimit{Disabled: true}}
+	return cfg
 }
 
 // Listen binds 127.0.0.1:0.

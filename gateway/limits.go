@@ -1,0 +1,174 @@
+package gateway
+
+import (
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/portico-gw/portico/gateway/auth"
+	"github.com/portico-gw/portico/gateway/ratelimit"
+	"github.com/portico-gw/portico/gateway/snapshot"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+)
+
+// limitSet is a snapshot's rate limits bound to the node's bucket table,
+// resolved so a request does one map lookup (its plan) at most.
+type limitSet struct {
+	plans     map[string][]boundLimit
+	routes    [][]boundLimit // by route index
+	anonymous *boundLimit    // nil when disabled
+}
+
+// boundLimit is a compiled limit with its bucket policy and its
+// RateLimit-Policy header value, formatted once.
+type boundLimit struct {
+	spec   *snapshot.RateLimit
+	lim    *ratelimit.Limit
+	policy string
+}
+
+func bind(l *snapshot.RateLimit) boundLimit {
+	return boundLimit{
+		spec: l,
+		lim: &ratelimit.Limit{
+			ID: l.ID, Name: l.Name, Rate: l.Rate, Burst: l.Burst,
+			// Per-IP buckets of anonymous callers stay on their node.
+			Global:     l.Scope != configv1.RateLimitScope_RATE_LIMIT_SCOPE_UNSPECIFIED,
+			FailClosed: l.FailClosed, StaleAfter: l.StaleAfter,
+		},
+		policy: policyHeader(l),
+	}
+}
+
+// policyHeader is the RateLimit-Policy field of l (IETF httpapi
+// RateLimit fields draft): the quota q is the fleet-wide burst, over a
+// window w of the seconds the bucket takes to refill from empty, at least
+// 1. The RateLimit field's r is what this node will still admit: its share
+// of the limit, never more than q.
+func policyHeader(l *snapshot.RateLimit) string {
+	w := max(math.Ceil(l.Burst/l.Rate), 1)
+	return `"` + l.Name + `";q=` + strconv.FormatFloat(l.Burst, 'f', 0, 64) + ";w=" + strconv.FormatFloat(w, 'f', 0, 64)
+}
+
+func newLimitSet(s *snapshot.Snapshot) *limitSet {
+	ls := &limitSet{plans: map[string][]boundLimit{}, routes: make([][]boundLimit, len(s.Routes))}
+	if a := s.RateLimiting.Anonymous; a != nil {
+		b := bind(a)
+		ls.anonymous = &b
+	}
+	for _, p := range s.RateLimitedPlans() {
+		for _, l := range s.PlanLimits(p) {
+			ls.plans[p] = append(ls.plans[p], bind(l))
+		}
+	}
+	for i := range s.Routes {
+		for _, l := range s.Routes[i].RateLimits {
+			ls.routes[i] = append(ls.routes[i], bind(l))
+		}
+	}
+	return ls
+}
+
+// verdict is the outcome of a request's rate limits.
+type verdict struct {
+	limited bool
+	// the limit reported in the headers: the refusing one, or the most
+	// restrictive
+	by  *boundLimit
+	res ratelimit.Result
+}
+
+// consider folds one bucket's result into v: a refusal wins over a pass
+// (the longest wait among refusals), otherwise the fewest tokens left.
+func (v *verdict) consider(b *boundLimit, r ratelimit.Result) {
+	switch {
+	case v.by == nil:
+	case !r.Allowed && (!v.limited || r.RetryAfter > v.res.RetryAfter):
+	case r.Allowed && !v.limited && r.Remaining < v.res.Remaining:
+	default:
+		return
+	}
+	v.by, v.res, v.limited = b, r, !r.Allowed
+}
+
+// rateLimit takes a token from every bucket that applies to the request:
+// per client IP on public routes; otherwise the caller's plan limits (per
+// caller, per app, per caller and route class) and the route's own.
+func (n *Node) rateLimit(ls *limitSet, route *snapshot.Route, id *auth.Identity, clientIP string) verdict {
+	var v verdict
+	if route.Auth.Public {
+		if a := ls.anonymous; a != nil {
+			v.consider(a, n.limits.TakeAt(a.lim, clientIP, n.now()))
+		}
+		return v
+	}
+	planLimits, routeLimits := ls.plans[id.Plan], ls.routes[route.Index]
+	if len(planLimits) == 0 && len(routeLimits) == 0 {
+		return v
+	}
+	// One clock read for every bucket: on some machines it costs as much
+	// as a take.
+	now := n.now()
+	caller := callerKey(id)
+	for i, b := range planLimits {
+		var key string
+		switch b.spec.Scope {
+		case configv1.RateLimitScope_RATE_LIMIT_SCOPE_APP:
+			key = appKey(id)
+		case configv1.RateLimitScope_RATE_LIMIT_SCOPE_CLASS:
+			if b.spec.Class != route.RateLimitClass {
+				continue
+			}
+			key = caller
+		default:
+			key = caller
+		}
+		v.consider(&planLimits[i], n.limits.TakeAt(b.lim, key, now))
+	}
+	for i, b := range routeLimits {
+		key := caller
+		if b.spec.Scope == configv1.RateLimitScope_RATE_LIMIT_SCOPE_APP {
+			key = appKey(id)
+		}
+		v.consider(&routeLimits[i], n.limits.TakeAt(b.lim, key, now))
+	}
+	return v
+}
+
+// callerKey names the caller a CALLER bucket counts: the API key, or the
+// token's subject with its client (the same user through two apps is two
+// callers).
+func callerKey(id *auth.Identity) string {
+	if id.Kind == auth.APIKey {
+		return id.KeyID
+	}
+	return id.Issuer + "\x00" + id.Subject + "\x00" + id.ClientID
+}
+
+// appKey names the app an APP bucket counts: the key's app, or the token's
+// client; a token without a client counts as its subject's own app.
+func appKey(id *auth.Identity) string {
+	if id.ClientID != "" {
+		return id.ClientID
+	}
+	return id.Issuer + "\x00" + id.Subject
+}
+
+// now reads the node's clock.
+func (n *Node) now() time.Time {
+	if n.opts.Now != nil {
+		return n.opts.Now()
+	}
+	return time.Now()
+}
+
+// writeHeaders sets the RateLimit-Policy and RateLimit fields of v's limit.
+func (v *verdict) writeHeaders(h http.Header) {
+	if v.by == nil {
+		return
+	}
+	h["Ratelimit-Policy"] = []string{v.by.policy}
+	h["Ratelimit"] = []string{`"` + v.by.spec.Name + `";r=` + strconv.FormatInt(v.res.Remaining, 10) +
+		";t=" + strconv.FormatInt(int64((v.res.Reset+time.Second-1)/time.Second), 10)}
+}
