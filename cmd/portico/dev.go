@@ -166,6 +166,8 @@ refused:
   curl -i -H 'x-api-key: %[4]s' -X POST http://%[1]s/inventory/v1/items -H 'content-type: application/json' -d '{"sku":"NUT-5","name":"Nut","quantity":1,"price_cents":5}'   # 403 insufficient_scope (the key lacks inventory:write)
   curl -i http://%[1]s/inventory/v1/items            # 401 unauthenticated
   curl -i http://%[1]s/nowhere                       # 404 no_route
+rate limited (plan %[6]s: %[8]d/s per caller, burst %[9]d; 429 rate_limited after the burst):
+  for i in $(seq 60); do curl -s -o /dev/null -w '%%{http_code} ' -H 'x-api-key: %[4]s' http://%[1]s/inventory/v1/items; done; echo
 
 gRPC (the orders service; go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4):
   grpcurl -plaintext %[1]s list
@@ -174,5 +176,5 @@ gRPC (the orders service; go install github.com/fullstorydev/grpcurl/cmd/grpcurl
   grpcurl -cacert %[3]s -H 'authorization: Bearer %[7]s' -d '{"order_id":"o-1001"}' localhost:%[2]s portico.demo.v1.OrdersService/GetOrder
 
 Ctrl-C drains in-flight requests and stops.
-`, addr, tlsPort, filepath.Clean(caFile), ident.Key, devApp, devPlan, ident.Token)
+`, addr, tlsPort, filepath.Clean(caFile), ident.Key, devApp, devPlan, ident.Token, devRate, devBurst)
 }

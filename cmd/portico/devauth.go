@@ -31,6 +31,8 @@ const (
 	devApp      = "app-demo"
 	devKeyID    = "key-demo"
 	devPlan     = "demo"
+	devRate     = 20 // per second, per caller
+	devBurst    = 40
 	devIssuer   = "https://issuer.portico.dev.local/"
 	devAudience = "portico-dev"
 	devKID      = "dev-1"
@@ -98,7 +100,14 @@ func (d *devIdentity) addTo(cfg *configv1.Snapshot) {
 		{Name: "inventory-api", Description: "the demo REST inventory"},
 		{Name: "orders-api", Description: "the demo gRPC orders service"},
 	}
-	cfg.Plans = []*configv1.Plan{{Name: devPlan, Products: []string{"inventory-api", "orders-api"}}}
+	cfg.Plans = []*configv1.Plan{{
+		Name: devPlan, Products: []string{"inventory-api", "orders-api"},
+		// Small on purpose: a loop of curl calls shows a 429 within seconds.
+		RateLimits: []*configv1.RateLimit{{
+			Name: "default", Scope: configv1.RateLimitScope_RATE_LIMIT_SCOPE_CALLER,
+			Rate: devRate, Burst: devBurst,
+		}},
+	}}
 	cfg.Scopes = []*configv1.Scope{
 		{Name: "inventory:read"}, {Name: "inventory:write"},
 		{Name: "orders:read"}, {Name: "orders:write"},

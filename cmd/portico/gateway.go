@@ -7,8 +7,12 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/portico-gw/portico/gateway"
 	"github.com/portico-gw/portico/gateway/configfile"
@@ -30,6 +34,9 @@ func runGateway(ctx context.Context, args []string) error {
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
 		debugAddr  = fs.String("debug-listen", "", "addr to serve /debug/pprof/ on (off when empty; keep it on loopback)")
 		headroom   = fs.Int("gc-headroom-mib", defaultGCHeadroomMiB, "heap growth allowed between garbage collections, in MiB (0: Go's default pacing; GOGC in the environment wins)")
+		redisAddrs = fs.String("redis", "", "Redis for the rate limit sync: host:port, or several comma-separated seed addresses of a Redis Cluster (empty: this node's buckets are the whole truth)")
+		redisPass  = fs.String("redis-password-file", "", "file holding the Redis password (AUTH), if any")
+		nodeID     = fs.String("node-id", "", "this node's id in the rate limit sync (default: hostname and process id)")
 	)
 	fs.Var(&plain, "listen", "pool=addr to serve cleartext HTTP/1.1 and h2c on (repeatable; default public=:8080)")
 	fs.Var(&secure, "tls-listen", "pool=addr to serve HTTP/2 and HTTP/1.1 over TLS on (repeatable)")
@@ -73,7 +80,13 @@ func runGateway(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	rl, closeRedis, err := rateLimitOptions(*redisAddrs, *redisPass, *nodeID)
+	if err != nil {
+		return err
+	}
+	defer closeRedis()
 	node, err := gateway.New(gateway.Options{
+		RateLimit:         rl,
 		Listeners:         ls,
 		Logger:            log,
 		MaxHeaderBytes:    *maxHeader,
@@ -116,4 +129,35 @@ func forwardSIGHUP(ctx context.Context, reload chan<- struct{}) {
 			}
 		}
 	}
+}
+
+// rateLimitOptions builds the node's rate limit options from the flags:
+// a Redis client (a cluster client for several addresses) and the node id.
+func rateLimitOptions(addrs, passwordFile, nodeID string) (gateway.RateLimitOptions, func(), error) {
+	if addrs == "" {
+		return gateway.RateLimitOptions{}, func() {}, nil
+	}
+	var password string
+	if passwordFile != "" {
+		b, err := os.ReadFile(passwordFile)
+		if err != nil {
+			return gateway.RateLimitOptions{}, nil, fmt.Errorf("gateway: -redis-password-file: %w", err)
+		}
+		password = strings.TrimSpace(string(b))
+	}
+	if nodeID == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			host = "node"
+		}
+		nodeID = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	list := strings.Split(addrs, ",")
+	var client redis.UniversalClient
+	if len(list) == 1 {
+		client = redis.NewClient(&redis.Options{Addr: list[0], Password: password})
+	} else {
+		client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: list, Password: password})
+	}
+	return gateway.RateLimitOptions{Redis: client, NodeID: nodeID}, func() { _ = client.Close() }, nil
 }

@@ -269,6 +269,28 @@ func TestDevRole(t *testing.T) {
 	if code, body := call("GET", "/nowhere", nil, ""); code != 404 || !strings.Contains(body, `"error":"no_route"`) {
 		t.Errorf("GET /nowhere through dev = %d %q", code, body)
 	}
+	// The demo plan's limit (20/s, burst 40 per caller) shows within a
+	// quick loop, with its headers.
+	limited := false
+	for i := 0; i < 200 && !limited; i++ {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/inventory/v1/items", nil)
+		req.Header.Set("X-Api-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.Header.Get("RateLimit-Policy") != `"default";q=40;w=2` || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"default";r=`) {
+			t.Fatalf("call %d: RateLimit-Policy %q, RateLimit %q", i, resp.Header.Get("RateLimit-Policy"), resp.Header.Get("RateLimit"))
+		}
+		if resp.StatusCode == 429 {
+			limited = resp.Header.Get("Retry-After") != ""
+		}
+	}
+	if !limited {
+		t.Error("200 quick calls with the demo key were never refused with 429 and Retry-After")
+	}
 	if strings.Contains(strings.ReplaceAll(out, key, ""), key[8:20]) {
 		t.Errorf("the key appears in dev's output other than in the banner's calls")
 	}
