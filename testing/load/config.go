@@ -67,6 +67,9 @@ func gatewayConfig(backend string, extra int) *configv1.Snapshot {
 	// The bench route sits in the middle of the table.
 	bench := &configv1.Route{Id: "bench", Team: "bench", Methods: []string{"GET"}, Path: benchRoute, Cluster: "backend", Auth: public}
 	cfg.Routes = slices.Insert(routes, len(routes)/2, bench)
+	// The load comes from one address: the anonymous per-IP limit would
+	// measure itself, not the proxy.
+	cfg.RateLimiting = &configv1.RateLimiting{Anonymous: &configv1.AnonymousLimit{Disabled: true}}
 	return cfg
 }
 
@@ -106,12 +109,24 @@ func authGatewayConfig(backend string, extra, keys int) (*configv1.Snapshot, str
 	return cfg, key, nil
 }
 
+// limitRate is the gateway-rl target's per-caller limit: far above what one
+// core can serve, so every request passes and the cost measured is the
+// bucket's, not refusals'.
+const limitRate = 10_000_000
+
 // writeAuthGatewayConfig writes authGatewayConfig as JSON to path and
-// returns the key the load sends.
-func writeAuthGatewayConfig(path, backend string, extra, keys int) (string, error) {
+// returns the key the load sends. With limited, the plan also has a
+// per-caller rate limit that never refuses.
+func writeAuthGatewayConfig(path, backend string, extra, keys int, limited bool) (string, error) {
 	cfg, key, err := authGatewayConfig(backend, extra, keys)
 	if err != nil {
 		return "", err
+	}
+	if limited {
+		cfg.Version = "portico-load-rl"
+		cfg.Plans[0].RateLimits = []*configv1.RateLimit{{
+			Name: "default", Scope: configv1.RateLimitScope_RATE_LIMIT_SCOPE_CALLER, Rate: limitRate, Burst: limitRate,
+		}}
 	}
 	data, err := protojson.Marshal(cfg)
 	if err != nil {

@@ -55,7 +55,7 @@ func TestHarnessSmoke(t *testing.T) {
 	}
 
 	want := map[string]bool{}
-	for _, target := range []string{"direct", "baseline", "gateway", "gateway-auth"} {
+	for _, target := range []string{"direct", "baseline", "gateway", "gateway-auth", "gateway-rl"} {
 		for _, mode := range []string{"full", "1000/s"} {
 			want[target+" "+mode] = true
 		}
@@ -82,8 +82,9 @@ func TestHarnessSmoke(t *testing.T) {
 	for name := range want {
 		t.Errorf("no median for %s", name)
 	}
-	if rep.Ratios.CPUPerRequestFull <= 0 || rep.Ratios.RPSFull <= 0 || len(rep.Ratios.Added) != 3 ||
-		rep.Ratios.AuthCPUPerRequestFull <= 0 || rep.Ratios.AuthRPSFull <= 0 || rep.Ratios.AuthOverDirectRPSFull <= 0 {
+	if rep.Ratios.CPUPerRequestFull <= 0 || rep.Ratios.RPSFull <= 0 || len(rep.Ratios.Added) != 4 ||
+		rep.Ratios.AuthCPUPerRequestFull <= 0 || rep.Ratios.AuthRPSFull <= 0 || rep.Ratios.AuthOverDirectRPSFull <= 0 ||
+		rep.Ratios.LimitRPSFull <= 0 || rep.Ratios.LimitCPUPerRequestFull <= 0 || rep.Ratios.LimitCPUPerRequestRate <= 0 {
 		t.Errorf("ratios %+v incomplete", rep.Ratios)
 	}
 

@@ -56,6 +56,9 @@ type Options struct {
 	// presents, in the table of the gateway-auth target (the gateway with
 	// a bench route that requires a key); negative skips that target.
 	AuthKeys int
+	// NoRateLimit skips the gateway-rl target (gateway-auth plus a
+	// per-caller rate limit), which needs the gateway-auth target.
+	NoRateLimit bool
 	// Timeout bounds the run once the gateway is built; building it has a
 	// bound of the same length of its own, since how long it takes depends
 	// on what else changed in the tree.
@@ -137,6 +140,9 @@ type harness struct {
 	// skipped; authKey is the API key the load presents to it.
 	authConfig string
 	authKey    string
+	// rlConfig and rlKey are the same for the gateway-rl target.
+	rlConfig string
+	rlKey    string
 }
 
 // Run runs the harness and returns what it measured. Every process it

@@ -110,6 +110,12 @@ type Ratios struct {
 	// load, and AuthOverDirectRPSFull gateway-auth ÷ direct.
 	AuthRPSFull           float64 `json:"auth_over_gateway_rps_full,omitempty"`
 	AuthOverDirectRPSFull float64 `json:"auth_over_direct_rps_full,omitempty"`
+	// LimitRPSFull is gateway-rl ÷ gateway-auth requests per second at
+	// full load (goal ≥ 0.95), LimitCPUPerRequest the same for CPU per
+	// request at full load and at the fixed rate: what a rate limit costs.
+	LimitRPSFull           float64 `json:"rl_over_auth_rps_full,omitempty"`
+	LimitCPUPerRequestFull float64 `json:"rl_over_auth_cpu_per_request_full,omitempty"`
+	LimitCPUPerRequestRate float64 `json:"rl_over_auth_cpu_per_request_rate,omitempty"`
 }
 
 // AddedLatency is a proxy's latency minus the direct target's.
@@ -255,6 +261,14 @@ func (r *Report) summarise(targets, modes []string) {
 	if ar != nil && gr != nil {
 		r.Ratios.AuthCPUPerRequestRate = ratio(ar.ProxyCPUPerRequest, gr.ProxyCPUPerRequest)
 	}
+	lf, lr := r.median("gateway-rl", full), r.median("gateway-rl", rate)
+	if lf != nil && af != nil {
+		r.Ratios.LimitRPSFull = ratio(lf.RPS, af.RPS)
+		r.Ratios.LimitCPUPerRequestFull = ratio(lf.ProxyCPUPerRequest, af.ProxyCPUPerRequest)
+	}
+	if lr != nil && ar != nil {
+		r.Ratios.LimitCPUPerRequestRate = ratio(lr.ProxyCPUPerRequest, ar.ProxyCPUPerRequest)
+	}
 	if n := r.median("nginx", rate); n != nil && gr != nil {
 		gap := gr.Latency.P50 - n.Latency.P50
 		r.Ratios.GatewayOverNginxP50 = &gap
@@ -358,6 +372,10 @@ func (r *Report) WriteText(w io.Writer) error {
 	if ra.AuthCPUPerRequestFull > 0 {
 		fmt.Fprintf(&b, "API key auth (%d keys): gateway-auth/gateway CPU per request %.2f at full load, %.2f at %d req/s; req/s at full load %.2f× the gateway's, %.2f× direct\n",
 			c.AuthKeys, ra.AuthCPUPerRequestFull, ra.AuthCPUPerRequestRate, c.Rate, ra.AuthRPSFull, ra.AuthOverDirectRPSFull)
+	}
+	if ra.LimitRPSFull > 0 {
+		fmt.Fprintf(&b, "rate limit (per caller, never refusing): gateway-rl/gateway-auth req/s at full load %.2f (goal ≥ 0.95); CPU per request %.2f at full load, %.2f at %d req/s\n",
+			ra.LimitRPSFull, ra.LimitCPUPerRequestFull, ra.LimitCPUPerRequestRate, c.Rate)
 	}
 	if ra.GatewayOverNginxP50 != nil {
 		fmt.Fprintf(&b, "gateway p50 − nginx p50 at %s: %s (target ≤ +25µs)\n", rateMode, fmtDelta(*ra.GatewayOverNginxP50))

@@ -33,12 +33,18 @@ func (h *harness) startTargets(ctx context.Context) ([]*target, error) {
 	}
 	if h.opts.AuthKeys >= 0 {
 		h.authConfig = filepath.Join(h.dir, "portico-auth.json")
-		if h.authKey, err = writeAuthGatewayConfig(h.authConfig, h.backendAddr, h.opts.Routes, h.opts.AuthKeys); err != nil {
+		if h.authKey, err = writeAuthGatewayConfig(h.authConfig, h.backendAddr, h.opts.Routes, h.opts.AuthKeys, false); err != nil {
 			return nil, err
+		}
+		if !h.opts.NoRateLimit {
+			h.rlConfig = filepath.Join(h.dir, "portico-rl.json")
+			if h.rlKey, err = writeAuthGatewayConfig(h.rlConfig, h.backendAddr, h.opts.Routes, h.opts.AuthKeys, true); err != nil {
+				return nil, err
+			}
 		}
 	}
 	targets := []*target{{name: "direct", addr: h.backendAddr}}
-	for _, start := range []func(context.Context) (*target, error){h.startBaseline, h.startGateway, h.startAuthGateway, h.startNginx} {
+	for _, start := range []func(context.Context) (*target, error){h.startBaseline, h.startGateway, h.startAuthGateway, h.startLimitGateway, h.startNginx} {
 		t, err := start(ctx)
 		if err != nil {
 			return nil, err
@@ -91,6 +97,15 @@ func (h *harness) startAuthGateway(ctx context.Context) (*target, error) {
 		return nil, nil
 	}
 	return h.startPortico(ctx, "gateway-auth", h.authConfig, "X-Api-Key: "+h.authKey+"\r\n")
+}
+
+// startLimitGateway starts the gateway-rl target: gateway-auth's config
+// with a per-caller rate limit on the plan that never refuses.
+func (h *harness) startLimitGateway(ctx context.Context) (*target, error) {
+	if h.rlConfig == "" {
+		return nil, nil
+	}
+	return h.startPortico(ctx, "gateway-rl", h.rlConfig, "X-Api-Key: "+h.rlKey+"\r\n")
 }
 
 func (h *harness) startPortico(ctx context.Context, name, config, header string) (*target, error) {
