@@ -2,7 +2,9 @@ package snapshot
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"time"
 
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
@@ -51,6 +53,11 @@ type RateLimiting struct {
 // PlanLimits returns the rate limits of plan; nil for an unknown plan.
 func (s *Snapshot) PlanLimits(plan string) []*RateLimit {
 	return s.planLimits[plan]
+}
+
+// RateLimitedPlans lists the plans that have rate limits, sorted.
+func (s *Snapshot) RateLimitedPlans() []string {
+	return slices.Sorted(maps.Keys(s.planLimits))
 }
 
 // compileRateLimiting fills s.RateLimiting from cfg.
