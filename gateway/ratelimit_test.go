@@ -2,9 +2,11 @@ package gateway_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,11 +14,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/portico-gw/portico/gateway"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	demov1 "github.com/portico-gw/portico/gen/portico/demo/v1"
 	"github.com/portico-gw/portico/testing/gatewaytest"
+	"github.com/portico-gw/portico/testing/redistest"
 )
 
 // clock is a settable time for the node's buckets and credentials.
@@ -228,5 +232,54 @@ func TestRateLimitGRPC(t *testing.T) {
 	}
 	if ri == nil || ri.GetRetryDelay().AsDuration() <= 0 || ri.GetRetryDelay().AsDuration() > time.Second {
 		t.Errorf("RetryInfo = %v, want a delay in (0, 1s]", ri)
+	}
+}
+
+// TestRateLimitSharedThroughRedis runs two nodes against one real Redis: a
+// limit of 100/s per app, node A asked 200/s and node B 10/s. Each node
+// alone would hold half the limit (A 50/s, B 10/s: 60/s); synced, A takes
+// the share B does not use and the pair admits about the limit.
+func TestRateLimitSharedThroughRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	d := gatewaytest.Demo(t)
+	f := newAuthFixture(t, d)
+	f.cfg.Plans[0].RateLimits = []*configv1.RateLimit{limit("default", perApp, 100, 10)}
+	f.cfg.RateLimiting = &configv1.RateLimiting{ExpectedNodes: 2, SyncInterval: durationpb.New(100 * time.Millisecond)}
+	nodes := make([]*gatewaytest.Gateway, 2)
+	for i := range nodes {
+		nodes[i] = gatewaytest.Start(t, f.cfg, func(o *gateway.Options) {
+			o.RateLimit = gateway.RateLimitOptions{Redis: srv.Client(t), NodeID: fmt.Sprint("node-", i)}
+		})
+	}
+	client := gatewaytest.HTTP1Client(t)
+	const secs = 4
+	var admitted [secs]atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, perSecond := range []int{200, 10} {
+		wg.Go(func() {
+			tick := time.NewTicker(time.Second / time.Duration(perSecond))
+			defer tick.Stop()
+			for now := range tick.C {
+				s := int(now.Sub(start) / time.Second)
+				if s >= secs {
+					return
+				}
+				if rlGet(t, client, nodes[i].URL()+"/inventory/v1/items", "X-Api-Key", f.keys["good"]).StatusCode == 200 {
+					admitted[s].Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	total := int64(0)
+	for s := 1; s < secs; s++ {
+		total += admitted[s].Load()
+	}
+	t.Logf("admitted per second: %d %d %d %d", admitted[0].Load(), admitted[1].Load(), admitted[2].Load(), admitted[3].Load())
+	// Seconds 1–3: about 300 synced, 180 unsynced.
+	if total < 250 || total > 345 {
+		t.Errorf("seconds 1-3 admitted %d, want about 300 (the limit, shared through Redis)", total)
 	}
 }
