@@ -290,6 +290,36 @@ func (b *Bucket) Apply(weight, globalTokens float64, now time.Time) {
 	b.replace(s, newState(l.Rate, l.Burst, weight, s.global, n), n, capped)
 }
 
+// Reweigh changes b's share of its limit to weight between syncs, without
+// capping its tokens and without counting as a share for FailClosed and
+// StaleAfter: it is a syncer's local estimate, made from b's own recent
+// demand, that the next Apply replaces. weight is clamped to [0, 1].
+func (b *Bucket) Reweigh(weight float64) {
+	if !(weight > 0) {
+		weight = 0
+	}
+	weight = min(weight, 1)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.state.Load()
+	if s.tat.Load() == frozen || s.weight == weight {
+		return
+	}
+	l := b.limit.Load()
+	now := b.t.nanos()
+	b.replace(s, newState(l.Rate, l.Burst, weight, s.global, s.sharedAt), now, math.Inf(1))
+}
+
+// Weight returns b's current share of its limit.
+func (b *Bucket) Weight() float64 { return b.state.Load().weight }
+
+// Pending returns b's counts since the last Collect without resetting
+// them: the tokens taken and the Take calls (allowed and refused).
+func (b *Bucket) Pending() (admitted, demand uint64) {
+	a, r := b.admitted.Load(), b.refused.Load()
+	return a, a + r
+}
+
 // replace makes ns b's state in place of s, with s's tokens at now, at
 // most ns's burst and at most capped. The caller holds b.mu.
 //

@@ -628,3 +628,35 @@ func TestSetExpectedNodes(t *testing.T) {
 		t.Errorf("SetExpectedNodes(0): burst share %d, want 30 (at least one node)", r.Limit)
 	}
 }
+
+func TestPendingAndReweigh(t *testing.T) {
+	t.Parallel()
+	tbl := ratelimit.NewTable(ratelimit.Options{ExpectedNodes: 2})
+	t.Cleanup(tbl.Close)
+	l := &ratelimit.Limit{ID: "g", Name: "g", Rate: 100, Burst: 100, Global: true}
+	for range 60 {
+		tbl.Take(l, "k")
+	}
+	reps := tbl.Collect()
+	if len(reps) != 1 || reps[0].Admitted != 50 || reps[0].Demand != 60 {
+		t.Fatalf("Collect = %+v, want one bucket with 50 admitted of 60", reps)
+	}
+	b := reps[0].Bucket
+	tbl.Take(l, "k")
+	if a, d := b.Pending(); a != 0 || d != 1 {
+		t.Errorf("Pending = %d, %d; want 0 admitted of 1", a, d)
+	}
+	if a, d := b.Pending(); a != 0 || d != 1 {
+		t.Errorf("Pending reset the counts: %d, %d", a, d)
+	}
+	if b.Weight() != 0.5 {
+		t.Errorf("Weight = %v, want 0.5 (two expected nodes)", b.Weight())
+	}
+	b.Reweigh(0.9)
+	if r := tbl.Take(l, "k"); b.Weight() != 0.9 || r.Limit != 90 {
+		t.Errorf("after Reweigh(0.9): weight %v, burst share %d; want 0.9, 90", b.Weight(), r.Limit)
+	}
+	if reps := tbl.Collect(); len(reps) != 1 || reps[0].Demand != 2 {
+		t.Errorf("Collect after Pending = %+v, want the 2 calls since the last Collect", reps)
+	}
+}

@@ -133,13 +133,14 @@ func describe(admitted [][]int64) string {
 // limit of 1,000/s, demand at 3× the limit split 70/20/10 across the nodes
 // and then moving abruptly (10/20/70 at 10 s, 20/70/10 at 20 s), for 30 s.
 //
-// Every 1-s window after the first admits within ±10 % of the limit,
-// except the window in which demand moved: a node whose demand jumps
-// learns its new share at its next sync (up to one interval later), and
-// until then the fleet admits less — about 70 % in that one second here.
-// The test holds those windows to at least 60 % and the next one to ±10 %,
-// and the whole run to within 10 %. (The issue asks ±10 % for every
-// window; closing that gap needs nodes to adapt between syncs.)
+// Every 1-s window after the first must admit within ±10 % of the limit,
+// and the whole run within 10 %. The windows in which demand moved are
+// held to [0.7, 1.1] × the limit: the issue asks ±10 % there too, which
+// runs without the race detector meet (0.93 and 0.99 of the limit) but
+// runs with it do not reliably (0.77–0.95). Syncing every 500 ms alone
+// left those windows at about 0.7; the nodes re-estimating their weights
+// between syncs and syncing early when their demand moves (see Runner)
+// closed most of the gap.
 func TestAccuracy(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -164,8 +165,8 @@ func TestAccuracy(t *testing.T) {
 		switch {
 		case s == 0:
 		case s%10 == 0: // demand moved during this second
-			if float64(n) < 0.6*limit || float64(n) > 1.1*limit {
-				t.Errorf("second %d (demand moved) admitted %d, outside [0.6, 1.1] × the limit %.0f", s, n, limit)
+			if float64(n) < 0.7*limit || float64(n) > 1.1*limit {
+				t.Errorf("second %d (demand moved) admitted %d, outside [0.7, 1.1] × the limit %.0f", s, n, limit)
 			}
 		case math.Abs(float64(n)-limit) > 0.1*limit:
 			t.Errorf("second %d admitted %d, more than 10%% from the limit %.0f", s, n, limit)

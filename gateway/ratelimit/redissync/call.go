@@ -2,6 +2,7 @@ package redissync
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -95,14 +96,18 @@ func (s *Syncer) plan(reports []Report) []*call {
 			n := min(len(g), maxKeysPerCall)
 			c := &call{
 				keys: make([]string, n),
-				args: make([]any, 3, 3+4*n),
+				args: make([]any, 3, 3+5*n),
 				idx:  g[:n],
 			}
 			c.args[0], c.args[1], c.args[2] = s.node, s.interval, s.ttl
 			for j, i := range c.idx {
 				r := &reports[i]
 				c.keys[j] = s.redisKey(r.Key, tagOf[i])
-				c.args = append(c.args, r.Rate, r.Burst, r.Admitted, r.Demand)
+				current := r.Current
+				if !(current > 0) || math.IsInf(current, 0) { // unknown, NaN
+					current = -1
+				}
+				c.args = append(c.args, r.Rate, r.Burst, r.Admitted, r.Demand, current)
 			}
 			calls = append(calls, c)
 			g = g[n:]
@@ -125,16 +130,17 @@ func (c *call) decode(shares []Share) error {
 	if err != nil {
 		return fmt.Errorf("redissync: sync %d buckets: %w", len(c.keys), err)
 	}
-	if len(vals) != 2*len(c.keys) {
+	if len(vals) != 3*len(c.keys) {
 		return fmt.Errorf("redissync: script returned %d values for %d buckets", len(vals), len(c.keys))
 	}
 	for j, i := range c.idx {
-		w, werr := strconv.ParseFloat(vals[2*j], 64)
-		tokens, terr := strconv.ParseFloat(vals[2*j+1], 64)
-		if werr != nil || terr != nil {
-			return fmt.Errorf("redissync: script returned %q, %q for bucket %q", vals[2*j], vals[2*j+1], c.keys[j])
+		w, werr := strconv.ParseFloat(vals[3*j], 64)
+		tokens, terr := strconv.ParseFloat(vals[3*j+1], 64)
+		others, oerr := strconv.ParseFloat(vals[3*j+2], 64)
+		if werr != nil || terr != nil || oerr != nil {
+			return fmt.Errorf("redissync: script returned %q, %q, %q for bucket %q", vals[3*j], vals[3*j+1], vals[3*j+2], c.keys[j])
 		}
-		shares[i] = Share{Weight: w, Tokens: tokens}
+		shares[i] = Share{Weight: w, Tokens: tokens, Others: others}
 	}
 	return nil
 }

@@ -40,12 +40,14 @@
 //
 //	T ← min(b, T + r·(t − u)) − A, but not below −b;  u ← t
 //	drop every node n with t − a_n > 5·I
-//	E_m ← D / I                                 if m is new (or was dropped)
-//	E_m ← E_m + α·(D/Δ − E_m)                   otherwise, where
-//	       Δ = t − a_m,  α = 1 − exp(−Δ/τ),  τ = I/2
+//	R = the report's Current rate if given, else D/Δ (D/I for a new node)
+//	E_m ← R                                     if m is new (or was dropped)
+//	E_m ← E_m + α·(R − E_m)                     otherwise, where
+//	       Δ = t − a_m,  α = 1 − exp(−Δ/τ),  τ = I/4
 //	a_m ← t
-//	Weight_m = max(E_m, ε) / Σ_n max(E_n, ε)    over the live nodes, ε = 0.001/s
-//	Tokens_m = T
+//	O_m = Σ_{n≠m} max(E_n, ε)                  over the other live nodes, ε = 0.001/s
+//	Weight_m = max(R, ε) / (max(R, ε) + O_m)
+//	Tokens_m = T,  Others_m = O_m
 //
 // D/Δ is m's demand rate over the real time since its last report, so a
 // late or skipped sync (whose report covers more time) is weighed
@@ -65,13 +67,16 @@
 // counts what a node was asked for, refusals included, independent of its
 // current share, so the weights track the offered load: the fixed point is
 // Weight_n = D_n / ΣD, the split in which every node's share matches its
-// traffic. When a node's traffic rises, its next report shows it; each
-// sync closes 1 − e^(−2) ≈ 86% of the gap (98% after two syncs), and the
-// global bucket's debt (Tokens < 0) lets nodes see an overshoot
-// meanwhile. The time constant is short on purpose: a slower average
-// (τ = 2·I was tried) left a fleet admitting 70 % of a 1,000/s limit for a
-// second after demand moved between nodes (TestAccuracy); one interval's
-// demand at the rates where limits matter is already a stable signal.
+// traffic. A node's own weight uses its demand as it is now (D/Δ, or the
+// Current rate the Runner measured over its last step) against the
+// others' averages, so a node whose traffic jumps gets its share at that
+// report; the others see the move through its average, which closes
+// 1 − e^(−Δ/τ) of the gap per report, τ = I/4 (98 % per regular sync).
+// The time constant is short on purpose: with τ = 2·I and regular syncs
+// only, a fleet admitted 70 % of a 1,000/s limit for the second after
+// demand moved between nodes (TestAccuracy); one interval's demand at the
+// rates where limits matter is already a stable signal. The global
+// bucket's debt (Tokens < 0) charges any overshoot back at the next sync.
 //
 // # Failures
 //
@@ -131,6 +136,12 @@ type Report struct {
 	// Demand is how many requests this node saw for Key since then,
 	// admitted or refused.
 	Demand uint64
+	// Current, when positive, is the node's demand rate for Key right now
+	// (requests per second over its most recent moments), which weighs
+	// more than Demand spread over the whole time since the last report:
+	// after traffic moves, a report made early would otherwise mix the
+	// rates before and after. Zero or negative means unknown.
+	Current float64
 }
 
 // Share is what a node may use of one limit until its next sync.
@@ -140,6 +151,10 @@ type Share struct {
 	// Tokens is the global bucket's level after this node's report; it is
 	// negative when the fleet has taken more than the limit (debt).
 	Tokens float64
+	// Others is the other live nodes' smoothed demand, in requests per
+	// second (Σ max(E_n, ε) over n ≠ m): with it a node can re-estimate
+	// its weight from its own demand between syncs (see Runner).
+	Others float64
 }
 
 // Options configure a Syncer. The zero value works.

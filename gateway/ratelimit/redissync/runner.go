@@ -3,6 +3,7 @@ package redissync
 import (
 	"context"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -35,11 +36,39 @@ type Runner struct {
 	// the conservative error.)
 	pending map[*ratelimit.Bucket]ratelimit.Report
 	lastErr time.Time
+
+	// others holds, per bucket synced last round, the other nodes' demand
+	// then; collectedAt is when that round collected. Between syncs the
+	// runner re-estimates each bucket's weight from its own demand since
+	// collectedAt against others (see adapt).
+	others      map[*ratelimit.Bucket]synced
+	collectedAt time.Time
+	syncedAt    time.Time
 }
+
+// synced is what the last sync said about one bucket — the other nodes'
+// demand and this node's own demand rate then — and the bucket's pending
+// demand at the last adapt step.
+type synced struct {
+	others, rate float64
+	seen         uint64
+	seenAt       time.Time
+	// cur is the demand rate over the last adapt step, 0 before one.
+	cur float64
+}
+
+// adaptSteps is how many times per sync interval a runner re-estimates
+// its buckets' weights locally.
+const adaptSteps = 5
+
+// minAdaptDemand is the fewest calls since the last sync a bucket needs
+// for its local estimate: below it the rate is noise.
+const minAdaptDemand = 10
 
 const errLogEvery = 10 * time.Second
 
-// Run syncs until ctx is done.
+// Run syncs until ctx is done: a sync every interval, and local
+// re-estimates of the weights between them.
 func (r *Runner) Run(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -49,9 +78,56 @@ func (r *Runner) Run(ctx context.Context) {
 			return
 		case <-timer.C:
 		}
-		r.Once(ctx)
-		timer.Reset(r.interval)
+		if time.Since(r.syncedAt) >= r.interval*(adaptSteps-1)/adaptSteps || r.adapt() {
+			_ = r.Once(ctx)
+			r.syncedAt = time.Now()
+		}
+		timer.Reset(r.interval / adaptSteps)
 	}
+}
+
+// adapt re-estimates, between syncs, the weight of every bucket synced
+// last round from the demand it has seen since: a node whose traffic jumps
+// would otherwise hold its old share until its next sync, and the fleet
+// under-admit for up to an interval each time demand moves between nodes.
+// The estimate assumes the other nodes' demand is still what Redis last
+// said (Share.Others): weight = d / (d + others). If every node's demand
+// rose at once the estimates could add up to more than one; the fleet's
+// bucket then goes into debt, which the next sync charges back.
+//
+// adapt reports whether some bucket's demand moved by more than a factor
+// of two since the last sync: then the node syncs early, so that the other
+// nodes learn of the move (and it of theirs) within a step rather than an
+// interval. Steady traffic never syncs early.
+func (r *Runner) adapt() bool {
+	now := time.Now()
+	moved := false
+	for b, last := range r.others {
+		_, demand := b.Pending()
+		// The rate over the last step alone: since the last sync it would
+		// mix the traffic before a move with the traffic after it.
+		n, dt := demand-last.seen, now.Sub(last.seenAt).Seconds()
+		if demand < last.seen { // collected meanwhile
+			n = demand
+		}
+		if n < minAdaptDemand || dt < r.interval.Seconds()/(2*adaptSteps) {
+			continue
+		}
+		d := float64(n) / dt
+		last.seen, last.seenAt, last.cur = demand, now, d
+		r.others[b] = last
+		if d > 2*last.rate || d < last.rate/2 {
+			moved = true
+		}
+		w := 1.0
+		if last.others > 0 {
+			w = d / (d + last.others)
+		}
+		if math.Abs(w-b.Weight()) > 0.02 {
+			b.Reweigh(w)
+		}
+	}
+	return moved
 }
 
 // Once makes one sync round trip and applies the shares it returns. On
@@ -67,6 +143,17 @@ func (r *Runner) Once(ctx context.Context) error {
 		r.pending = map[*ratelimit.Bucket]ratelimit.Report{}
 	}
 	reports := r.Table.Collect()
+	prevCollect := r.collectedAt
+	r.collectedAt = time.Now()
+	// The rates measured at the last adapt step, if recent, tell Redis
+	// what each bucket's demand is now.
+	current := make(map[*ratelimit.Bucket]float64, len(r.others))
+	for b, last := range r.others {
+		if last.cur > 0 && r.collectedAt.Sub(last.seenAt) <= 2*r.interval/adaptSteps {
+			current[b] = last.cur
+		}
+	}
+	clear(r.others)
 	for i := range reports {
 		if p, ok := r.pending[reports[i].Bucket]; ok {
 			reports[i].Admitted += p.Admitted
@@ -87,6 +174,7 @@ func (r *Runner) Once(ctx context.Context) error {
 			Key:  rep.Limit.ID + "\x00" + rep.Key,
 			Rate: rep.Limit.Rate, Burst: rep.Limit.Burst,
 			Admitted: rep.Admitted, Demand: rep.Demand,
+			Current: current[rep.Bucket],
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -106,9 +194,14 @@ func (r *Runner) Once(ctx context.Context) error {
 		}
 		return err
 	}
+	if r.others == nil {
+		r.others = map[*ratelimit.Bucket]synced{}
+	}
 	now := time.Now()
+	span := max(now.Sub(prevCollect).Seconds(), 1e-3)
 	for i, rep := range reports {
 		rep.Bucket.Apply(shares[i].Weight, shares[i].Tokens, now)
+		r.others[rep.Bucket] = synced{others: shares[i].Others, rate: float64(rep.Demand) / span, seenAt: r.collectedAt}
 	}
 	return nil
 }

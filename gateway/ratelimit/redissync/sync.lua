@@ -8,7 +8,8 @@
 -- ARGV[1]    this node's id
 -- ARGV[2]    sync interval, seconds
 -- ARGV[3]    key TTL, milliseconds
--- ARGV[4i..4i+3]  for KEYS[i]: rate (tokens/s), burst, admitted, demand
+-- ARGV[5i-1..5i+3]  for KEYS[i]: rate (tokens/s), burst, admitted, demand,
+--                   and the node's current demand rate (-1: unknown)
 --
 -- Returns {weight_1, tokens_1, weight_2, tokens_2, ...} as strings: Redis
 -- would truncate Lua numbers to integers.
@@ -22,7 +23,7 @@ local ttl = ARGV[3]
 -- at most every tenth of the TTL: a bucket expires 0.9 to 1 TTL after its
 -- last report.
 local refresh = tonumber(ttl) / 1000 / 10
-local tau = interval / 2   -- EWMA time constant
+local tau = interval / 4   -- EWMA time constant
 local stale = 5 * interval -- a node silent for longer is dropped
 local min_demand = 1e-3    -- every live node claims at least this, requests/s
 
@@ -38,11 +39,12 @@ local now_s = fmt('%.17g', now)
 local out = {}
 for i = 1, #KEYS do
 	local key = KEYS[i]
-	local a = 4 * i
+	local a = 5 * i - 1
 	local rate = tonumber(ARGV[a])
 	local burst = tonumber(ARGV[a + 1])
 	local admitted = tonumber(ARGV[a + 2])
 	local demand = tonumber(ARGV[a + 3])
+	local current = tonumber(ARGV[a + 4])
 
 	local tokens, last, expiry = burst, now, nil
 	local mine, mine_at
@@ -86,17 +88,29 @@ for i = 1, #KEYS do
 
 	-- This node's demand rate, smoothed with time constant tau over the
 	-- real time between its reports (which need not be regular).
-	local e
+	local e, inst
 	if mine == nil then
-		e = demand / interval
+		inst = demand / interval
+		if current >= 0 then
+			inst = current
+		end
+		e = inst
 	else
 		local dt = math.max(now - mine_at, 1e-3)
 		local alpha = 1 - math.exp(-dt / tau)
-		e = mine + alpha * (demand / dt - mine)
+		inst = demand / dt
+		if current >= 0 then
+			inst = current
+		end
+		e = mine + alpha * (inst - mine)
 	end
-	local claim = math.max(e, min_demand)
-	sum = sum + claim
-	local weight = claim / sum
+	-- The weight sets this node's own demand, as it is now, against the
+	-- others' smoothed demand: a node whose traffic jumps gets its share at
+	-- this report, not after the average catches up. The others see it
+	-- through the average.
+	local others = sum
+	local own = math.max(inst, min_demand)
+	local weight = own / (own + others)
 
 	if dead then
 		redis.call('HDEL', key, unpack(dead))
@@ -109,7 +123,8 @@ for i = 1, #KEYS do
 	else
 		redis.call('HSET', key, 't', tokens_s, 'u', now_s, me, node_s)
 	end
-	out[2 * i - 1] = fmt('%.17g', weight)
-	out[2 * i] = tokens_s
+	out[3 * i - 2] = fmt('%.17g', weight)
+	out[3 * i - 1] = tokens_s
+	out[3 * i] = fmt('%.17g', others)
 end
 return out
