@@ -21,27 +21,10 @@ import (
 	demov1 "github.com/portico-gw/portico/gen/portico/demo/v1"
 	"github.com/portico-gw/portico/testing/gatewaytest"
 	"github.com/portico-gw/portico/testing/redistest"
+	"github.com/portico-gw/portico/testing/testclock"
 )
 
-// clock is a settable time for the node's buckets and credentials.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Now()} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func newClock() *testclock.Clock { return testclock.New(time.Now()) }
 
 func limit(name string, scope configv1.RateLimitScope, rate float64, burst uint32) *configv1.RateLimit {
 	return &configv1.RateLimit{Name: name, Scope: scope, Rate: rate, Burst: burst}

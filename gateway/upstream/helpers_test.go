@@ -7,35 +7,21 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime"
-	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/portico-gw/portico/gateway/upstream"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
-	"google.golang.org/protobuf/types/known/durationpb"
+	"github.com/portico-gw/portico/testing/testclock"
 )
 
 // fakeClock is a settable Options.Now.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+type fakeClock = testclock.Clock
 
 func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
+	return testclock.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 }
 
 // testOptions logs to the test's output and uses clock when non-nil.

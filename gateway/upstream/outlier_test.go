@@ -66,9 +66,9 @@ func TestOutlierEjectsAndRevives(t *testing.T) {
 	}
 	neverPicked(t, c, bad)
 
-	clock.Advance(base - time.Nanosecond)
+	clock.Add(base - time.Nanosecond)
 	neverPicked(t, c, bad)
-	clock.Advance(time.Nanosecond)
+	clock.Add(time.Nanosecond)
 	pickAddr(t, c, bad).Done(upstream.Success) // back in rotation
 	if st := status(t, c, bad); !st.EjectedUntil.IsZero() {
 		t.Errorf("EjectedUntil after expiry = %v, want zero", st.EjectedUntil)
@@ -79,7 +79,7 @@ func TestOutlierEjectsAndRevives(t *testing.T) {
 	if st, want := status(t, c, bad), clock.Now().Add(2*base); !st.EjectedUntil.Equal(want) {
 		t.Fatalf("second EjectedUntil = %v, want %v (2 × base)", st.EjectedUntil, want)
 	}
-	clock.Advance(2 * base)
+	clock.Add(2 * base)
 	fail(t, c, bad, 3)
 	if st, want := status(t, c, bad), clock.Now().Add(3*base); !st.EjectedUntil.Equal(want) {
 		t.Fatalf("third EjectedUntil = %v, want %v (3 × base)", st.EjectedUntil, want)
@@ -97,12 +97,12 @@ func TestOutlierEjectionCappedAndDecays(t *testing.T) {
 		if got := st.EjectedUntil.Sub(clock.Now()); got != want {
 			t.Fatalf("ejection #%d lasts %v, want %v", k, got, want)
 		}
-		clock.Advance(want)
+		clock.Add(want)
 	}
 	// Four base periods in service take four off the multiplier: 10 → 6,
 	// and the next ejection is the 7th step.
 	pickAddr(t, c, bad).Done(upstream.Success)
-	clock.Advance(4 * base)
+	clock.Add(4 * base)
 	fail(t, c, bad, 3)
 	if got, want := status(t, c, bad).EjectedUntil.Sub(clock.Now()), 7*base; got != want {
 		t.Errorf("ejection after 4 quiet periods lasts %v, want %v", got, want)
@@ -167,7 +167,7 @@ func TestOutlierMaxEjectionPercent(t *testing.T) {
 				if e, err := c.Pick(); !errors.Is(err, upstream.ErrNoEndpoint) {
 					t.Fatalf("Pick() with all ejected = %v, %v, want ErrNoEndpoint", e, err)
 				}
-				clock.Advance(base)
+				clock.Add(base)
 				e, err := c.Pick()
 				if err != nil {
 					t.Fatalf("Pick() after the ejections expired: %v", err)
@@ -186,7 +186,7 @@ func TestOutlierSlotFreedEjectsNext(t *testing.T) {
 	if !status(t, c, addrs[1]).EjectedUntil.IsZero() {
 		t.Fatal("second endpoint of two ejected at 50%")
 	}
-	clock.Advance(base)
+	clock.Add(base)
 	fail(t, c, addrs[1], 3) // the slot is free again
 	if status(t, c, addrs[1]).EjectedUntil.IsZero() {
 		t.Fatal("endpoint not ejected once the first ejection expired")

@@ -196,18 +196,18 @@ func TestMTLS(t *testing.T) {
 	writeFile(t, certFile, certPEM)
 	writeFile(t, keyFile, keyPEM)
 	expect("gateway-1")
-	clock.Advance(6 * time.Second)
+	clock.Add(6 * time.Second)
 	expect("gateway-2")
 
 	// A rotation that does not parse keeps the last good pair.
 	writeFile(t, certFile, []byte("half-written"))
-	clock.Advance(6 * time.Second)
+	clock.Add(6 * time.Second)
 	expect("gateway-2")
 	leaf = clientCA.Issue(t, "gateway-3", true)
 	certPEM, keyPEM = leaf.CertPEM, leaf.KeyPEM
 	writeFile(t, keyFile, keyPEM)
 	writeFile(t, certFile, certPEM)
-	clock.Advance(6 * time.Second)
+	clock.Add(6 * time.Second)
 	expect("gateway-3")
 }
 

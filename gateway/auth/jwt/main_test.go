@@ -26,6 +26,7 @@ import (
 
 	"github.com/portico-gw/portico/gateway/auth/jwt"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	"github.com/portico-gw/portico/testing/testclock"
 )
 
 // Every Verifier in these tests logs at debug level into testLog, and
@@ -119,26 +120,9 @@ func remember(token string) string {
 var t0 = time.Unix(1_800_000_000, 0)
 
 // clock is a settable Options.Now.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+type clock = testclock.Clock
 
-func newClock() *clock { return &clock{t: t0} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
-
-func (c *clock) Add(d time.Duration) { c.Set(c.Now().Add(d)) }
+func newClock() *clock { return testclock.New(t0) }
 
 // signer is a test key pair with its kid and algorithm.
 type signer struct {
