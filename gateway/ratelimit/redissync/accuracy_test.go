@@ -260,3 +260,36 @@ func TestSlowRedis(t *testing.T) {
 		}
 	}
 }
+
+// TestRunnerManyBuckets syncs 12,000 active buckets with a 100 ms timeout:
+// in one round trip Redis would need longer than that (some 10–15 µs a
+// bucket, plus the client's encoding), so the Runner splits them into
+// round trips of their own, and every bucket gets its share.
+func TestRunnerManyBuckets(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	tbl := ratelimit.NewTable(ratelimit.Options{ExpectedNodes: 2})
+	t.Cleanup(tbl.Close)
+	r := &redissync.Runner{
+		Table: tbl, Client: srv.Client(t), Node: "node-0", Logger: slog.New(slog.DiscardHandler),
+		Settings: func() (time.Duration, time.Duration) { return redissync.DefaultInterval, 100 * time.Millisecond },
+	}
+	l := &ratelimit.Limit{ID: "plan/gold/default", Name: "default", Rate: 100, Burst: 100, Global: true}
+	const n = 12000
+	for i := range n {
+		if res := tbl.Take(l, fmt.Sprint("app-", i)); res.Limit != 50 {
+			t.Fatalf("before any sync: burst share %d, want 50 (two expected nodes)", res.Limit)
+		}
+	}
+	start := time.Now()
+	if err := r.Once(t.Context()); err != nil {
+		t.Fatalf("Once: %v", err)
+	}
+	t.Logf("synced %d buckets in %v", n, time.Since(start))
+	for i := range n {
+		// Alone in Redis, this node holds the whole limit.
+		if res := tbl.Take(l, fmt.Sprint("app-", i)); res.Limit != 100 {
+			t.Fatalf("bucket %d after the sync: burst share %d, want 100", i, res.Limit)
+		}
+	}
+}

@@ -177,13 +177,26 @@ func (r *Runner) Once(ctx context.Context) error {
 			Current: current[rep.Bucket],
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	shares, err := r.syncer.Sync(ctx, rr)
-	if err != nil {
-		for _, rep := range reports {
-			r.pending[rep.Bucket] = rep
+	if r.others == nil {
+		r.others = map[*ratelimit.Bucket]synced{}
+	}
+	// Round trips of at most maxRoundTrip buckets, each with its own
+	// timeout: Redis spends some 10 µs per bucket, so one round trip for
+	// every bucket of a busy node would outlast any sensible timeout, and
+	// no bucket would ever sync.
+	var err error
+	for lo := 0; lo < len(rr); lo += maxRoundTrip {
+		hi := min(lo+maxRoundTrip, len(rr))
+		if err == nil {
+			err = r.syncChunk(ctx, reports[lo:hi], rr[lo:hi], timeout, prevCollect)
 		}
+		if err != nil { // this chunk failed, or an earlier one did
+			for _, rep := range reports[lo:hi] {
+				r.pending[rep.Bucket] = rep
+			}
+		}
+	}
+	if err != nil {
 		if now := time.Now(); now.Sub(r.lastErr) >= errLogEvery {
 			r.lastErr = now
 			log := r.Logger
@@ -192,10 +205,20 @@ func (r *Runner) Once(ctx context.Context) error {
 			}
 			log.Warn("rate limit sync failed; keeping the last shares", "error", err, "buckets", len(reports))
 		}
-		return err
 	}
-	if r.others == nil {
-		r.others = map[*ratelimit.Bucket]synced{}
+	return err
+}
+
+// maxRoundTrip is the most buckets one sync round trip carries.
+const maxRoundTrip = 1000
+
+// syncChunk syncs one round trip's buckets and applies their shares.
+func (r *Runner) syncChunk(ctx context.Context, reports []ratelimit.Report, rr []Report, timeout time.Duration, prevCollect time.Time) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	shares, err := r.syncer.Sync(ctx, rr)
+	if err != nil {
+		return err
 	}
 	now := time.Now()
 	span := max(now.Sub(prevCollect).Seconds(), 1e-3)
