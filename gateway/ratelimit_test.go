@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/portico-gw/portico/gateway"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	demov1 "github.com/portico-gw/portico/gen/portico/demo/v1"
@@ -218,13 +220,28 @@ func TestRateLimitGRPC(t *testing.T) {
 	}
 }
 
-// TestRateLimitSharedThroughRedis runs two nodes against one real Redis: a
-// limit of 100/s per app, node A asked 200/s and node B 10/s. Each node
-// alone would hold half the limit (A 50/s, B 10/s: 60/s); synced, A takes
-// the share B does not use and the pair admits about the limit.
+// TestRateLimitSharedThroughRedis runs two nodes against one real Redis (a
+// single server, and a Redis Cluster of three masters): a limit of 100/s
+// per app, node A asked 200/s and node B 10/s. Each node alone would hold
+// half the limit (A 50/s, B 10/s: 60/s); synced, A takes the share B does
+// not use and the pair admits about the limit.
 func TestRateLimitSharedThroughRedis(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t)
+	for _, tc := range []struct {
+		name   string
+		client func(t *testing.T) redis.UniversalClient
+	}{
+		{"single", func(t *testing.T) redis.UniversalClient { return redistest.Start(t).Client(t) }},
+		{"cluster", func(t *testing.T) redis.UniversalClient { return redistest.StartCluster(t, 3).Client(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			testSharedLimit(t, tc.client(t))
+		})
+	}
+}
+
+func testSharedLimit(t *testing.T, rc redis.UniversalClient) {
 	d := gatewaytest.Demo(t)
 	f := newAuthFixture(t, d)
 	f.cfg.Plans[0].RateLimits = []*configv1.RateLimit{limit("default", perApp, 100, 10)}
@@ -232,7 +249,7 @@ func TestRateLimitSharedThroughRedis(t *testing.T) {
 	nodes := make([]*gatewaytest.Gateway, 2)
 	for i := range nodes {
 		nodes[i] = gatewaytest.Start(t, f.cfg, func(o *gateway.Options) {
-			o.RateLimit = gateway.RateLimitOptions{Redis: srv.Client(t), NodeID: fmt.Sprint("node-", i)}
+			o.RateLimit = gateway.RateLimitOptions{Redis: rc, NodeID: fmt.Sprint("node-", i)}
 		})
 	}
 	client := gatewaytest.HTTP1Client(t)
