@@ -28,8 +28,8 @@
 // A Limit's numbers are fleet-wide. A non-global limit (the per-IP bucket
 // of anonymous routes) is enforced by each node alone at the full Rate and
 // Burst. For a global limit each node holds a share: until it has one, a
-// weight of 1/ExpectedNodes. A syncer (package gateway runs one over
-// Redis) runs this loop every sync interval:
+// weight of 1/ExpectedNodes. A syncer (redissync.Runner, over Redis) runs
+// this loop every sync interval:
 //
 //  1. Collect returns, for every global bucket with activity since the
 //     previous Collect, the tokens it admitted and the calls it saw, and
@@ -40,6 +40,10 @@
 //  3. Bucket.Apply installs the weight and caps the bucket's tokens at its
 //     part of the fleet's tokens. It also dates the share: a FailClosed
 //     limit refuses every call once its share is older than StaleAfter.
+//
+// Between syncs the syncer may re-estimate a bucket's weight from its own
+// recent demand (Pending, then Reweigh), which neither caps tokens nor
+// dates the share.
 //
 // Take counts the calls of global buckets and lists each bucket with
 // counts once, so Collect visits the active buckets only. The syncer
