@@ -23,9 +23,11 @@ type limitSet struct {
 // boundLimit is a compiled limit with its bucket policy and its
 // RateLimit-Policy header value, formatted once.
 type boundLimit struct {
-	spec   *snapshot.RateLimit
-	lim    *ratelimit.Limit
-	policy string
+	spec *snapshot.RateLimit
+	lim  *ratelimit.Limit
+	// policy is the RateLimit-Policy header value, shared by every
+	// response (net/http never changes a header's values).
+	policy []string
 }
 
 func bind(l *snapshot.RateLimit) boundLimit {
@@ -37,7 +39,7 @@ func bind(l *snapshot.RateLimit) boundLimit {
 			Global:     l.Scope != configv1.RateLimitScope_RATE_LIMIT_SCOPE_UNSPECIFIED,
 			FailClosed: l.FailClosed, StaleAfter: l.StaleAfter,
 		},
-		policy: policyHeader(l),
+		policy: []string{policyHeader(l)},
 	}
 }
 
@@ -168,7 +170,7 @@ func (v *verdict) writeHeaders(h http.Header) {
 	if v.by == nil {
 		return
 	}
-	h["Ratelimit-Policy"] = []string{v.by.policy}
+	h["Ratelimit-Policy"] = v.by.policy
 	h["Ratelimit"] = []string{`"` + v.by.spec.Name + `";r=` + strconv.FormatInt(v.res.Remaining, 10) +
 		";t=" + strconv.FormatInt(int64((v.res.Reset+time.Second-1)/time.Second), 10)}
 }
