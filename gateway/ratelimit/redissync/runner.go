@@ -224,7 +224,11 @@ func (r *Runner) syncChunk(ctx context.Context, reports []ratelimit.Report, rr [
 	span := max(now.Sub(prevCollect).Seconds(), 1e-3)
 	for i, rep := range reports {
 		rep.Bucket.Apply(shares[i].Weight, shares[i].Tokens, now)
-		r.others[rep.Bucket] = synced{others: shares[i].Others, rate: float64(rep.Demand) / span, seenAt: r.collectedAt}
+		// Only busy buckets are re-estimated between syncs: a quiet one's
+		// rate is noise, and adapt's work stays bounded by the busy ones.
+		if rep.Demand >= minAdaptDemand {
+			r.others[rep.Bucket] = synced{others: shares[i].Others, rate: float64(rep.Demand) / span, seenAt: r.collectedAt}
+		}
 	}
 	return nil
 }
