@@ -97,7 +97,11 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Rate limits: in-memory buckets, per caller (or per client IP on
 	// public routes).
 	clientIP, trusted := p.peer(r)
-	v := n.rateLimit(st.limits, route, &ident, p.limitAddr(r, clientIP, trusted))
+	var limitIP string // only public routes limit by address
+	if route.Auth.Public {
+		limitIP = p.limitAddr(r, clientIP, trusted)
+	}
+	v := n.rateLimit(st.limits, route, &ident, limitIP)
 	v.writeHeaders(w.Header())
 	if v.limited {
 		problem.Write(w, r, problem.Problem{

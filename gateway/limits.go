@@ -112,30 +112,39 @@ func (n *Node) rateLimit(ls *limitSet, route *snapshot.Route, id *auth.Identity,
 	// One clock read for every bucket: on some machines it costs as much
 	// as a take.
 	now := n.now()
-	caller := callerKey(id)
+	k := bucketKeys{id: id}
 	for i, b := range planLimits {
-		var key string
-		switch b.spec.Scope {
-		case configv1.RateLimitScope_RATE_LIMIT_SCOPE_APP:
-			key = appKey(id)
-		case configv1.RateLimitScope_RATE_LIMIT_SCOPE_CLASS:
-			if b.spec.Class != route.RateLimitClass {
-				continue
-			}
-			key = caller
-		default:
-			key = caller
+		if b.spec.Scope == configv1.RateLimitScope_RATE_LIMIT_SCOPE_CLASS && b.spec.Class != route.RateLimitClass {
+			continue
 		}
-		v.consider(&planLimits[i], n.limits.TakeAt(b.lim, key, now))
+		v.consider(&planLimits[i], n.limits.TakeAt(b.lim, k.of(b.spec.Scope), now))
 	}
 	for i, b := range routeLimits {
-		key := caller
-		if b.spec.Scope == configv1.RateLimitScope_RATE_LIMIT_SCOPE_APP {
-			key = appKey(id)
-		}
-		v.consider(&routeLimits[i], n.limits.TakeAt(b.lim, key, now))
+		v.consider(&routeLimits[i], n.limits.TakeAt(b.lim, k.of(b.spec.Scope), now))
 	}
 	return v
+}
+
+// bucketKeys names a request's buckets, each key made at most once and
+// only if a limit needs it (for tokens, making one allocates).
+type bucketKeys struct {
+	id          *auth.Identity
+	caller, app string
+}
+
+// of returns the bucket key for scope: the app for APP, the caller for
+// CALLER and CLASS.
+func (k *bucketKeys) of(scope configv1.RateLimitScope) string {
+	if scope == configv1.RateLimitScope_RATE_LIMIT_SCOPE_APP {
+		if k.app == "" {
+			k.app = appKey(k.id)
+		}
+		return k.app
+	}
+	if k.caller == "" {
+		k.caller = callerKey(k.id)
+	}
+	return k.caller
 }
 
 // callerKey names the caller a CALLER bucket counts: the API key, or the
