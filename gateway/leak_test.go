@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,25 +20,8 @@ import (
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	demov1 "github.com/portico-gw/portico/gen/portico/demo/v1"
 	"github.com/portico-gw/portico/testing/gatewaytest"
+	"github.com/portico-gw/portico/testing/logbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestCredentialsNeverLeak runs a mix of good and bad requests carrying
 // API keys and tokens, with the node logging at debug level, and looks for
@@ -49,7 +31,7 @@ func (s *syncBuffer) String() string {
 // Not parallel: it also captures the process-wide default logger, which a
 // package without a logger of its own would use.
 func TestCredentialsNeverLeak(t *testing.T) {
-	var upstreamSaw syncBuffer
+	var upstreamSaw logbuf.Buffer
 	capture := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		fmt.Fprintf(&upstreamSaw, "%s %s\n", r.Method, r.RequestURI)
@@ -76,7 +58,7 @@ func TestCredentialsNeverLeak(t *testing.T) {
 	)
 	f.cfg.DenyList = []*configv1.DenyEntry{{Match: &configv1.DenyEntry_Jti{Jti: "denied-jti"}, Expires: timestamppb.New(time.Now().Add(time.Hour))}}
 
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	prev := slog.Default()
 	slog.SetDefault(logger)

@@ -1,7 +1,6 @@
 package jwt_test
 
 import (
-	"bytes"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/portico-gw/portico/gateway/auth/jwt"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	"github.com/portico-gw/portico/testing/logbuf"
 	"github.com/portico-gw/portico/testing/testclock"
 )
 
@@ -33,30 +33,13 @@ import (
 // every token the tests make is remembered, so TestMain can check after the
 // whole run that no token, segment or claim value was ever logged.
 var (
-	logBuf  lockedBuffer
+	logBuf  logbuf.Buffer
 	testLog = slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
 	mintedMu sync.Mutex
 	minted   = map[string]bool{}
 	canaries atomic.Int64
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
