@@ -36,8 +36,8 @@ func BenchmarkTake(b *testing.B) {
 	}{
 		{"local", open, nil},
 		{"global", openGlobal, nil},
-		{"local/fake-clock", open, (&clock{}).Now},
-		{"global/fake-clock", openGlobal, (&clock{}).Now},
+		{"local/fake-clock", open, newClock().Now},
+		{"global/fake-clock", openGlobal, newClock().Now},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			tbl := ratelimit.NewTable(ratelimit.Options{Now: bc.now})

@@ -8,17 +8,13 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/portico-gw/portico/testing/testclock"
 )
 
-// fakeClock is a hand-driven clock for Options.Now.
-type fakeClock struct{ ns atomic.Int64 }
-
-func (c *fakeClock) Now() time.Time          { return time.Unix(1e9, c.ns.Load()) }
-func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
-
-func newTestTable(t *testing.T, opts Options) (*Table, *fakeClock) {
+func newTestTable(t *testing.T, opts Options) (*Table, *testclock.Clock) {
 	t.Helper()
-	c := &fakeClock{}
+	c := testclock.New(time.Unix(1e9, 0))
 	opts.Now = c.Now
 	tbl := NewTable(opts)
 	t.Cleanup(tbl.Close)
@@ -84,7 +80,7 @@ func TestIndexGrowsAndShrinks(t *testing.T) {
 		}
 	}
 	// Keep every tenth key busy, evict the rest.
-	c.Advance(2 * time.Minute)
+	c.Add(2 * time.Minute)
 	for i := 0; i < n; i += 10 {
 		tbl.Take(l, strconv.Itoa(i))
 	}
@@ -92,7 +88,7 @@ func TestIndexGrowsAndShrinks(t *testing.T) {
 		t.Errorf("sweep() = %d, want %d", got, n-n/10)
 	}
 	tbl.check(t)
-	c.Advance(2 * time.Minute)
+	c.Add(2 * time.Minute)
 	if got := tbl.sweep(tbl.nanos()); got != n/10 {
 		t.Errorf("sweep() = %d, want %d", got, n/10)
 	}
@@ -111,7 +107,7 @@ func TestEvictRespectsCollect(t *testing.T) {
 	l := &Limit{ID: "g", Rate: 100, Burst: 10, Global: true}
 	tbl.Take(l, "k")
 	tbl.lastCollect.Store(tbl.nanos() + int64(2*idle)) // a syncer is collecting
-	c.Advance(2 * idle)
+	c.Add(2 * idle)
 	if n := tbl.sweep(tbl.nanos()); n != 0 {
 		t.Fatalf("sweep() with counts not collected = %d, want 0", n)
 	}
@@ -123,7 +119,7 @@ func TestEvictRespectsCollect(t *testing.T) {
 	}
 	// Without a syncer the counts do not hold buckets.
 	tbl.Take(l, "k")
-	c.Advance(2 * idle)
+	c.Add(2 * idle)
 	if n := tbl.sweep(tbl.nanos()); n != 1 {
 		t.Fatalf("sweep() with no Collect for %v = %d, want 1", 2*idle, n)
 	}
@@ -137,13 +133,13 @@ func TestEvictAbandonedShare(t *testing.T) {
 	tbl.Take(l, "k")
 	b := tbl.Collect()[0].Bucket
 	b.Apply(0, 0, c.Now()) // no tokens, and no refill to speak of
-	c.Advance(idle / 2)
+	c.Add(idle / 2)
 	b.Apply(0, 0, c.Now())
-	c.Advance(idle - time.Second)
+	c.Add(idle - time.Second)
 	if n := tbl.sweep(tbl.nanos()); n != 0 {
 		t.Fatalf("sweep() with a share %v old = %d, want 0", idle-time.Second, n)
 	}
-	c.Advance(time.Second)
+	c.Add(time.Second)
 	if n := tbl.sweep(tbl.nanos()); n != 1 {
 		t.Fatalf("sweep() with a share %v old = %d, want 1", idle, n)
 	}
@@ -164,7 +160,7 @@ func TestTakeOnEvictedBucket(t *testing.T) {
 	tbl.Take(l, "k")
 	h, _ := tbl.hash(l.ID, "k")
 	b := tbl.shard(h).find(h, l.ID, "k", false)
-	c.Advance(2 * time.Minute)
+	c.Add(2 * time.Minute)
 	if n := tbl.sweep(tbl.nanos()); n != 1 {
 		t.Fatalf("sweep() = %d, want 1", n)
 	}
@@ -199,7 +195,7 @@ func TestChurn(t *testing.T) {
 			for i := 0; !stop.Load(); i++ {
 				tbl.Take(limits[(w+i)%len(limits)], strconv.Itoa(i%64))
 				if i%256 == 0 {
-					c.Advance(time.Millisecond)
+					c.Add(time.Millisecond)
 				}
 			}
 		}()
@@ -313,9 +309,9 @@ func TestDirtyLists(t *testing.T) {
 
 	// Nobody collects for a while: the evictor drops the lists, and the
 	// next Collect finds the counts all the same.
-	c.Advance(idle)
+	c.Add(idle)
 	tbl.Take(g, "a")
-	c.Advance(idle / 2)
+	c.Add(idle / 2)
 	tbl.Take(g, "c")
 	if n := tbl.sweep(tbl.nanos()); n != 4 {
 		t.Errorf("sweep() = %d, want 4 (b and the local buckets)", n)

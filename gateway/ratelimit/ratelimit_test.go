@@ -10,20 +10,20 @@ import (
 	"time"
 
 	"github.com/portico-gw/portico/gateway/ratelimit"
+	"github.com/portico-gw/portico/testing/testclock"
 )
 
 // clock is a hand-driven clock for Options.Now.
-type clock struct{ ns atomic.Int64 }
+type clock = testclock.Clock
 
 var epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-func (c *clock) Now() time.Time          { return epoch.Add(time.Duration(c.ns.Load())) }
-func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+func newClock() *clock { return testclock.New(epoch) }
 
 // newTable returns a Table on a hand-driven clock, closed when t ends.
 func newTable(t testing.TB, opts ratelimit.Options) (*ratelimit.Table, *clock) {
 	t.Helper()
-	c := &clock{}
+	c := newClock()
 	if opts.Now == nil {
 		opts.Now = c.Now
 	}
@@ -50,7 +50,7 @@ func refused(limit int64, reset, retry time.Duration) ratelimit.Result {
 func run(t *testing.T, tbl *ratelimit.Table, c *clock, l *ratelimit.Limit, steps []step) {
 	t.Helper()
 	for i, s := range steps {
-		c.Advance(s.advance)
+		c.Add(s.advance)
 		key := s.key
 		if key == "" {
 			key = "k"
@@ -223,7 +223,7 @@ func TestApply(t *testing.T) {
 				tbl.Take(l, "k")
 			}
 			if tt.takeBefore == 0 {
-				c.Advance(10 * time.Second) // full again
+				c.Add(10 * time.Second) // full again
 			}
 			r := collectOne(t, tbl)
 			r.Bucket.Apply(tt.weight, tt.glob, c.Now())
@@ -242,16 +242,16 @@ func TestStaleShare(t *testing.T) {
 	take := func(l *ratelimit.Limit, want bool) {
 		t.Helper()
 		if got := tbl.Take(l, "k"); got.Allowed != want {
-			t.Fatalf("at %v: Take(%q) = %+v, want Allowed %v", time.Duration(c.ns.Load()), l.ID, got, want)
+			t.Fatalf("at %v: Take(%q) = %+v, want Allowed %v", c.Now().Sub(epoch), l.ID, got, want)
 		}
 	}
 	// A new bucket counts as shared when made.
 	take(closed, true)
 	take(open, true)
 	take(local, true)
-	c.Advance(stale)
+	c.Add(stale)
 	take(closed, true) // exactly StaleAfter old: not yet stale
-	c.Advance(1)
+	c.Add(1)
 	if got, want := tbl.Take(closed, "k"), refused(20, 100*ms-1, ratelimit.StaleRetryAfter); got != want {
 		t.Fatalf("stale: Take = %+v, want %+v", got, want)
 	}
@@ -264,7 +264,7 @@ func TestStaleShare(t *testing.T) {
 	if got := tbl.Take(closed, "k"); !got.Allowed || got.Limit != 10 {
 		t.Fatalf("after Apply: Take = %+v, want allowed with Limit 10", got)
 	}
-	c.Advance(stale + 1)
+	c.Add(stale + 1)
 	take(closed, false)
 	if got := tbl.Take(open, "k"); !got.Allowed || got.Limit != 10 {
 		t.Fatalf("stale open limit: Take = %+v, want allowed with the last share's Limit 10", got)
@@ -272,9 +272,9 @@ func TestStaleShare(t *testing.T) {
 	// The default StaleAfter.
 	dflt := &ratelimit.Limit{ID: "default", Rate: 10, Burst: 20, Global: true, FailClosed: true}
 	take(dflt, true)
-	c.Advance(ratelimit.DefaultStaleAfter)
+	c.Add(ratelimit.DefaultStaleAfter)
 	take(dflt, true)
-	c.Advance(1)
+	c.Add(1)
 	take(dflt, false)
 }
 
@@ -331,7 +331,7 @@ func TestCollectUnderConcurrentTake(t *testing.T) {
 				}
 				tbl.Take(local, keys[k])
 				if i%100 == 0 {
-					c.Advance(ms) // refill 1 token per key
+					c.Add(ms) // refill 1 token per key
 				}
 			}
 		}()
@@ -445,7 +445,7 @@ func TestLimitChange(t *testing.T) {
 		{advance: 100 * ms, want: allowed(9, 20, 110*ms)},
 	})
 	// A smaller burst caps the tokens.
-	c.Advance(time.Second)
+	c.Add(time.Second)
 	v3 := &ratelimit.Limit{ID: v1.ID, Rate: 100, Burst: 5}
 	run(t, tbl, c, v3, []step{{want: allowed(4, 5, 10*ms)}})
 	if got := tbl.Len(); got != 1 {
@@ -483,7 +483,7 @@ func TestOverflow(t *testing.T) {
 		t.Errorf("Collect() = %+v, want other's overflow bucket", r)
 	}
 	// Eviction makes room again.
-	c.Advance(2 * time.Minute)
+	c.Add(2 * time.Minute)
 	if n := ratelimit.Sweep(tbl); n != 4 {
 		t.Errorf("Sweep() = %d, want 4", n)
 	}
@@ -528,11 +528,11 @@ func TestEvictKeepsBucketsThatAreNotIdle(t *testing.T) {
 		tbl.Take(slow, "k")
 	}
 	tbl.Take(fast, "k")
-	c.Advance(idle / 2)
+	c.Add(idle / 2)
 	if n := ratelimit.Sweep(tbl); n != 0 {
 		t.Errorf("Sweep() at %v = %d, want 0", idle/2, n)
 	}
-	c.Advance(idle)
+	c.Add(idle)
 	// fast is full and idle; slow is idle but not full: evicting it would
 	// hand out tokens.
 	if n := ratelimit.Sweep(tbl); n != 1 {
@@ -540,7 +540,7 @@ func TestEvictKeepsBucketsThatAreNotIdle(t *testing.T) {
 	}
 	// 1.5 tokens have come back in 90 s.
 	run(t, tbl, c, slow, []step{{want: allowed(0, 10, 9*time.Minute+30*time.Second)}})
-	c.Advance(20 * time.Minute)
+	c.Add(20 * time.Minute)
 	if n := ratelimit.Sweep(tbl); n != 1 {
 		t.Errorf("Sweep() when full = %d, want 1", n)
 	}
