@@ -3,6 +3,7 @@ package load
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -426,30 +427,22 @@ func modesOf(ps []Phase) []string {
 	return modes
 }
 
-func cpuList(m map[string]string) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + " " + m[k]
+// joinSorted lists m's entries by key, each as item(key, value), joined
+// by ", ".
+func joinSorted[V any](m map[string]V, item func(string, V) string) string {
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, item(k, m[k]))
 	}
 	return strings.Join(parts, ", ")
 }
 
+func cpuList(m map[string]string) string {
+	return joinSorted(m, func(k, v string) string { return k + " " + v })
+}
+
 func howList(m map[string]int) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s: %d", k, m[k])
-	}
-	return strings.Join(parts, ", ")
+	return joinSorted(m, func(k string, v int) string { return fmt.Sprintf("%s: %d", k, v) })
 }
 
 // fmtUS formats microseconds: "57.3µs", "1.24ms".
