@@ -37,9 +37,6 @@ func New(tokens *jwt.Verifier, now func() time.Time) *Authenticator {
 // SetKeys installs the API key table every later Check uses.
 func (a *Authenticator) SetKeys(t *keytable.Table) { a.keys.Store(t) }
 
-// Keys returns the key table in use.
-func (a *Authenticator) Keys() *keytable.Table { return a.keys.Load() }
-
 // Failure is a refused request: the problem to answer with and, for 401 and
 // 403, the WWW-Authenticate challenge (RFC 6750). Detail never contains any
 // part of a credential.
