@@ -149,13 +149,18 @@ func round(t testing.TB, nodes []*redissync.Syncer, key string, demands []uint64
 	return w
 }
 
-func testConverge(t *testing.T, client redis.UniversalClient) {
-	const interval = 50 * time.Millisecond
-	nodes := []*redissync.Syncer{
+// threeNodes returns syncers for nodes a, b and c.
+func threeNodes(t *testing.T, client redis.UniversalClient, interval time.Duration) []*redissync.Syncer {
+	return []*redissync.Syncer{
 		newSyncer(t, client, "a", interval),
 		newSyncer(t, client, "b", interval),
 		newSyncer(t, client, "c", interval),
 	}
+}
+
+func testConverge(t *testing.T, client redis.UniversalClient) {
+	const interval = 50 * time.Millisecond
+	nodes := threeNodes(t, client, interval)
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 
@@ -191,11 +196,7 @@ func testConverge(t *testing.T, client redis.UniversalClient) {
 
 func testDropout(t *testing.T, client redis.UniversalClient) {
 	const interval = 100 * time.Millisecond
-	nodes := []*redissync.Syncer{
-		newSyncer(t, client, "a", interval),
-		newSyncer(t, client, "b", interval),
-		newSyncer(t, client, "c", interval),
-	}
+	nodes := threeNodes(t, client, interval)
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	var w []float64
