@@ -90,8 +90,9 @@ func (d *denyList) denies(issuer string, c *Claims, iat float64, hasIat bool, no
 		return false
 	}
 	if c.JTI != "" {
-		for i := range d.jti[c.JTI] {
-			if d.jti[c.JTI][i].applies(issuer, now) {
+		rules := d.jti[c.JTI]
+		for i := range rules {
+			if rules[i].applies(issuer, now) {
 				return true
 			}
 		}
