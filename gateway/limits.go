@@ -101,12 +101,12 @@ type verdict struct {
 func (v *verdict) consider(b *boundLimit, r ratelimit.Result) {
 	switch {
 	case v.by == nil:
-	case !r.Allowed && (!v.limited || r.RetryAfter > v.res.RetryAfter):
-	case r.Allowed && !v.limited && r.Remaining < v.res.Remaining:
+	case !r.Allowed() && (!v.limited || r.RetryAfter > v.res.RetryAfter):
+	case r.Allowed() && !v.limited && r.Remaining < v.res.Remaining:
 	default:
 		return
 	}
-	v.by, v.res, v.limited = b, r, !r.Allowed
+	v.by, v.res, v.limited = b, r, !r.Allowed()
 }
 
 // rateLimit takes a token from every bucket that applies to the request:

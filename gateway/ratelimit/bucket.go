@@ -197,7 +197,6 @@ func (b *Bucket) take(l *Limit, now int64) (Result, bool) {
 				b.count(&b.admitted)
 			}
 			return Result{
-				Allowed:   true,
 				Remaining: (s.tol - (next - now)) / s.interval,
 				Limit:     s.quota,
 				Reset:     time.Duration(next - now),

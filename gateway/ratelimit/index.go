@@ -56,9 +56,9 @@ func (sh *shard) init() {
 	sh.tab.Store(&slots{s: make([]slot, minSlots)})
 }
 
-// find returns the bucket of (id, key), or of id's overflow, whose hash is
-// h; nil if there is none. It may be called without mu.
-func (sh *shard) find(h uint64, id, key string, overflow bool) *Bucket {
+// find returns the bucket of (l.ID, key), or of l's overflow, whose hash
+// is h; nil if there is none. It may be called without mu.
+func (sh *shard) find(h uint64, l *Limit, key string, overflow bool) *Bucket {
 	s := sh.tab.Load().s
 	mask := uint64(len(s) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
@@ -66,7 +66,10 @@ func (sh *shard) find(h uint64, id, key string, overflow bool) *Bucket {
 		if b == nil {
 			return nil
 		}
-		if s[i].hash.Load() == h && b != tombstone && b.key == key && b.id == id && b.overflow == overflow {
+		// A bucket last taken with l has l's ID: the common case skips
+		// comparing it.
+		if s[i].hash.Load() == h && b != tombstone && b.key == key && b.overflow == overflow &&
+			(b.limit.Load() == l || b.id == l.ID) {
 			return b
 		}
 	}

@@ -41,7 +41,7 @@ func (t *Table) check(tb testing.TB) {
 				continue
 			}
 			live++
-			if got := sh.find(b.hash, b.id, b.key, b.overflow); got != b {
+			if got := sh.find(b.hash, &Limit{ID: b.id}, b.key, b.overflow); got != b {
 				tb.Errorf("find(%q, %q) = %p, want %p", b.id, b.key, got, b)
 			}
 			if t.shard(b.hash) != sh {
@@ -148,7 +148,7 @@ func TestEvictAbandonedShare(t *testing.T) {
 	if b.state.Load().next.Load() != nil || b.state.Load().tat.Load() != frozen {
 		t.Errorf("Apply revived an evicted bucket")
 	}
-	if r := tbl.Take(l, "k"); !r.Allowed || r.Remaining != 9 {
+	if r := tbl.Take(l, "k"); !r.Allowed() || r.Remaining != 9 {
 		t.Errorf("Take after eviction = %+v, want a new full bucket", r)
 	}
 }
@@ -158,8 +158,8 @@ func TestTakeOnEvictedBucket(t *testing.T) {
 	tbl, c := newTestTable(t, Options{IdleAfter: time.Minute})
 	l := &Limit{ID: "x", Rate: 10, Burst: 10}
 	tbl.Take(l, "k")
-	h, _ := tbl.hash(l.ID, "k")
-	b := tbl.shard(h).find(h, l.ID, "k", false)
+	h, _ := tbl.hash(l, "k")
+	b := tbl.shard(h).find(h, l, "k", false)
 	c.Add(2 * time.Minute)
 	if n := tbl.sweep(tbl.nanos()); n != 1 {
 		t.Fatalf("sweep() = %d, want 1", n)
@@ -167,7 +167,7 @@ func TestTakeOnEvictedBucket(t *testing.T) {
 	if _, ok := b.take(l, tbl.nanos()); ok {
 		t.Errorf("take on an evicted bucket succeeded")
 	}
-	if tbl.shard(h).find(h, l.ID, "k", false) != nil {
+	if tbl.shard(h).find(h, l, "k", false) != nil {
 		t.Errorf("evicted bucket still in the index")
 	}
 }
@@ -348,7 +348,7 @@ func TestIndexCollisions(t *testing.T) {
 		sh.insert(b)
 	}
 	for _, b := range bs {
-		if got := sh.find(h, b.id, b.key, b.overflow); got != b {
+		if got := sh.find(h, &Limit{ID: b.id}, b.key, b.overflow); got != b {
 			t.Errorf("find(%q, %q, %v) = %p, want %p", b.id, b.key, b.overflow, got, b)
 		}
 	}
@@ -359,11 +359,11 @@ func TestIndexCollisions(t *testing.T) {
 			sh.remove(s, j)
 		}
 	}
-	if got := sh.find(h, "x", "a", false); got != nil {
+	if got := sh.find(h, &Limit{ID: "x"}, "a", false); got != nil {
 		t.Errorf("find of a removed bucket = %p, want nil", got)
 	}
 	for _, b := range bs[1:] {
-		if got := sh.find(h, b.id, b.key, b.overflow); got != b {
+		if got := sh.find(h, &Limit{ID: b.id}, b.key, b.overflow); got != b {
 			t.Errorf("after remove: find(%q, %q, %v) = %p, want %p", b.id, b.key, b.overflow, got, b)
 		}
 	}
@@ -398,13 +398,13 @@ func BenchmarkBucketTake(b *testing.B) {
 	// A rate so high that every take is admitted.
 	l := &Limit{ID: "l", Name: "l", Rate: 1e12, Burst: 1e12}
 	t.Take(l, "k")
-	h, _ := t.hash(l.ID, "k")
-	bk := t.shard(h).find(h, l.ID, "k", false)
+	h, _ := t.hash(l, "k")
+	bk := t.shard(h).find(h, l, "k", false)
 	now := t.nanos()
 	b.ReportAllocs()
 	for b.Loop() {
 		now++
-		if r, ok := bk.take(l, now); !ok || !r.Allowed {
+		if r, ok := bk.take(l, now); !ok || !r.Allowed() {
 			b.Fatal("refused")
 		}
 	}

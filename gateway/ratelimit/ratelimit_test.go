@@ -40,7 +40,7 @@ type step struct {
 }
 
 func allowed(remaining, limit int64, reset time.Duration) ratelimit.Result {
-	return ratelimit.Result{Allowed: true, Remaining: remaining, Limit: limit, Reset: reset}
+	return ratelimit.Result{Remaining: remaining, Limit: limit, Reset: reset}
 }
 
 func refused(limit int64, reset, retry time.Duration) ratelimit.Result {
@@ -241,7 +241,7 @@ func TestStaleShare(t *testing.T) {
 	tbl, c := newTable(t, ratelimit.Options{})
 	take := func(l *ratelimit.Limit, want bool) {
 		t.Helper()
-		if got := tbl.Take(l, "k"); got.Allowed != want {
+		if got := tbl.Take(l, "k"); got.Allowed() != want {
 			t.Fatalf("at %v: Take(%q) = %+v, want Allowed %v", c.Now().Sub(epoch), l.ID, got, want)
 		}
 	}
@@ -261,12 +261,12 @@ func TestStaleShare(t *testing.T) {
 	for _, r := range tbl.Collect() {
 		r.Bucket.Apply(0.5, math.Inf(1), c.Now())
 	}
-	if got := tbl.Take(closed, "k"); !got.Allowed || got.Limit != 10 {
+	if got := tbl.Take(closed, "k"); !got.Allowed() || got.Limit != 10 {
 		t.Fatalf("after Apply: Take = %+v, want allowed with Limit 10", got)
 	}
 	c.Add(stale + 1)
 	take(closed, false)
-	if got := tbl.Take(open, "k"); !got.Allowed || got.Limit != 10 {
+	if got := tbl.Take(open, "k"); !got.Allowed() || got.Limit != 10 {
 		t.Fatalf("stale open limit: Take = %+v, want allowed with the last share's Limit 10", got)
 	}
 	// The default StaleAfter.
@@ -326,7 +326,7 @@ func TestCollectUnderConcurrentTake(t *testing.T) {
 			defer wg.Done()
 			for i := range calls {
 				k := (w + i) % len(keys)
-				if tbl.Take(global, keys[k]).Allowed {
+				if tbl.Take(global, keys[k]).Allowed() {
 					allowed[k].Add(1)
 				}
 				tbl.Take(local, keys[k])
@@ -414,7 +414,7 @@ func TestConcurrentApplyKeepsTokens(t *testing.T) {
 		go func() {
 			defer tw.Done()
 			for range calls {
-				if tbl.Take(l, "k").Allowed {
+				if tbl.Take(l, "k").Allowed() {
 					n.Add(1)
 				}
 			}
@@ -436,8 +436,8 @@ func TestLimitChange(t *testing.T) {
 		tbl.Take(v1, "k")
 	}
 	// Same numbers in a new snapshot: the same bucket, still empty.
-	same := *v1
-	run(t, tbl, c, &same, []step{{want: refused(20, 2*time.Second, 100*ms)}})
+	same := &ratelimit.Limit{ID: v1.ID, Rate: v1.Rate, Burst: v1.Burst}
+	run(t, tbl, c, same, []step{{want: refused(20, 2*time.Second, 100*ms)}})
 	// A faster rate: still empty, but refills faster.
 	v2 := &ratelimit.Limit{ID: v1.ID, Rate: 100, Burst: 20}
 	run(t, tbl, c, v2, []step{
@@ -513,7 +513,7 @@ func TestEvictIdle(t *testing.T) {
 		}
 		time.Sleep(5 * ms)
 	}
-	if r := tbl.Take(l, "a"); !r.Allowed || tbl.Len() != 1 {
+	if r := tbl.Take(l, "a"); !r.Allowed() || tbl.Len() != 1 {
 		t.Errorf("Take after eviction = %+v with Len %d, want allowed with Len 1", r, tbl.Len())
 	}
 }
@@ -600,13 +600,13 @@ func TestTakeAt(t *testing.T) {
 	tbl, c := newTable(t, ratelimit.Options{})
 	l := &ratelimit.Limit{ID: "x", Rate: 10, Burst: 1}
 	now := c.Now()
-	if r := tbl.TakeAt(l, "k", now); !r.Allowed {
+	if r := tbl.TakeAt(l, "k", now); !r.Allowed() {
 		t.Fatalf("TakeAt = %+v, want allowed", r)
 	}
 	if r := tbl.TakeAt(l, "k", now.Add(50*ms)); r != refused(1, 50*ms, 50*ms) {
 		t.Errorf("TakeAt(+50ms) = %+v, want %+v", r, refused(1, 50*ms, 50*ms))
 	}
-	if r := tbl.TakeAt(l, "k", now.Add(100*ms)); !r.Allowed {
+	if r := tbl.TakeAt(l, "k", now.Add(100*ms)); !r.Allowed() {
 		t.Errorf("TakeAt(+100ms) = %+v, want allowed", r)
 	}
 }

@@ -83,7 +83,7 @@ func drive(f *fleet, l *ratelimit.Limit, key string, d time.Duration, rate func(
 					t0 := time.Now()
 					r := tbl.Take(l, key)
 					lat[i] = append(lat[i], call{t0.Sub(start), time.Since(t0)})
-					if r.Allowed {
+					if r.Allowed() {
 						atomic.AddInt64(&admitted[i][int(el/time.Second)], 1)
 					}
 				}
