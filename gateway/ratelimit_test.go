@@ -3,8 +3,11 @@ package gateway_test
 import (
 	"context"
 	"fmt"
+	"errors"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,11 +19,13 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"connectrpc.com/connect"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/portico-gw/portico/gateway"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	demov1 "github.com/portico-gw/portico/gen/portico/demo/v1"
+	"github.com/portico-gw/portico/gen/portico/demo/v1/demov1connect"
 	"github.com/portico-gw/portico/testing/gatewaytest"
 	"github.com/portico-gw/portico/testing/redistest"
 	"github.com/portico-gw/portico/testing/testclock"
@@ -281,5 +286,106 @@ func testSharedLimit(t *testing.T, rc redis.UniversalClient) {
 	// Seconds 1–3: about 300 synced, 180 unsynced.
 	if total < 250 || total > 345 {
 		t.Errorf("seconds 1-3 admitted %d, want about 300 (the limit, shared through Redis)", total)
+	}
+}
+
+// connectOrders is a Connect backend for the Connect rate limit test.
+type connectOrders struct {
+	demov1connect.UnimplementedOrdersServiceHandler
+}
+
+func (connectOrders) GetOrder(_ context.Context, r *connect.Request[demov1.GetOrderRequest]) (*connect.Response[demov1.GetOrderResponse], error) {
+	return connect.NewResponse(&demov1.GetOrderResponse{Order: &demov1.Order{OrderId: r.Msg.GetOrderId()}}), nil
+}
+
+func (connectOrders) WatchOrders(_ context.Context, _ *connect.Request[demov1.WatchOrdersRequest], s *connect.ServerStream[demov1.WatchOrdersResponse]) error {
+	return s.Send(&demov1.WatchOrdersResponse{})
+}
+
+// TestRateLimitConnect calls a rate limited route in front of a Connect
+// backend with connect-go's client: unary over JSON and proto, and a
+// server stream, each refused with ResourceExhausted and a RetryInfo
+// detail; and a gRPC-Web caller, refused in a trailers-only response.
+func TestRateLimitConnect(t *testing.T) {
+	t.Parallel()
+	path, h := demov1connect.NewOrdersServiceHandler(connectOrders{})
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	backend := httptest.NewServer(mux)
+	t.Cleanup(backend.Close)
+
+	d := gatewaytest.Demo(t)
+	f := newAuthFixture(t, d)
+	f.cfg.Clusters[0] = &configv1.Cluster{Name: "orders", Protocol: configv1.Protocol_PROTOCOL_HTTP1,
+		Endpoints: []*configv1.Endpoint{{Address: backend.Listener.Addr().String()}}}
+	f.cfg.Plans[0].RateLimits = []*configv1.RateLimit{limit("default", perCaller, 1, 1)}
+	g := gatewaytest.Start(t, f.cfg, func(o *gateway.Options) { o.Now = newClock().Now })
+	hc := gatewaytest.HTTP1Client(t)
+
+	wantExhausted := func(t *testing.T, err error) {
+		t.Helper()
+		var ce *connect.Error
+		if !errors.As(err, &ce) || ce.Code() != connect.CodeResourceExhausted {
+			t.Fatalf("err = %v, want resource_exhausted", err)
+		}
+		var ri *errdetails.RetryInfo
+		for _, d := range ce.Details() {
+			if v, err := d.Value(); err == nil {
+				if r, ok := v.(*errdetails.RetryInfo); ok {
+					ri = r
+				}
+			}
+		}
+		if ri == nil || ri.GetRetryDelay().AsDuration() <= 0 || ri.GetRetryDelay().AsDuration() > time.Second {
+			t.Errorf("RetryInfo = %v, want a delay in (0, 1s]", ri)
+		}
+	}
+	// Each caller key has its own bucket of one: the first call passes,
+	// the next is refused.
+	for i, opts := range [][]connect.ClientOption{{connect.WithProtoJSON()}, nil} {
+		key := f.keys["good"]
+		if i == 1 {
+			key = f.keys["reader"]
+		}
+		c := demov1connect.NewOrdersServiceClient(hc, g.URL(), opts...)
+		call := func() (*connect.Response[demov1.GetOrderResponse], error) {
+			req := connect.NewRequest(&demov1.GetOrderRequest{OrderId: "o-1"})
+			req.Header().Set("X-Api-Key", key)
+			return c.GetOrder(context.Background(), req)
+		}
+		resp, err := call()
+		if err != nil || resp.Msg.GetOrder().GetOrderId() != "o-1" {
+			t.Fatalf("codec %d: first call: %v, %v", i, resp, err)
+		}
+		_, err = call()
+		wantExhausted(t, err)
+	}
+
+	c := demov1connect.NewOrdersServiceClient(hc, g.URL())
+	req := connect.NewRequest(&demov1.WatchOrdersRequest{})
+	req.Header().Set("X-Api-Key", f.keys["good"]) // its bucket is empty
+	stream, err := c.WatchOrders(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stream.Receive() {
+		t.Fatalf("stream got a message past the limit: %v", stream.Msg())
+	}
+	wantExhausted(t, stream.Err())
+	_ = stream.Close()
+
+	web, err := http.NewRequest("POST", g.URL()+"/portico.demo.v1.OrdersService/GetOrder", strings.NewReader("\x00\x00\x00\x00\x00"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	web.Header.Set("Content-Type", "application/grpc-web+proto")
+	web.Header.Set("X-Api-Key", f.keys["good"])
+	resp, err := hc.Do(web)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Grpc-Status") != "8" || resp.Header.Get("Grpc-Status-Details-Bin") == "" || resp.Header.Get("Retry-After") != "1" {
+		t.Errorf("gRPC-Web: %d %v, want a trailers-only ResourceExhausted with details", resp.StatusCode, resp.Header)
 	}
 }

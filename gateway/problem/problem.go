@@ -1,8 +1,9 @@
 // Package problem writes the errors the gateway itself generates, in the
 // caller's protocol: RFC 9457 Problem Details (application/problem+json) for
-// HTTP callers and trailers-only responses with grpc-status and grpc-message
-// for gRPC callers. Every problem carries a stable machine-readable code and
-// the request id.
+// HTTP callers, trailers-only responses with grpc-status and grpc-message
+// for gRPC and gRPC-Web callers, and Connect error JSON (unary) or an
+// end-of-stream message (streaming) for Connect callers. Every problem
+// carries a stable machine-readable code and the request id.
 package problem
 
 import (
@@ -130,16 +131,22 @@ func IsGRPC(contentType string) bool {
 	return rest == "" || rest[0] == '+' || rest[0] == ';'
 }
 
-// Write sends p in the protocol of r: a trailers-only gRPC response when r is
-// a gRPC request, otherwise application/problem+json. Headers already set on
+// Write sends p in the protocol of r (see ProtocolOf): a trailers-only
+// response for gRPC and gRPC-Web, a Connect error for Connect, otherwise
+// application/problem+json. Headers already set on
 // w (request id, Allow, Retry-After, Connection) are kept. Write must be
 // called before anything else has been written to w.
 func Write(w http.ResponseWriter, r *http.Request, p Problem) {
-	if IsGRPC(r.Header.Get("Content-Type")) {
+	switch ProtocolOf(r) {
+	case GRPC, GRPCWeb:
 		writeGRPC(w, r, p)
-		return
+	case ConnectUnary:
+		writeConnectUnary(w, r, p)
+	case ConnectStream:
+		writeConnectStream(w, r, p)
+	default:
+		writeJSON(w, r, p)
 	}
-	writeJSON(w, r, p)
 }
 
 func writeGRPC(w http.ResponseWriter, r *http.Request, p Problem) {
@@ -147,19 +154,26 @@ func writeGRPC(w http.ResponseWriter, r *http.Request, p Problem) {
 	ct := r.Header.Get("Content-Type")
 	h.Set("Content-Type", ct)
 	h.Set("Grpc-Status", strconv.Itoa(p.Code.GRPCCode()))
+	h.Set("Grpc-Message", EncodeGRPCMessage(p.message()))
+	if p.RetryAfter > 0 {
+		setRetryAfter(h, p.RetryAfter)
+		if d := p.statusDetails(); d != nil {
+			h.Set("Grpc-Status-Details-Bin", base64.RawStdEncoding.EncodeToString(d))
+		}
+	}
+	// A trailers-only response: status 200 and a single HEADERS frame
+	// (gRPC-Web: the status in the headers, and no body).
+	w.WriteHeader(http.StatusOK)
+}
+
+// message is the status message of p for RPC callers: its code, then the
+// detail or the code's title.
+func (p *Problem) message() string {
 	msg := p.Detail
 	if msg == "" {
 		msg = p.Code.Title()
 	}
-	h.Set("Grpc-Message", EncodeGRPCMessage(string(p.Code)+": "+msg))
-	if p.RetryAfter > 0 {
-		setRetryAfter(h, p.RetryAfter)
-		if d := retryDetails(p.Code.GRPCCode(), string(p.Code)+": "+msg, p.RetryAfter); d != "" {
-			h.Set("Grpc-Status-Details-Bin", d)
-		}
-	}
-	// A trailers-only response: status 200 and a single HEADERS frame.
-	w.WriteHeader(http.StatusOK)
+	return string(p.Code) + ": " + msg
 }
 
 func writeJSON(w http.ResponseWriter, r *http.Request, p Problem) {
@@ -267,16 +281,29 @@ func setRetryAfter(h http.Header, d time.Duration) {
 	h.Set("Retry-After", strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10))
 }
 
-// retryDetails returns the grpc-status-details-bin value of a status with a
-// google.rpc.RetryInfo detail, or "" if it cannot be encoded.
-func retryDetails(code int, msg string, d time.Duration) string {
-	info, err := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(d)})
-	if err != nil {
-		return ""
+// retryInfo returns p's RetryAfter as a google.rpc.RetryInfo, nil if it
+// has none or it cannot be encoded.
+func (p *Problem) retryInfo() *anypb.Any {
+	if p.RetryAfter <= 0 {
+		return nil
 	}
-	b, err := proto.Marshal(&spb.Status{Code: int32(code), Message: msg, Details: []*anypb.Any{info}})
+	info, err := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(p.RetryAfter)})
 	if err != nil {
-		return ""
+		return nil
 	}
-	return base64.RawStdEncoding.EncodeToString(b)
+	return info
+}
+
+// statusDetails returns the grpc-status-details-bin bytes of p: a
+// google.rpc.Status with a RetryInfo detail; nil if p has no details.
+func (p *Problem) statusDetails() []byte {
+	info := p.retryInfo()
+	if info == nil {
+		return nil
+	}
+	b, err := proto.Marshal(&spb.Status{Code: int32(p.Code.GRPCCode()), Message: p.message(), Details: []*anypb.Any{info}})
+	if err != nil {
+		return nil
+	}
+	return b
 }

@@ -128,3 +128,83 @@ func TestWriteRetryAfter(t *testing.T) {
 		t.Errorf("detail = %#v, want RetryInfo of 250ms", s.Details()[0])
 	}
 }
+
+func TestProtocolOf(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		method, target, ct, cpv string
+		want                    problem.Protocol
+	}{
+		{"POST", "/pkg.S/M", "application/grpc", "", problem.GRPC},
+		{"POST", "/pkg.S/M", "application/grpc-web+proto", "", problem.GRPCWeb},
+		{"POST", "/pkg.S/M", "application/grpc-web-text", "", problem.GRPCWeb},
+		{"POST", "/pkg.S/M", "application/connect+json", "", problem.ConnectStream},
+		{"POST", "/pkg.S/M", "application/json", "1", problem.ConnectUnary},
+		{"POST", "/pkg.S/M", "application/proto", "1", problem.ConnectUnary},
+		{"GET", "/pkg.S/M?connect=v1&encoding=json&message=%7B%7D", "", "", problem.ConnectUnary},
+		{"GET", "/pkg.S/M?xconnect=v1", "", "", problem.HTTP},
+		{"POST", "/v1/orders", "application/json", "", problem.HTTP},
+	} {
+		r := httptest.NewRequest(tc.method, tc.target, nil)
+		if tc.ct != "" {
+			r.Header.Set("Content-Type", tc.ct)
+		}
+		if tc.cpv != "" {
+			r.Header.Set("Connect-Protocol-Version", tc.cpv)
+		}
+		if got := problem.ProtocolOf(r); got != tc.want {
+			t.Errorf("%s %s %q: ProtocolOf = %d, want %d", tc.method, tc.target, tc.ct, got, tc.want)
+		}
+	}
+}
+
+func TestWriteConnect(t *testing.T) {
+	t.Parallel()
+	r := httptest.NewRequest("POST", "/pkg.S/M", nil)
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Connect-Protocol-Version", "1")
+	w := httptest.NewRecorder()
+	problem.Write(w, r, problem.Problem{Code: problem.Unauthenticated, Detail: "no credential"})
+	if w.Code != 401 || w.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("unary: %d %q, want 401 application/json", w.Code, w.Header().Get("Content-Type"))
+	}
+	var got map[string]any
+	if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got["code"] != "unauthenticated" || got["message"] != "unauthenticated: no credential" || got["details"] != nil {
+		t.Errorf("unary body %s", w.Body)
+	}
+
+	r = httptest.NewRequest("POST", "/pkg.S/M", nil)
+	r.Header.Set("Content-Type", "application/connect+proto")
+	w = httptest.NewRecorder()
+	problem.Write(w, r, problem.Problem{Code: problem.RateLimited, RetryAfter: 1500 * time.Millisecond})
+	b := w.Body.Bytes()
+	if w.Code != 200 || w.Header().Get("Content-Type") != "application/connect+proto" || w.Header().Get("Retry-After") != "2" || len(b) < 5 || b[0] != 2 {
+		t.Fatalf("stream: %d %v %q", w.Code, w.Header(), b)
+	}
+	if n := int(b[1])<<24 | int(b[2])<<16 | int(b[3])<<8 | int(b[4]); n != len(b)-5 {
+		t.Fatalf("stream: envelope length %d, body %d", n, len(b)-5)
+	}
+	var end struct {
+		Error struct {
+			Code    string
+			Details []struct{ Type, Value string }
+		}
+	}
+	if err := json.Unmarshal(b[5:], &end); err != nil {
+		t.Fatal(err)
+	}
+	if end.Error.Code != "resource_exhausted" || len(end.Error.Details) != 1 || end.Error.Details[0].Type != "google.rpc.RetryInfo" {
+		t.Fatalf("stream end %s", b[5:])
+	}
+	raw, err := base64.RawStdEncoding.DecodeString(end.Error.Details[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ri errdetails.RetryInfo
+	if err := proto.Unmarshal(raw, &ri); err != nil || ri.GetRetryDelay().AsDuration() != 1500*time.Millisecond {
+		t.Errorf("RetryInfo %v, %v; want 1.5s", &ri, err)
+	}
+}

@@ -1,0 +1,125 @@
+package problem
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// Protocol is the wire protocol of a request, as far as errors go.
+type Protocol int
+
+// The protocols ProtocolOf tells apart.
+const (
+	// HTTP is any other request: errors are Problem Details.
+	HTTP Protocol = iota
+	// GRPC is application/grpc[+codec].
+	GRPC
+	// GRPCWeb is application/grpc-web[-text][+codec].
+	GRPCWeb
+	// ConnectUnary is a Connect unary call: a POST with a
+	// Connect-Protocol-Version header, or a GET with connect=v1 in its
+	// query.
+	ConnectUnary
+	// ConnectStream is a Connect streaming call:
+	// application/connect+codec.
+	ConnectStream
+)
+
+// ProtocolOf returns the protocol r speaks, from its Content-Type and, for
+// Connect unary calls, the Connect-Protocol-Version header or the GET
+// query's connect parameter.
+func ProtocolOf(r *http.Request) Protocol {
+	ct := r.Header.Get("Content-Type")
+	switch {
+	case IsGRPC(ct):
+		return GRPC
+	case hasPrefixFold(ct, "application/grpc-web"):
+		return GRPCWeb
+	case hasPrefixFold(ct, "application/connect+"):
+		return ConnectStream
+	case r.Header.Get("Connect-Protocol-Version") != "":
+		return ConnectUnary
+	case r.Method == http.MethodGet && strings.Contains(r.URL.RawQuery, "connect=v1") && r.URL.Query().Get("connect") == "v1":
+		return ConnectUnary
+	}
+	return HTTP
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+// connectCodes are the Connect names of the gRPC codes, by number.
+var connectCodes = [...]string{
+	"ok", "canceled", "unknown", "invalid_argument", "deadline_exceeded", "not_found",
+	"already_exists", "permission_denied", "resource_exhausted", "failed_precondition",
+	"aborted", "out_of_range", "unimplemented", "internal", "unavailable", "data_loss",
+	"unauthenticated",
+}
+
+// connectHTTPStatus is the HTTP status of a Connect unary error, by gRPC
+// code number, as the Connect protocol specifies.
+var connectHTTPStatus = [...]int{
+	200, 499, 500, 400, 504, 404, 409, 403, 429, 400, 409, 400, 501, 500, 503, 500, 401,
+}
+
+// connectError writes p's Connect error object: code, message and, when p
+// has a RetryAfter, a google.rpc.RetryInfo detail.
+func (p *Problem) connectError(b *strings.Builder) {
+	b.WriteString(`{"code":"`)
+	b.WriteString(connectCodes[p.Code.GRPCCode()])
+	b.WriteString(`","message":`)
+	writeJSONString(b, p.message())
+	if info := p.retryInfo(); info != nil {
+		b.WriteString(`,"details":[{"type":"google.rpc.RetryInfo","value":"`)
+		b.WriteString(base64.RawStdEncoding.EncodeToString(info.Value))
+		b.WriteString(`"}]`)
+	}
+	b.WriteString("}")
+}
+
+// writeConnectUnary answers a Connect unary call: the code's HTTP status
+// and the error as JSON.
+func writeConnectUnary(w http.ResponseWriter, r *http.Request, p Problem) {
+	var b strings.Builder
+	p.connectError(&b)
+	h := w.Header()
+	if p.RetryAfter > 0 {
+		setRetryAfter(h, p.RetryAfter)
+	}
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(b.Len()))
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(connectHTTPStatus[p.Code.GRPCCode()])
+	if r.Method != http.MethodHead {
+		_, _ = w.Write([]byte(b.String()))
+	}
+}
+
+// endStreamFlag marks a Connect streaming envelope as the end of the
+// stream, whose JSON carries the error.
+const endStreamFlag = 0x02
+
+// writeConnectStream answers a Connect streaming call: status 200 and a
+// single end-of-stream message holding the error.
+func writeConnectStream(w http.ResponseWriter, r *http.Request, p Problem) {
+	var b strings.Builder
+	b.WriteString(`{"error":`)
+	p.connectError(&b)
+	b.WriteString("}")
+	msg := make([]byte, 5+b.Len())
+	msg[0] = endStreamFlag
+	binary.BigEndian.PutUint32(msg[1:5], uint32(b.Len()))
+	copy(msg[5:], b.String())
+	h := w.Header()
+	if p.RetryAfter > 0 {
+		setRetryAfter(h, p.RetryAfter)
+	}
+	h.Set("Content-Type", r.Header.Get("Content-Type"))
+	h.Set("Content-Length", strconv.Itoa(len(msg)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(msg)
+}
