@@ -7,12 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/portico-gw/portico/gateway/apikey"
 	"github.com/portico-gw/portico/gateway/auth/keytable"
 	"github.com/portico-gw/portico/gateway/problem"
 	"github.com/portico-gw/portico/gateway/snapshot"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 func header(kv ...string) http.Header {

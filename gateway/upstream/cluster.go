@@ -11,8 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
 
 // Cluster is a group of interchangeable endpoints behind one connection pool.

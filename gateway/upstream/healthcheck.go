@@ -13,9 +13,10 @@ import (
 	"sync"
 	"time"
 
-	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
+
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
 
 // Defaults of the HealthCheck fields left unset.

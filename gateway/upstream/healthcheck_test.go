@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/portico-gw/portico/gateway/upstream"
-	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/portico-gw/portico/gateway/upstream"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
 
 // healthBackend answers /healthz with 200 or 503 as told.

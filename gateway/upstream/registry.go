@@ -7,8 +7,9 @@ import (
 	"sync"
 	"sync/atomic"
 
-	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	"google.golang.org/protobuf/proto"
+
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
 
 // Registry builds [Cluster]s from config and keeps them across snapshot

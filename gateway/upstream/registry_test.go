@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/portico-gw/portico/gateway/upstream"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
-	"google.golang.org/protobuf/proto"
 )
 
 // connCountingBackend counts the TCP connections it accepts and closes, and

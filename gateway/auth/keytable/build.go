@@ -11,8 +11,9 @@ import (
 	"sort"
 	"strings"
 
-	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
 
 // Build returns a table of records. It checks every record and, if any is

@@ -7,9 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/portico-gw/portico/gateway/auth/keytable"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // problem is the part of a keytable.Problem a test checks, plus words its

@@ -6,9 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/portico-gw/portico/gateway/apikey"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // fixtureNow is the time the fixture's expiries are relative to.

@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/portico-gw/portico/gateway/apikey"
 	"github.com/portico-gw/portico/gateway/auth/keytable"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
-	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // newKey returns a fresh key and an active record for it.
