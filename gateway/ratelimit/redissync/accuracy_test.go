@@ -148,13 +148,13 @@ func describe(admitted [][]int64) string {
 // and then moving abruptly (10/20/70 at 10 s, 20/70/10 at 20 s), for 30 s.
 //
 // Every 1-s window after the first must admit within ±10 % of the limit,
-// and the whole run within 10 %. The windows in which demand moved are
-// held to [0.7, 1.1] × the limit: the issue asks ±10 % there too, which
-// runs without the race detector meet (0.93 and 0.99 of the limit) but
-// runs with it do not reliably (0.77–0.95). Syncing every 500 ms alone
-// left those windows at about 0.7; the nodes re-estimating their weights
-// between syncs and syncing early when their demand moves (see Runner)
-// closed most of the gap.
+// and the whole run within 10 %. The windows in which demand moves are the
+// hard ones: syncing every 500 ms alone left them at about 0.7 of the
+// limit. What holds them within 10 % (see Runner and the package
+// documentation): each node re-estimates its weight from its own demand
+// ten times per interval and syncs early, twice, when its demand moves;
+// and a node reads the others' averages as they have moved since their
+// last report, not as they stood then.
 func TestAccuracy(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -178,10 +178,6 @@ func TestAccuracy(t *testing.T) {
 		sum += n
 		switch {
 		case s == 0:
-		case s%10 == 0: // demand moved during this second
-			if float64(n) < 0.7*limit || float64(n) > 1.1*limit {
-				t.Errorf("second %d (demand moved) admitted %d, outside [0.7, 1.1] × the limit %.0f", s, n, limit)
-			}
 		case math.Abs(float64(n)-limit) > 0.1*limit:
 			t.Errorf("second %d admitted %d, more than 10%% from the limit %.0f", s, n, limit)
 		}

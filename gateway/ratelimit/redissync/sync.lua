@@ -4,7 +4,8 @@
 --              t        tokens (may be negative: debt)
 --              u        time of the last refill, seconds (Redis clock)
 --              x        time the key's expiry was last pushed back, seconds
---              n<node>  "<demand EWMA, requests/s> <time of that node's last report>"
+--              n<node>  "<demand EWMA> <time of that node's last report> <its demand rate then>"
+--                       (rates in requests/s)
 -- ARGV[1]    this node's id
 -- ARGV[2]    sync interval, seconds
 -- ARGV[3]    key TTL, milliseconds
@@ -23,7 +24,7 @@ local ttl = ARGV[3]
 -- at most every tenth of the TTL: a bucket expires 0.9 to 1 TTL after its
 -- last report.
 local refresh = tonumber(ttl) / 1000 / 10
-local tau = interval / 4   -- EWMA time constant
+local tau = interval / 8   -- EWMA time constant
 local stale = 5 * interval -- a node silent for longer is dropped
 local min_demand = 1e-3    -- every live node claims at least this, requests/s
 
@@ -60,9 +61,9 @@ for i = 1, #KEYS do
 		elseif f == 'x' then
 			expiry = tonumber(v)
 		else
-			local e, at = string.match(v, '^(%S+) (%S+)$')
-			e, at = tonumber(e), tonumber(at)
-			if e == nil or at == nil or now - at > stale then
+			local e, at, r = string.match(v, '^(%S+) (%S+) (%S+)$')
+			e, at, r = tonumber(e), tonumber(at), tonumber(r)
+			if e == nil or at == nil or r == nil or now - at > stale then
 				-- Silent too long (or unreadable): forget it. This node's own
 				-- stale entry is dropped too and it starts afresh below.
 				dead = dead or {}
@@ -70,7 +71,10 @@ for i = 1, #KEYS do
 			elseif f == me then
 				mine, mine_at = e, at
 			else
-				sum = sum + math.max(e, min_demand)
+				-- The other node's average as of now: it has kept moving
+				-- towards the rate that node last reported.
+				local d = math.max(now - at, 0)
+				sum = sum + math.max(r + (e - r) * math.exp(-d / tau), min_demand)
 			end
 		end
 	end
@@ -116,7 +120,7 @@ for i = 1, #KEYS do
 		redis.call('HDEL', key, unpack(dead))
 	end
 	local tokens_s = fmt('%.17g', tokens)
-	local node_s = fmt('%.17g %s', e, now_s)
+	local node_s = fmt('%.17g %s %.17g', e, now_s, inst)
 	if expiry == nil or now - expiry >= refresh or now < expiry then
 		redis.call('HSET', key, 't', tokens_s, 'u', now_s, me, node_s, 'x', now_s)
 		redis.call('PEXPIRE', key, ttl)
