@@ -33,6 +33,7 @@ var behaviours = []struct {
 	{"Alone", testAlone},
 	{"Refill", testRefill},
 	{"Converge", testConverge},
+	{"DecayBetweenReports", testDecayBetweenReports},
 	{"Dropout", testDropout},
 	{"Expiry", testExpiry},
 	{"ManyKeys", testManyKeys},
@@ -191,6 +192,28 @@ func testConverge(t *testing.T, client redis.UniversalClient) {
 			t.Errorf("weights with demands 70/20/10 = %.3f, want ≈ %v", w, want)
 			break
 		}
+	}
+}
+
+// testDecayBetweenReports: a node reads another's average as it stands
+// when it reads it, decayed towards that node's last reported rate, not as
+// it stood at that node's report.
+func testDecayBetweenReports(t *testing.T, client redis.UniversalClient) {
+	const interval = 500 * time.Millisecond // τ = 62.5 ms
+	a, b := newSyncer(t, client, "a", interval), newSyncer(t, client, "b", interval)
+	report := func(s *redissync.Syncer, current float64) redissync.Share {
+		return sync1(t, s, redissync.Report{Key: "k", Rate: 1000, Burst: 1000, Demand: 1, Current: current})
+	}
+	for range 5 {
+		report(a, 2000)
+		time.Sleep(100 * time.Millisecond)
+	}
+	// a's demand drops to 100/s: its average is about 2000 + 0.8 × (100 -
+	// 2000) ≈ 480 after this report, and keeps falling towards 100.
+	report(a, 100)
+	time.Sleep(5 * interval / 8) // 10 τ
+	if got := report(b, 50).Others; got < 99 || got > 110 {
+		t.Errorf("b sees others' demand %.1f 10τ after a reported 100/s, want ≈ 100 (not a's average at its report, ≈ 480)", got)
 	}
 }
 
