@@ -34,9 +34,21 @@ func BenchmarkForward(b *testing.B) {
 	b.Cleanup(backend.Close)
 	addr := strings.TrimPrefix(backend.URL, "http://")
 
+	// /bench is public; /keyed takes an API key of plan "open", and /limited
+	// too, under a per-caller limit of plan "limited" that never refuses:
+	// the differences are the costs of auth and of a rate limit take.
+	keyOpen, recOpen := gatewaytest.NewKey(b, "key-open", "app-1", "tenant-1", "open")
+	keyLimited, recLimited := gatewaytest.NewKey(b, "key-limited", "app-2", "tenant-1", "limited")
+	keyed := func(id, path string) *configv1.Route {
+		return &configv1.Route{Id: id, Team: "t", Path: path, Cluster: "backend"}
+	}
 	cfg := &configv1.Snapshot{
 		Clusters: []*configv1.Cluster{cluster("backend", addr)},
-		Routes:   []*configv1.Route{route("bench", "/bench/{rest=**}", "backend")},
+		Routes:   []*configv1.Route{route("bench", "/bench/{rest=**}", "backend"), keyed("keyed", "/keyed/{rest=**}"), keyed("limited", "/limited/{rest=**}")},
+		Plans: []*configv1.Plan{{Name: "open"}, {Name: "limited", RateLimits: []*configv1.RateLimit{{
+			Name: "default", Scope: configv1.RateLimitScope_RATE_LIMIT_SCOPE_CALLER, Rate: 1e7, Burst: 1e8,
+		}}}},
+		Keys: []*configv1.KeyRecord{recOpen, recLimited},
 	}
 	node, err := gateway.New(gateway.Options{Logger: gatewaytest.Logger(), Listeners: []gateway.Listener{{Pool: "public", Listener: gatewaytest.Listen(b)}}})
 	if err != nil {
@@ -51,8 +63,11 @@ func BenchmarkForward(b *testing.B) {
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true}
 
-	newRequest := func() *http.Request {
-		r := httptest.NewRequest("GET", "/bench/orders/o-1001?verbose=1", nil)
+	newRequest := func(path, key string) *http.Request {
+		r := httptest.NewRequest("GET", path+"/orders/o-1001?verbose=1", nil)
+		if key != "" {
+			r.Header.Set("X-Api-Key", key)
+		}
 		r.RemoteAddr = "192.0.2.10:53422"
 		r.Header.Set("User-Agent", "bench/1.0")
 		r.Header.Set("Accept", "application/json")
@@ -60,16 +75,19 @@ func BenchmarkForward(b *testing.B) {
 		return r
 	}
 	for _, tc := range []struct {
-		name string
-		h    http.Handler
+		name      string
+		h         http.Handler
+		path, key string
 	}{
-		{"reverseproxy", rp},
-		{"gateway", node.Handler("public")},
+		{"reverseproxy", rp, "/bench", ""},
+		{"gateway", node.Handler("public"), "/bench", ""},
+		{"gateway-auth", node.Handler("public"), "/keyed", keyOpen},
+		{"gateway-rl", node.Handler("public"), "/limited", keyLimited},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
-				r := newRequest()
+				r := newRequest(tc.path, tc.key)
 				w := &discardWriter{h: http.Header{}}
 				for pb.Next() {
 					clear(w.h)
