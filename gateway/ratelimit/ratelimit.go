@@ -43,7 +43,8 @@
 //
 // Between syncs the syncer may re-estimate a bucket's weight from its own
 // recent demand (Pending, then Reweigh), which neither caps tokens nor
-// dates the share.
+// dates the share, and sync a few buckets early (Bucket.Collect is
+// Collect for one bucket).
 //
 // Take counts the calls of global buckets and lists each bucket with
 // counts once, so Collect visits the active buckets only. The syncer

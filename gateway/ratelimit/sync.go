@@ -70,18 +70,26 @@ func (b *Bucket) report(out []Report) []Report {
 	if b.admitted.Load()|b.refused.Load() == 0 {
 		return out
 	}
-	a, r := b.admitted.Swap(0), b.refused.Swap(0)
-	if a|r == 0 {
-		return out
+	if rep := b.Collect(); rep.Demand > 0 {
+		out = append(out, rep)
 	}
-	return append(out, Report{
+	return out
+}
+
+// Collect returns b's counts since they were last collected (by the
+// Table's Collect or by this method), possibly none, and resets them: a
+// syncer that syncs a few buckets early collects just those. As with the
+// Table's Collect, each count goes to exactly one report.
+func (b *Bucket) Collect() Report {
+	a, r := b.admitted.Swap(0), b.refused.Swap(0)
+	return Report{
 		Limit:    b.limit.Load(),
 		Key:      b.key,
 		Overflow: b.overflow,
 		Admitted: a,
 		Demand:   a + r,
 		Bucket:   b,
-	})
+	}
 }
 
 // dropDirty empties the dirty lists if nobody has collected for IdleAfter

@@ -304,3 +304,91 @@ func TestRunnerManyBuckets(t *testing.T) {
 		}
 	}
 }
+
+// keyCounter is a go-redis hook that records how many buckets each script
+// call carries.
+type keyCounter struct {
+	mu    sync.Mutex
+	calls []int
+}
+
+func (k *keyCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (k *keyCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		k.record(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (k *keyCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			k.record(c)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (k *keyCounter) record(cmd redis.Cmder) {
+	if cmd.Name() != "evalsha" {
+		return
+	}
+	if n, ok := cmd.Args()[2].(int); ok {
+		k.mu.Lock()
+		k.calls = append(k.calls, n)
+		k.mu.Unlock()
+	}
+}
+
+// TestEarlySyncCarriesMovedBuckets: with 100 busy buckets at steady
+// demand and one whose demand jumps tenfold, the runner syncs the jumped
+// bucket early, on its own, and the steady ones about twice a second.
+func TestEarlySyncCarriesMovedBuckets(t *testing.T) {
+	t.Parallel()
+	client := redistest.Start(t).Client(t)
+	kc := &keyCounter{}
+	client.AddHook(kc)
+	f := startFleet(t, func(int) redis.UniversalClient { return client }, 1, 500*time.Millisecond, 200*time.Millisecond)
+	tbl := f.tables[0]
+	l := &ratelimit.Limit{ID: "plan/gold/default", Name: "default", Rate: 1e6, Burst: 1e6, Global: true}
+	const steady, secs = 100, 3
+	start := time.Now()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for now := range tick.C {
+		el := now.Sub(start)
+		if el >= secs*time.Second {
+			break
+		}
+		for i := range steady { // 300/s each
+			for range 3 {
+				tbl.Take(l, fmt.Sprint("steady-", i))
+			}
+		}
+		jumper := 3 // 300/s, then 3,000/s from 1.5 s on
+		if el >= 1500*time.Millisecond {
+			jumper = 30
+		}
+		for range jumper {
+			tbl.Take(l, "jumper")
+		}
+	}
+	kc.mu.Lock()
+	defer kc.mu.Unlock()
+	small, total := 0, 0
+	for _, n := range kc.calls {
+		total += n
+		if n < 10 {
+			small++
+		}
+	}
+	t.Logf("%d script calls carrying %d bucket reports in %d s: %v", len(kc.calls), total, secs, kc.calls)
+	if small == 0 {
+		t.Errorf("no early sync of a few buckets after one bucket's demand jumped")
+	}
+	// Regular syncs: 101 buckets twice a second. Were every early sync to
+	// carry every bucket, there would be up to ten times as many.
+	if max := 101 * 2 * secs * 3 / 2; total > max {
+		t.Errorf("%d bucket reports in %d s, want at most %d: early syncs carry more than the moved buckets", total, secs, max)
+	}
+}
