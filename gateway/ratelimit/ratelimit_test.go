@@ -660,3 +660,33 @@ func TestPendingAndReweigh(t *testing.T) {
 		t.Errorf("Collect after Pending = %+v, want the 2 calls since the last Collect", reps)
 	}
 }
+
+// TestBucketCollect: collecting one bucket takes its counts out of the
+// table's next Collect, and each count is reported once.
+func TestBucketCollect(t *testing.T) {
+	t.Parallel()
+	tbl, _ := newTable(t, ratelimit.Options{})
+	l := &ratelimit.Limit{ID: "g", Rate: 1, Burst: 4, Global: true}
+	tbl.Take(l, "k")
+	reps := tbl.Collect()
+	if len(reps) != 1 || reps[0].Admitted != 1 {
+		t.Fatalf("Collect = %+v, want one report of 1", reps)
+	}
+	b := reps[0].Bucket
+	for range 5 { // 3 admitted (burst 4, one taken), 2 refused
+		tbl.Take(l, "k")
+	}
+	if got := b.Collect(); got.Admitted != 3 || got.Demand != 5 || got.Key != "k" || got.Limit != l {
+		t.Errorf("Bucket.Collect = %+v, want 3 admitted of 5, key k", got)
+	}
+	if got := b.Collect(); got.Demand != 0 {
+		t.Errorf("second Bucket.Collect = %+v, want no counts", got)
+	}
+	if reps := tbl.Collect(); len(reps) != 0 {
+		t.Errorf("Table.Collect after Bucket.Collect = %+v, want nothing", reps)
+	}
+	tbl.Take(l, "k")
+	if reps := tbl.Collect(); len(reps) != 1 || reps[0].Demand != 1 {
+		t.Errorf("Table.Collect = %+v, want the one new call", reps)
+	}
+}
