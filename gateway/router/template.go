@@ -253,3 +253,17 @@ func isLiteralByte(c byte) bool {
 func isIdentByte(c byte, first bool) bool {
 	return c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || !first && '0' <= c && c <= '9'
 }
+
+// TemplateVariables parses the path template tpl and returns the names of
+// its variables, in order; the error is a *TemplateError.
+func TemplateVariables(tpl string) ([]string, error) {
+	t, err := parseTemplate(tpl)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(t.vars))
+	for i, v := range t.vars {
+		names[i] = v.name
+	}
+	return names, nil
+}

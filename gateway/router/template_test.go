@@ -95,3 +95,15 @@ func TestTemplateValid(t *testing.T) {
 		}
 	}
 }
+
+func TestTemplateVariables(t *testing.T) {
+	t.Parallel()
+	got, err := router.TemplateVariables("/v1/{parent=shelves/*}/books/{book.id}:publish")
+	if err != nil || len(got) != 2 || got[0] != "parent" || got[1] != "book.id" {
+		t.Errorf("TemplateVariables = %q, %v; want [parent book.id]", got, err)
+	}
+	var terr *router.TemplateError
+	if _, err := router.TemplateVariables("/v1/{x"); !errors.As(err, &terr) {
+		t.Errorf("TemplateVariables of a bad template: %v, want a *TemplateError", err)
+	}
+}
