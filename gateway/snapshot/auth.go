@@ -134,12 +134,12 @@ func compileCatalog(cfg *configv1.Snapshot, s *Snapshot, errs *Error) *catalog {
 }
 
 // compileRouteAuth checks route i's auth against the catalog and compiles it.
-func (c *catalog) compileRouteAuth(i int, rc *configv1.Route, errs *Error) *RouteAuth {
+func (c *catalog) compileRouteAuth(at string, rc *configv1.Route, errs *Error) *RouteAuth {
 	ac := rc.GetAuth()
 	if ac.GetPublic() {
 		return publicAuth
 	}
-	path := routePath(i) + ".auth"
+	path := at + ".auth"
 	a := &RouteAuth{Product: ac.GetProduct(), QueryKey: ac.GetQueryKey()}
 	checkScopes := func(field string, scopes []string) []string {
 		for j, sc := range scopes {

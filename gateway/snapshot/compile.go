@@ -54,22 +54,46 @@ func Compile(cfg *configv1.Snapshot) (*Snapshot, error) {
 		SHA256:  digest,
 		source:  source,
 	}
-	clusters := make(map[string]bool, len(cfg.GetClusters()))
+	clusters := make(map[string]configv1.Protocol, len(cfg.GetClusters()))
 	for i, c := range cfg.GetClusters() {
-		if clusters[c.GetName()] {
+		if _, dup := clusters[c.GetName()]; dup {
 			errs.add(fmt.Sprintf("clusters[%d].name", i), fmt.Sprintf("duplicate cluster %q", c.GetName()))
 			continue
 		}
-		clusters[c.GetName()] = true
+		clusters[c.GetName()] = c.GetProtocol()
 		s.ClusterNames = append(s.ClusterNames, c.GetName())
 	}
 
 	cat := compileCatalog(cfg, s, errs)
 	compileRateLimiting(cfg, s)
 
+	// The hand-written routes, then those the services derive, each with
+	// the path that problems name.
+	routes := slices.Clone(cfg.GetRoutes())
+	labels := make([]string, len(routes))
+	for i := range routes {
+		labels[i] = routePath(i)
+	}
+	derived := compileServices(cfg, clusters, s, errs)
+	for j, sc := range cfg.GetServices() {
+		// A service's auth and limits are checked once, not per route.
+		at := fmt.Sprintf("services[%d]", j)
+		cat.compileRouteAuth(at, &configv1.Route{Id: sc.GetId(), Auth: sc.GetAuth()}, errs)
+		compileRouteLimits(at, &configv1.Route{Id: sc.GetId(), RateLimits: sc.GetRateLimits()}, errs)
+		checkServiceMethodScopes(at, sc, errs)
+	}
+	for _, d := range derived {
+		routes = append(routes, d.rc)
+		labels = append(labels, d.label)
+	}
+
 	pools := map[string]bool{}
-	s.Routes = make([]Route, len(cfg.GetRoutes()))
-	for i, rc := range cfg.GetRoutes() {
+	s.Routes = make([]Route, len(routes))
+	for i, rc := range routes {
+		at, rerrs := labels[i], errs
+		if i >= len(cfg.GetRoutes()) {
+			at, rerrs = "", &Error{} // reported once per service above
+		}
 		r := &s.Routes[i]
 		*r = Route{
 			Index:           i,
@@ -80,9 +104,12 @@ func Compile(cfg *configv1.Snapshot) (*Snapshot, error) {
 			Timeout:         DefaultTimeout,
 			MaxRequestBytes: DefaultMaxRequestBytes,
 			Priority:        rc.GetPriority(),
-			Auth:            cat.compileRouteAuth(i, rc, errs),
-			RateLimits:      compileRouteLimits(i, rc, errs),
+			Auth:            cat.compileRouteAuth(at, rc, rerrs),
+			RateLimits:      compileRouteLimits(at, rc, rerrs),
 			RateLimitClass:  rc.GetRateLimitClass(),
+		}
+		if i >= len(cfg.GetRoutes()) {
+			r.RPC = derived[i-len(cfg.GetRoutes())].rpc
 		}
 		if rc.GetTimeout() != nil {
 			r.Timeout = rc.GetTimeout().AsDuration()
@@ -90,8 +117,8 @@ func Compile(cfg *configv1.Snapshot) (*Snapshot, error) {
 		if rc.GetMaxRequestBytes() != 0 {
 			r.MaxRequestBytes = int64(rc.GetMaxRequestBytes())
 		}
-		if !clusters[rc.GetCluster()] && rc.GetCluster() != "" {
-			errs.add(routePath(i)+".cluster", fmt.Sprintf("route %q names unknown cluster %q", rc.GetId(), rc.GetCluster()))
+		if _, ok := clusters[rc.GetCluster()]; !ok && rc.GetCluster() != "" && i < len(cfg.GetRoutes()) {
+			errs.add(at+".cluster", fmt.Sprintf("route %q names unknown cluster %q", rc.GetId(), rc.GetCluster()))
 		}
 		for _, p := range rc.GetPools() {
 			pools[p] = true
@@ -99,7 +126,7 @@ func Compile(cfg *configv1.Snapshot) (*Snapshot, error) {
 	}
 
 	s.tables = make(map[string]*router.Table[*Route], len(pools))
-	tb := tableBuilder{s: s, cfg: cfg, errs: errs, skip: invalidRoute, seen: map[string]bool{}}
+	tb := tableBuilder{s: s, routes: routes, labels: labels, errs: errs, skip: invalidRoute, seen: map[string]bool{}}
 	s.shared = tb.build("", func(rc *configv1.Route) bool { return len(rc.GetPools()) == 0 })
 	for _, pool := range slices.Sorted(maps.Keys(pools)) {
 		s.tables[pool] = tb.build(pool, func(rc *configv1.Route) bool {
@@ -116,9 +143,10 @@ func Compile(cfg *configv1.Snapshot) (*Snapshot, error) {
 // tableBuilder compiles the route table of one pool at a time and turns the
 // router's problems into violations.
 type tableBuilder struct {
-	s    *Snapshot
-	cfg  *configv1.Snapshot
-	errs *Error
+	s      *Snapshot
+	routes []*configv1.Route
+	labels []string // by route index: the path problems name
+	errs   *Error
 	skip map[int]bool    // routes that failed schema validation
 	seen map[string]bool // problems already reported by another pool's table
 }
@@ -126,7 +154,7 @@ type tableBuilder struct {
 func (tb *tableBuilder) build(pool string, include func(*configv1.Route) bool) *router.Table[*Route] {
 	var specs []router.Route[*Route]
 	var index []int
-	for i, rc := range tb.cfg.GetRoutes() {
+	for i, rc := range tb.routes {
 		if tb.skip[i] || !include(rc) {
 			continue
 		}
@@ -145,7 +173,7 @@ func (tb *tableBuilder) build(pool string, include func(*configv1.Route) bool) *
 	for _, p := range cerr.Problems {
 		path := "routes"
 		if len(p.Indexes) > 0 {
-			path = routePath(index[p.Indexes[0]])
+			path = tb.labels[index[p.Indexes[0]]]
 		}
 		// A problem between routes with no pools shows up in every table;
 		// report it once.

@@ -128,8 +128,8 @@ func burstOf(rate float64, burst uint32) float64 {
 // compileRouteLimits checks route i's own limits: they tighten a caller's
 // plan, so the route must have callers (not be public) and the scope must be
 // per caller or per app.
-func compileRouteLimits(i int, rc *configv1.Route, errs *Error) []*RateLimit {
-	path := routePath(i) + ".rate_limits"
+func compileRouteLimits(at string, rc *configv1.Route, errs *Error) []*RateLimit {
+	path := at + ".rate_limits"
 	if len(rc.GetRateLimits()) > 0 && rc.GetAuth().GetPublic() {
 		errs.add(path, fmt.Sprintf("route %q is public: it has no caller to limit (public routes get the per-IP anonymous limit)", rc.GetId()))
 		return nil

@@ -47,6 +47,10 @@ type Snapshot struct {
 	// ClusterNames lists the clusters, in source order.
 	ClusterNames []string
 
+	// Services are the gRPC services whose routes are derived from their
+	// descriptors, in source order.
+	Services []*Service
+
 	// RateLimiting is the fleet-wide rate limit settings.
 	RateLimiting RateLimiting
 
@@ -81,6 +85,9 @@ type Route struct {
 	RateLimits []*RateLimit
 	// RateLimitClass selects the plan limits of scope CLASS that apply.
 	RateLimitClass string
+	// RPC is set on a route derived from a service method: callers of
+	// every protocol are transcoded to gRPC for it.
+	RPC *RPC
 }
 
 // Source decodes the config the snapshot was compiled from, sha256 included.

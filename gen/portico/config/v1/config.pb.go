@@ -364,8 +364,7 @@ func (Protocol) EnumDescriptor() ([]byte, []int) {
 // reads one from YAML or JSON. A node runs exactly one snapshot at a time and
 // swaps it atomically.
 //
-// Field numbers 15 and 16 are kept for over-quota flags and service
-// descriptor sets.
+// Field number 15 is kept for over-quota flags.
 type Snapshot struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Version is an opaque label chosen by whoever built the snapshot (the
@@ -392,7 +391,11 @@ type Snapshot struct {
 	Scopes []*Scope `protobuf:"bytes,17,rep,name=scopes,proto3" json:"scopes,omitempty"`
 	// RateLimiting holds the fleet-wide rate limit settings; the limits
 	// themselves are on plans and routes.
-	RateLimiting  *RateLimiting `protobuf:"bytes,18,opt,name=rate_limiting,json=rateLimiting,proto3" json:"rate_limiting,omitempty"`
+	RateLimiting *RateLimiting `protobuf:"bytes,18,opt,name=rate_limiting,json=rateLimiting,proto3" json:"rate_limiting,omitempty"`
+	// Services are gRPC services the gateway serves to gRPC, gRPC-Web,
+	// Connect and REST/JSON callers from their descriptors alone; each adds
+	// the routes it derives to routes.
+	Services      []*Service `protobuf:"bytes,16,rep,name=services,proto3" json:"services,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -504,6 +507,379 @@ func (x *Snapshot) GetRateLimiting() *RateLimiting {
 	return nil
 }
 
+func (x *Snapshot) GetServices() []*Service {
+	if x != nil {
+		return x.Services
+	}
+	return nil
+}
+
+// Service exposes one gRPC service of a cluster. The gateway derives its
+// routes from the service's descriptor: one per method at
+// "/<package>.<Service>/<Method>", for gRPC, gRPC-Web and Connect callers,
+// and one per google.api.http binding of a method (additional_bindings
+// included), for REST/JSON callers. Derived routes share the route table
+// with hand-written ones and are checked against them like any other.
+type Service struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Id names the derived routes: "<id>.<Method>" for a method and
+	// "<id>.<Method>.http<N>" for its N-th HTTP binding (0 is the rule
+	// itself, then its additional_bindings).
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Team is the owning team, as on a route.
+	Team string `protobuf:"bytes,2,opt,name=team,proto3" json:"team,omitempty"`
+	// Name is the service's full name, "portico.demo.v1.OrdersService".
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// Cluster names the upstream cluster that serves the service; it must
+	// speak gRPC (protocol GRPC, H2C or H2).
+	Cluster string `protobuf:"bytes,4,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// Descriptors defines the service.
+	Descriptors *Descriptors `protobuf:"bytes,5,opt,name=descriptors,proto3" json:"descriptors,omitempty"`
+	// Methods exposes only the named methods (short names, "GetOrder");
+	// empty exposes every method.
+	Methods []string `protobuf:"bytes,6,rep,name=methods,proto3" json:"methods,omitempty"`
+	// Hosts, pools, auth, timeout, max_request_bytes, priority, rate_limits
+	// and rate_limit_class apply to every derived route, as on a Route. An
+	// auth method_scopes entry names a method as "/<package>.<Service>/<Method>"
+	// and replaces scopes for that method's routes, REST bindings included.
+	Hosts           []string             `protobuf:"bytes,7,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	Pools           []string             `protobuf:"bytes,8,rep,name=pools,proto3" json:"pools,omitempty"`
+	Auth            *RouteAuth           `protobuf:"bytes,9,opt,name=auth,proto3" json:"auth,omitempty"`
+	Timeout         *durationpb.Duration `protobuf:"bytes,10,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	MaxRequestBytes uint64               `protobuf:"varint,11,opt,name=max_request_bytes,json=maxRequestBytes,proto3" json:"max_request_bytes,omitempty"`
+	Priority        Priority             `protobuf:"varint,12,opt,name=priority,proto3,enum=portico.config.v1.Priority" json:"priority,omitempty"`
+	RateLimits      []*RateLimit         `protobuf:"bytes,13,rep,name=rate_limits,json=rateLimits,proto3" json:"rate_limits,omitempty"`
+	RateLimitClass  string               `protobuf:"bytes,14,opt,name=rate_limit_class,json=rateLimitClass,proto3" json:"rate_limit_class,omitempty"`
+	// AllowUnknownFields accepts REST/JSON requests with query parameters or
+	// JSON fields the request message does not have, and drops them. By
+	// default such a request is answered 400.
+	AllowUnknownFields bool `protobuf:"varint,15,opt,name=allow_unknown_fields,json=allowUnknownFields,proto3" json:"allow_unknown_fields,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *Service) Reset() {
+	*x = Service{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Service) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Service) ProtoMessage() {}
+
+func (x *Service) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Service.ProtoReflect.Descriptor instead.
+func (*Service) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Service) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Service) GetTeam() string {
+	if x != nil {
+		return x.Team
+	}
+	return ""
+}
+
+func (x *Service) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Service) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *Service) GetDescriptors() *Descriptors {
+	if x != nil {
+		return x.Descriptors
+	}
+	return nil
+}
+
+func (x *Service) GetMethods() []string {
+	if x != nil {
+		return x.Methods
+	}
+	return nil
+}
+
+func (x *Service) GetHosts() []string {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+func (x *Service) GetPools() []string {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
+
+func (x *Service) GetAuth() *RouteAuth {
+	if x != nil {
+		return x.Auth
+	}
+	return nil
+}
+
+func (x *Service) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+func (x *Service) GetMaxRequestBytes() uint64 {
+	if x != nil {
+		return x.MaxRequestBytes
+	}
+	return 0
+}
+
+func (x *Service) GetPriority() Priority {
+	if x != nil {
+		return x.Priority
+	}
+	return Priority_PRIORITY_UNSPECIFIED
+}
+
+func (x *Service) GetRateLimits() []*RateLimit {
+	if x != nil {
+		return x.RateLimits
+	}
+	return nil
+}
+
+func (x *Service) GetRateLimitClass() string {
+	if x != nil {
+		return x.RateLimitClass
+	}
+	return ""
+}
+
+func (x *Service) GetAllowUnknownFields() bool {
+	if x != nil {
+		return x.AllowUnknownFields
+	}
+	return false
+}
+
+// Descriptors is a service's protobuf definition: the file that declares
+// it and every file that file imports. Imports of google/protobuf/*,
+// google/api/* and buf/validate/validate.proto may be left out; the
+// gateway has them.
+type Descriptors struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Source:
+	//
+	//	*Descriptors_FileDescriptorSet
+	//	*Descriptors_Sources
+	Source        isDescriptors_Source `protobuf_oneof:"source"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Descriptors) Reset() {
+	*x = Descriptors{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Descriptors) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Descriptors) ProtoMessage() {}
+
+func (x *Descriptors) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Descriptors.ProtoReflect.Descriptor instead.
+func (*Descriptors) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Descriptors) GetSource() isDescriptors_Source {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *Descriptors) GetFileDescriptorSet() []byte {
+	if x != nil {
+		if x, ok := x.Source.(*Descriptors_FileDescriptorSet); ok {
+			return x.FileDescriptorSet
+		}
+	}
+	return nil
+}
+
+func (x *Descriptors) GetSources() *ProtoSources {
+	if x != nil {
+		if x, ok := x.Source.(*Descriptors_Sources); ok {
+			return x.Sources
+		}
+	}
+	return nil
+}
+
+type isDescriptors_Source interface {
+	isDescriptors_Source()
+}
+
+type Descriptors_FileDescriptorSet struct {
+	// FileDescriptorSet is a serialized google.protobuf.FileDescriptorSet,
+	// as `buf build -o service.binpb` writes it.
+	FileDescriptorSet []byte `protobuf:"bytes,1,opt,name=file_descriptor_set,json=fileDescriptorSet,proto3,oneof"`
+}
+
+type Descriptors_Sources struct {
+	// Sources are .proto files that the gateway compiles.
+	Sources *ProtoSources `protobuf:"bytes,2,opt,name=sources,proto3,oneof"`
+}
+
+func (*Descriptors_FileDescriptorSet) isDescriptors_Source() {}
+
+func (*Descriptors_Sources) isDescriptors_Source() {}
+
+// ProtoSources are .proto files, named by their import paths.
+type ProtoSources struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Files         []*ProtoFile           `protobuf:"bytes,1,rep,name=files,proto3" json:"files,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProtoSources) Reset() {
+	*x = ProtoSources{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProtoSources) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProtoSources) ProtoMessage() {}
+
+func (x *ProtoSources) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProtoSources.ProtoReflect.Descriptor instead.
+func (*ProtoSources) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ProtoSources) GetFiles() []*ProtoFile {
+	if x != nil {
+		return x.Files
+	}
+	return nil
+}
+
+type ProtoFile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Name is the file's import path, "portico/demo/v1/orders.proto".
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Content       string `protobuf:"bytes,2,opt,name=content,proto3" json:"content,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProtoFile) Reset() {
+	*x = ProtoFile{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProtoFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProtoFile) ProtoMessage() {}
+
+func (x *ProtoFile) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProtoFile.ProtoReflect.Descriptor instead.
+func (*ProtoFile) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ProtoFile) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ProtoFile) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
 // Product is an API product: a named set of routes sold together.
 type Product struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -515,7 +891,7 @@ type Product struct {
 
 func (x *Product) Reset() {
 	*x = Product{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[1]
+	mi := &file_portico_config_v1_config_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -527,7 +903,7 @@ func (x *Product) String() string {
 func (*Product) ProtoMessage() {}
 
 func (x *Product) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[1]
+	mi := &file_portico_config_v1_config_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -540,7 +916,7 @@ func (x *Product) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Product.ProtoReflect.Descriptor instead.
 func (*Product) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{1}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Product) GetName() string {
@@ -572,7 +948,7 @@ type Plan struct {
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[2]
+	mi := &file_portico_config_v1_config_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -584,7 +960,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[2]
+	mi := &file_portico_config_v1_config_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -597,7 +973,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{2}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Plan) GetName() string {
@@ -650,7 +1026,7 @@ type RateLimit struct {
 
 func (x *RateLimit) Reset() {
 	*x = RateLimit{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[3]
+	mi := &file_portico_config_v1_config_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -662,7 +1038,7 @@ func (x *RateLimit) String() string {
 func (*RateLimit) ProtoMessage() {}
 
 func (x *RateLimit) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[3]
+	mi := &file_portico_config_v1_config_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -675,7 +1051,7 @@ func (x *RateLimit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateLimit.ProtoReflect.Descriptor instead.
 func (*RateLimit) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{3}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RateLimit) GetName() string {
@@ -749,7 +1125,7 @@ type RateLimiting struct {
 
 func (x *RateLimiting) Reset() {
 	*x = RateLimiting{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[4]
+	mi := &file_portico_config_v1_config_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -761,7 +1137,7 @@ func (x *RateLimiting) String() string {
 func (*RateLimiting) ProtoMessage() {}
 
 func (x *RateLimiting) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[4]
+	mi := &file_portico_config_v1_config_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -774,7 +1150,7 @@ func (x *RateLimiting) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateLimiting.ProtoReflect.Descriptor instead.
 func (*RateLimiting) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{4}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RateLimiting) GetAnonymous() *AnonymousLimit {
@@ -819,7 +1195,7 @@ type AnonymousLimit struct {
 
 func (x *AnonymousLimit) Reset() {
 	*x = AnonymousLimit{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[5]
+	mi := &file_portico_config_v1_config_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -831,7 +1207,7 @@ func (x *AnonymousLimit) String() string {
 func (*AnonymousLimit) ProtoMessage() {}
 
 func (x *AnonymousLimit) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[5]
+	mi := &file_portico_config_v1_config_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -844,7 +1220,7 @@ func (x *AnonymousLimit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnonymousLimit.ProtoReflect.Descriptor instead.
 func (*AnonymousLimit) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{5}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AnonymousLimit) GetDisabled() bool {
@@ -879,7 +1255,7 @@ type Scope struct {
 
 func (x *Scope) Reset() {
 	*x = Scope{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[6]
+	mi := &file_portico_config_v1_config_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +1267,7 @@ func (x *Scope) String() string {
 func (*Scope) ProtoMessage() {}
 
 func (x *Scope) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[6]
+	mi := &file_portico_config_v1_config_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,7 +1280,7 @@ func (x *Scope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Scope.ProtoReflect.Descriptor instead.
 func (*Scope) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{6}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Scope) GetName() string {
@@ -946,7 +1322,7 @@ type KeyRecord struct {
 
 func (x *KeyRecord) Reset() {
 	*x = KeyRecord{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[7]
+	mi := &file_portico_config_v1_config_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1334,7 @@ func (x *KeyRecord) String() string {
 func (*KeyRecord) ProtoMessage() {}
 
 func (x *KeyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[7]
+	mi := &file_portico_config_v1_config_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1347,7 @@ func (x *KeyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRecord.ProtoReflect.Descriptor instead.
 func (*KeyRecord) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{7}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *KeyRecord) GetSha256() []byte {
@@ -1066,7 +1442,7 @@ type DenyEntry struct {
 
 func (x *DenyEntry) Reset() {
 	*x = DenyEntry{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[8]
+	mi := &file_portico_config_v1_config_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1078,7 +1454,7 @@ func (x *DenyEntry) String() string {
 func (*DenyEntry) ProtoMessage() {}
 
 func (x *DenyEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[8]
+	mi := &file_portico_config_v1_config_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1091,7 +1467,7 @@ func (x *DenyEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyEntry.ProtoReflect.Descriptor instead.
 func (*DenyEntry) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{8}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DenyEntry) GetIssuer() string {
@@ -1213,7 +1589,7 @@ type Issuer struct {
 
 func (x *Issuer) Reset() {
 	*x = Issuer{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[9]
+	mi := &file_portico_config_v1_config_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1225,7 +1601,7 @@ func (x *Issuer) String() string {
 func (*Issuer) ProtoMessage() {}
 
 func (x *Issuer) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[9]
+	mi := &file_portico_config_v1_config_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1238,7 +1614,7 @@ func (x *Issuer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Issuer.ProtoReflect.Descriptor instead.
 func (*Issuer) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{9}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Issuer) GetName() string {
@@ -1387,7 +1763,7 @@ type Route struct {
 
 func (x *Route) Reset() {
 	*x = Route{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[10]
+	mi := &file_portico_config_v1_config_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1775,7 @@ func (x *Route) String() string {
 func (*Route) ProtoMessage() {}
 
 func (x *Route) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[10]
+	mi := &file_portico_config_v1_config_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1788,7 @@ func (x *Route) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Route.ProtoReflect.Descriptor instead.
 func (*Route) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{10}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Route) GetId() string {
@@ -1538,7 +1914,7 @@ type RouteAuth struct {
 
 func (x *RouteAuth) Reset() {
 	*x = RouteAuth{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[11]
+	mi := &file_portico_config_v1_config_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1926,7 @@ func (x *RouteAuth) String() string {
 func (*RouteAuth) ProtoMessage() {}
 
 func (x *RouteAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[11]
+	mi := &file_portico_config_v1_config_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1939,7 @@ func (x *RouteAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteAuth.ProtoReflect.Descriptor instead.
 func (*RouteAuth) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{11}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RouteAuth) GetPublic() bool {
@@ -1625,7 +2001,7 @@ type MethodScopes struct {
 
 func (x *MethodScopes) Reset() {
 	*x = MethodScopes{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[12]
+	mi := &file_portico_config_v1_config_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1637,7 +2013,7 @@ func (x *MethodScopes) String() string {
 func (*MethodScopes) ProtoMessage() {}
 
 func (x *MethodScopes) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[12]
+	mi := &file_portico_config_v1_config_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1650,7 +2026,7 @@ func (x *MethodScopes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MethodScopes.ProtoReflect.Descriptor instead.
 func (*MethodScopes) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{12}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MethodScopes) GetMethod() string {
@@ -1687,7 +2063,7 @@ type HeaderMatch struct {
 
 func (x *HeaderMatch) Reset() {
 	*x = HeaderMatch{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[13]
+	mi := &file_portico_config_v1_config_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1699,7 +2075,7 @@ func (x *HeaderMatch) String() string {
 func (*HeaderMatch) ProtoMessage() {}
 
 func (x *HeaderMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[13]
+	mi := &file_portico_config_v1_config_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1712,7 +2088,7 @@ func (x *HeaderMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderMatch.ProtoReflect.Descriptor instead.
 func (*HeaderMatch) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{13}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HeaderMatch) GetName() string {
@@ -1827,7 +2203,7 @@ type Cluster struct {
 
 func (x *Cluster) Reset() {
 	*x = Cluster{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[14]
+	mi := &file_portico_config_v1_config_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1839,7 +2215,7 @@ func (x *Cluster) String() string {
 func (*Cluster) ProtoMessage() {}
 
 func (x *Cluster) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[14]
+	mi := &file_portico_config_v1_config_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1852,7 +2228,7 @@ func (x *Cluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cluster.ProtoReflect.Descriptor instead.
 func (*Cluster) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{14}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Cluster) GetName() string {
@@ -1922,7 +2298,7 @@ type Endpoint struct {
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[15]
+	mi := &file_portico_config_v1_config_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1934,7 +2310,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[15]
+	mi := &file_portico_config_v1_config_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1947,7 +2323,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{15}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Endpoint) GetAddress() string {
@@ -1980,7 +2356,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[16]
+	mi := &file_portico_config_v1_config_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1992,7 +2368,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[16]
+	mi := &file_portico_config_v1_config_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2005,7 +2381,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{16}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *HealthCheck) GetInterval() *durationpb.Duration {
@@ -2089,7 +2465,7 @@ type HTTPProbe struct {
 
 func (x *HTTPProbe) Reset() {
 	*x = HTTPProbe{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[17]
+	mi := &file_portico_config_v1_config_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2101,7 +2477,7 @@ func (x *HTTPProbe) String() string {
 func (*HTTPProbe) ProtoMessage() {}
 
 func (x *HTTPProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[17]
+	mi := &file_portico_config_v1_config_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2114,7 +2490,7 @@ func (x *HTTPProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPProbe.ProtoReflect.Descriptor instead.
 func (*HTTPProbe) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{17}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *HTTPProbe) GetPath() string {
@@ -2142,7 +2518,7 @@ type GRPCProbe struct {
 
 func (x *GRPCProbe) Reset() {
 	*x = GRPCProbe{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[18]
+	mi := &file_portico_config_v1_config_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2154,7 +2530,7 @@ func (x *GRPCProbe) String() string {
 func (*GRPCProbe) ProtoMessage() {}
 
 func (x *GRPCProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[18]
+	mi := &file_portico_config_v1_config_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2167,7 +2543,7 @@ func (x *GRPCProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GRPCProbe.ProtoReflect.Descriptor instead.
 func (*GRPCProbe) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{18}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GRPCProbe) GetService() string {
@@ -2197,7 +2573,7 @@ type OutlierDetection struct {
 
 func (x *OutlierDetection) Reset() {
 	*x = OutlierDetection{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[19]
+	mi := &file_portico_config_v1_config_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2209,7 +2585,7 @@ func (x *OutlierDetection) String() string {
 func (*OutlierDetection) ProtoMessage() {}
 
 func (x *OutlierDetection) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[19]
+	mi := &file_portico_config_v1_config_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2222,7 +2598,7 @@ func (x *OutlierDetection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutlierDetection.ProtoReflect.Descriptor instead.
 func (*OutlierDetection) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{19}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *OutlierDetection) GetDisabled() bool {
@@ -2271,7 +2647,7 @@ type ConnectionPool struct {
 
 func (x *ConnectionPool) Reset() {
 	*x = ConnectionPool{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[20]
+	mi := &file_portico_config_v1_config_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2283,7 +2659,7 @@ func (x *ConnectionPool) String() string {
 func (*ConnectionPool) ProtoMessage() {}
 
 func (x *ConnectionPool) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[20]
+	mi := &file_portico_config_v1_config_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2296,7 +2672,7 @@ func (x *ConnectionPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectionPool.ProtoReflect.Descriptor instead.
 func (*ConnectionPool) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{20}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ConnectionPool) GetMaxIdlePerEndpoint() uint32 {
@@ -2349,7 +2725,7 @@ type UpstreamTLS struct {
 
 func (x *UpstreamTLS) Reset() {
 	*x = UpstreamTLS{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[21]
+	mi := &file_portico_config_v1_config_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2361,7 +2737,7 @@ func (x *UpstreamTLS) String() string {
 func (*UpstreamTLS) ProtoMessage() {}
 
 func (x *UpstreamTLS) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[21]
+	mi := &file_portico_config_v1_config_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2374,7 +2750,7 @@ func (x *UpstreamTLS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpstreamTLS.ProtoReflect.Descriptor instead.
 func (*UpstreamTLS) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{21}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UpstreamTLS) GetServerName() string {
@@ -2416,7 +2792,7 @@ var File_portico_config_v1_config_proto protoreflect.FileDescriptor
 
 const file_portico_config_v1_config_proto_rawDesc = "" +
 	"\n" +
-	"\x1eportico/config/v1/config.proto\x12\x11portico.config.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa7\x05\n" +
+	"\x1eportico/config/v1/config.proto\x12\x11portico.config.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xea\x05\n" +
 	"\bSnapshot\x12\"\n" +
 	"\aversion\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\aversion\x120\n" +
 	"\x06sha256\x18\x02 \x01(\tB\x18\xbaH\x15r\x132\x11^([0-9a-f]{64})?$R\x06sha256\x12<\n" +
@@ -2432,7 +2808,37 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	"\aissuers\x18\x0e \x03(\v2\x19.portico.config.v1.IssuerB\b\xbaH\x05\x92\x01\x02\x10dR\aissuers\x12<\n" +
 	"\x06scopes\x18\x11 \x03(\v2\x18.portico.config.v1.ScopeB\n" +
 	"\xbaH\a\x92\x01\x04\x10\xa0\x8d\x06R\x06scopes\x12D\n" +
-	"\rrate_limiting\x18\x12 \x01(\v2\x1f.portico.config.v1.RateLimitingR\frateLimiting\"n\n" +
+	"\rrate_limiting\x18\x12 \x01(\v2\x1f.portico.config.v1.RateLimitingR\frateLimiting\x12A\n" +
+	"\bservices\x18\x10 \x03(\v2\x1a.portico.config.v1.ServiceB\t\xbaH\x06\x92\x01\x03\x10\x90NR\bservices\"\x90\b\n" +
+	"\aService\x123\n" +
+	"\x02id\x18\x01 \x01(\tB#\xbaH r\x1e2\x1c^[a-z0-9][a-z0-9._-]{0,127}$R\x02id\x124\n" +
+	"\x04team\x18\x02 \x01(\tB \xbaH\x1dr\x1b2\x19^[a-z0-9][a-z0-9-]{0,62}$R\x04team\x12N\n" +
+	"\x04name\x18\x03 \x01(\tB:\xbaH7r523^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)+$R\x04name\x12=\n" +
+	"\acluster\x18\x04 \x01(\tB#\xbaH r\x1e2\x1c^[a-z0-9][a-z0-9._-]{0,127}$R\acluster\x12H\n" +
+	"\vdescriptors\x18\x05 \x01(\v2\x1e.portico.config.v1.DescriptorsB\x06\xbaH\x03\xc8\x01\x01R\vdescriptors\x12I\n" +
+	"\amethods\x18\x06 \x03(\tB/\xbaH,\x92\x01)\x10\xe8\a\x18\x01\"\"r 2\x1e^[A-Za-z_][A-Za-z0-9_]{0,127}$R\amethods\x12x\n" +
+	"\x05hosts\x18\a \x03(\tBb\xbaH_\x92\x01\\\x10@\x18\x01\"VrT2R^(\\*\\.)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$R\x05hosts\x12?\n" +
+	"\x05pools\x18\b \x03(\tB)\xbaH&\x92\x01#\x10\x10\x18\x01\"\x1dr\x1b2\x19^[a-z0-9][a-z0-9-]{0,62}$R\x05pools\x120\n" +
+	"\x04auth\x18\t \x01(\v2\x1c.portico.config.v1.RouteAuthR\x04auth\x12A\n" +
+	"\atimeout\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationB\f\xbaH\t\xaa\x01\x06\"\x02\b\x1e*\x00R\atimeout\x127\n" +
+	"\x11max_request_bytes\x18\v \x01(\x04B\v\xbaH\b2\x06\x18\x80\x80\x80\x80\x10R\x0fmaxRequestBytes\x12A\n" +
+	"\bpriority\x18\f \x01(\x0e2\x1b.portico.config.v1.PriorityB\b\xbaH\x05\x82\x01\x02\x10\x01R\bpriority\x12G\n" +
+	"\vrate_limits\x18\r \x03(\v2\x1c.portico.config.v1.RateLimitB\b\xbaH\x05\x92\x01\x02\x10\bR\n" +
+	"rateLimits\x12O\n" +
+	"\x10rate_limit_class\x18\x0e \x01(\tB%\xbaH\"r 2\x1e^([a-z0-9][a-z0-9._-]{0,63})?$R\x0erateLimitClass\x120\n" +
+	"\x14allow_unknown_fields\x18\x0f \x01(\bR\x12allowUnknownFields\"\x99\x01\n" +
+	"\vDescriptors\x12<\n" +
+	"\x13file_descriptor_set\x18\x01 \x01(\fB\n" +
+	"\xbaH\az\x05\x18\x80\x80\x80\bH\x00R\x11fileDescriptorSet\x12;\n" +
+	"\asources\x18\x02 \x01(\v2\x1f.portico.config.v1.ProtoSourcesH\x00R\asourcesB\x0f\n" +
+	"\x06source\x12\x05\xbaH\x02\b\x01\"O\n" +
+	"\fProtoSources\x12?\n" +
+	"\x05files\x18\x01 \x03(\v2\x1c.portico.config.v1.ProtoFileB\v\xbaH\b\x92\x01\x05\b\x01\x10\xe8\aR\x05files\"y\n" +
+	"\tProtoFile\x12F\n" +
+	"\x04name\x18\x01 \x01(\tB2\xbaH/r-2+^[A-Za-z0-9_][A-Za-z0-9_./-]{0,255}\\.proto$R\x04name\x12$\n" +
+	"\acontent\x18\x02 \x01(\tB\n" +
+	"\xbaH\ar\x05\x18\x80\x80\x80\x02R\acontent\"n\n" +
 	"\aProduct\x127\n" +
 	"\x04name\x18\x01 \x01(\tB#\xbaH r\x1e2\x1c^[a-z0-9][a-z0-9._-]{0,127}$R\x04name\x12*\n" +
 	"\vdescription\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\vdescription\"\xb1\x01\n" +
@@ -2660,7 +3066,7 @@ func file_portico_config_v1_config_proto_rawDescGZIP() []byte {
 }
 
 var file_portico_config_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_portico_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_portico_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_portico_config_v1_config_proto_goTypes = []any{
 	(RateLimitScope)(0),           // 0: portico.config.v1.RateLimitScope
 	(RateLimitOnError)(0),         // 1: portico.config.v1.RateLimitOnError
@@ -2669,80 +3075,92 @@ var file_portico_config_v1_config_proto_goTypes = []any{
 	(Priority)(0),                 // 4: portico.config.v1.Priority
 	(Protocol)(0),                 // 5: portico.config.v1.Protocol
 	(*Snapshot)(nil),              // 6: portico.config.v1.Snapshot
-	(*Product)(nil),               // 7: portico.config.v1.Product
-	(*Plan)(nil),                  // 8: portico.config.v1.Plan
-	(*RateLimit)(nil),             // 9: portico.config.v1.RateLimit
-	(*RateLimiting)(nil),          // 10: portico.config.v1.RateLimiting
-	(*AnonymousLimit)(nil),        // 11: portico.config.v1.AnonymousLimit
-	(*Scope)(nil),                 // 12: portico.config.v1.Scope
-	(*KeyRecord)(nil),             // 13: portico.config.v1.KeyRecord
-	(*DenyEntry)(nil),             // 14: portico.config.v1.DenyEntry
-	(*Issuer)(nil),                // 15: portico.config.v1.Issuer
-	(*Route)(nil),                 // 16: portico.config.v1.Route
-	(*RouteAuth)(nil),             // 17: portico.config.v1.RouteAuth
-	(*MethodScopes)(nil),          // 18: portico.config.v1.MethodScopes
-	(*HeaderMatch)(nil),           // 19: portico.config.v1.HeaderMatch
-	(*Cluster)(nil),               // 20: portico.config.v1.Cluster
-	(*Endpoint)(nil),              // 21: portico.config.v1.Endpoint
-	(*HealthCheck)(nil),           // 22: portico.config.v1.HealthCheck
-	(*HTTPProbe)(nil),             // 23: portico.config.v1.HTTPProbe
-	(*GRPCProbe)(nil),             // 24: portico.config.v1.GRPCProbe
-	(*OutlierDetection)(nil),      // 25: portico.config.v1.OutlierDetection
-	(*ConnectionPool)(nil),        // 26: portico.config.v1.ConnectionPool
-	(*UpstreamTLS)(nil),           // 27: portico.config.v1.UpstreamTLS
-	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(*Service)(nil),               // 7: portico.config.v1.Service
+	(*Descriptors)(nil),           // 8: portico.config.v1.Descriptors
+	(*ProtoSources)(nil),          // 9: portico.config.v1.ProtoSources
+	(*ProtoFile)(nil),             // 10: portico.config.v1.ProtoFile
+	(*Product)(nil),               // 11: portico.config.v1.Product
+	(*Plan)(nil),                  // 12: portico.config.v1.Plan
+	(*RateLimit)(nil),             // 13: portico.config.v1.RateLimit
+	(*RateLimiting)(nil),          // 14: portico.config.v1.RateLimiting
+	(*AnonymousLimit)(nil),        // 15: portico.config.v1.AnonymousLimit
+	(*Scope)(nil),                 // 16: portico.config.v1.Scope
+	(*KeyRecord)(nil),             // 17: portico.config.v1.KeyRecord
+	(*DenyEntry)(nil),             // 18: portico.config.v1.DenyEntry
+	(*Issuer)(nil),                // 19: portico.config.v1.Issuer
+	(*Route)(nil),                 // 20: portico.config.v1.Route
+	(*RouteAuth)(nil),             // 21: portico.config.v1.RouteAuth
+	(*MethodScopes)(nil),          // 22: portico.config.v1.MethodScopes
+	(*HeaderMatch)(nil),           // 23: portico.config.v1.HeaderMatch
+	(*Cluster)(nil),               // 24: portico.config.v1.Cluster
+	(*Endpoint)(nil),              // 25: portico.config.v1.Endpoint
+	(*HealthCheck)(nil),           // 26: portico.config.v1.HealthCheck
+	(*HTTPProbe)(nil),             // 27: portico.config.v1.HTTPProbe
+	(*GRPCProbe)(nil),             // 28: portico.config.v1.GRPCProbe
+	(*OutlierDetection)(nil),      // 29: portico.config.v1.OutlierDetection
+	(*ConnectionPool)(nil),        // 30: portico.config.v1.ConnectionPool
+	(*UpstreamTLS)(nil),           // 31: portico.config.v1.UpstreamTLS
+	(*durationpb.Duration)(nil),   // 32: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 33: google.protobuf.Timestamp
 }
 var file_portico_config_v1_config_proto_depIdxs = []int32{
-	16, // 0: portico.config.v1.Snapshot.routes:type_name -> portico.config.v1.Route
-	20, // 1: portico.config.v1.Snapshot.clusters:type_name -> portico.config.v1.Cluster
-	7,  // 2: portico.config.v1.Snapshot.products:type_name -> portico.config.v1.Product
-	8,  // 3: portico.config.v1.Snapshot.plans:type_name -> portico.config.v1.Plan
-	13, // 4: portico.config.v1.Snapshot.keys:type_name -> portico.config.v1.KeyRecord
-	14, // 5: portico.config.v1.Snapshot.deny_list:type_name -> portico.config.v1.DenyEntry
-	15, // 6: portico.config.v1.Snapshot.issuers:type_name -> portico.config.v1.Issuer
-	12, // 7: portico.config.v1.Snapshot.scopes:type_name -> portico.config.v1.Scope
-	10, // 8: portico.config.v1.Snapshot.rate_limiting:type_name -> portico.config.v1.RateLimiting
-	9,  // 9: portico.config.v1.Plan.rate_limits:type_name -> portico.config.v1.RateLimit
-	0,  // 10: portico.config.v1.RateLimit.scope:type_name -> portico.config.v1.RateLimitScope
-	1,  // 11: portico.config.v1.RateLimit.on_error:type_name -> portico.config.v1.RateLimitOnError
-	28, // 12: portico.config.v1.RateLimit.stale_after:type_name -> google.protobuf.Duration
-	11, // 13: portico.config.v1.RateLimiting.anonymous:type_name -> portico.config.v1.AnonymousLimit
-	28, // 14: portico.config.v1.RateLimiting.sync_interval:type_name -> google.protobuf.Duration
-	28, // 15: portico.config.v1.RateLimiting.redis_timeout:type_name -> google.protobuf.Duration
-	4,  // 16: portico.config.v1.KeyRecord.priority:type_name -> portico.config.v1.Priority
-	2,  // 17: portico.config.v1.KeyRecord.status:type_name -> portico.config.v1.KeyStatus
-	29, // 18: portico.config.v1.KeyRecord.not_after:type_name -> google.protobuf.Timestamp
-	29, // 19: portico.config.v1.DenyEntry.issued_before:type_name -> google.protobuf.Timestamp
-	29, // 20: portico.config.v1.DenyEntry.expires:type_name -> google.protobuf.Timestamp
-	3,  // 21: portico.config.v1.Issuer.algorithms:type_name -> portico.config.v1.JWTAlgorithm
-	28, // 22: portico.config.v1.Issuer.jwks_refresh:type_name -> google.protobuf.Duration
-	28, // 23: portico.config.v1.Issuer.leeway:type_name -> google.protobuf.Duration
-	28, // 24: portico.config.v1.Issuer.jwks_min_refresh:type_name -> google.protobuf.Duration
-	19, // 25: portico.config.v1.Route.headers:type_name -> portico.config.v1.HeaderMatch
-	28, // 26: portico.config.v1.Route.timeout:type_name -> google.protobuf.Duration
-	4,  // 27: portico.config.v1.Route.priority:type_name -> portico.config.v1.Priority
-	17, // 28: portico.config.v1.Route.auth:type_name -> portico.config.v1.RouteAuth
-	9,  // 29: portico.config.v1.Route.rate_limits:type_name -> portico.config.v1.RateLimit
-	18, // 30: portico.config.v1.RouteAuth.method_scopes:type_name -> portico.config.v1.MethodScopes
-	5,  // 31: portico.config.v1.Cluster.protocol:type_name -> portico.config.v1.Protocol
-	21, // 32: portico.config.v1.Cluster.endpoints:type_name -> portico.config.v1.Endpoint
-	22, // 33: portico.config.v1.Cluster.health_check:type_name -> portico.config.v1.HealthCheck
-	25, // 34: portico.config.v1.Cluster.outlier_detection:type_name -> portico.config.v1.OutlierDetection
-	26, // 35: portico.config.v1.Cluster.pool:type_name -> portico.config.v1.ConnectionPool
-	27, // 36: portico.config.v1.Cluster.tls:type_name -> portico.config.v1.UpstreamTLS
-	28, // 37: portico.config.v1.Cluster.connect_timeout:type_name -> google.protobuf.Duration
-	28, // 38: portico.config.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	28, // 39: portico.config.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
-	23, // 40: portico.config.v1.HealthCheck.http:type_name -> portico.config.v1.HTTPProbe
-	24, // 41: portico.config.v1.HealthCheck.grpc:type_name -> portico.config.v1.GRPCProbe
-	28, // 42: portico.config.v1.OutlierDetection.base_ejection_time:type_name -> google.protobuf.Duration
-	28, // 43: portico.config.v1.ConnectionPool.idle_timeout:type_name -> google.protobuf.Duration
-	44, // [44:44] is the sub-list for method output_type
-	44, // [44:44] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	20, // 0: portico.config.v1.Snapshot.routes:type_name -> portico.config.v1.Route
+	24, // 1: portico.config.v1.Snapshot.clusters:type_name -> portico.config.v1.Cluster
+	11, // 2: portico.config.v1.Snapshot.products:type_name -> portico.config.v1.Product
+	12, // 3: portico.config.v1.Snapshot.plans:type_name -> portico.config.v1.Plan
+	17, // 4: portico.config.v1.Snapshot.keys:type_name -> portico.config.v1.KeyRecord
+	18, // 5: portico.config.v1.Snapshot.deny_list:type_name -> portico.config.v1.DenyEntry
+	19, // 6: portico.config.v1.Snapshot.issuers:type_name -> portico.config.v1.Issuer
+	16, // 7: portico.config.v1.Snapshot.scopes:type_name -> portico.config.v1.Scope
+	14, // 8: portico.config.v1.Snapshot.rate_limiting:type_name -> portico.config.v1.RateLimiting
+	7,  // 9: portico.config.v1.Snapshot.services:type_name -> portico.config.v1.Service
+	8,  // 10: portico.config.v1.Service.descriptors:type_name -> portico.config.v1.Descriptors
+	21, // 11: portico.config.v1.Service.auth:type_name -> portico.config.v1.RouteAuth
+	32, // 12: portico.config.v1.Service.timeout:type_name -> google.protobuf.Duration
+	4,  // 13: portico.config.v1.Service.priority:type_name -> portico.config.v1.Priority
+	13, // 14: portico.config.v1.Service.rate_limits:type_name -> portico.config.v1.RateLimit
+	9,  // 15: portico.config.v1.Descriptors.sources:type_name -> portico.config.v1.ProtoSources
+	10, // 16: portico.config.v1.ProtoSources.files:type_name -> portico.config.v1.ProtoFile
+	13, // 17: portico.config.v1.Plan.rate_limits:type_name -> portico.config.v1.RateLimit
+	0,  // 18: portico.config.v1.RateLimit.scope:type_name -> portico.config.v1.RateLimitScope
+	1,  // 19: portico.config.v1.RateLimit.on_error:type_name -> portico.config.v1.RateLimitOnError
+	32, // 20: portico.config.v1.RateLimit.stale_after:type_name -> google.protobuf.Duration
+	15, // 21: portico.config.v1.RateLimiting.anonymous:type_name -> portico.config.v1.AnonymousLimit
+	32, // 22: portico.config.v1.RateLimiting.sync_interval:type_name -> google.protobuf.Duration
+	32, // 23: portico.config.v1.RateLimiting.redis_timeout:type_name -> google.protobuf.Duration
+	4,  // 24: portico.config.v1.KeyRecord.priority:type_name -> portico.config.v1.Priority
+	2,  // 25: portico.config.v1.KeyRecord.status:type_name -> portico.config.v1.KeyStatus
+	33, // 26: portico.config.v1.KeyRecord.not_after:type_name -> google.protobuf.Timestamp
+	33, // 27: portico.config.v1.DenyEntry.issued_before:type_name -> google.protobuf.Timestamp
+	33, // 28: portico.config.v1.DenyEntry.expires:type_name -> google.protobuf.Timestamp
+	3,  // 29: portico.config.v1.Issuer.algorithms:type_name -> portico.config.v1.JWTAlgorithm
+	32, // 30: portico.config.v1.Issuer.jwks_refresh:type_name -> google.protobuf.Duration
+	32, // 31: portico.config.v1.Issuer.leeway:type_name -> google.protobuf.Duration
+	32, // 32: portico.config.v1.Issuer.jwks_min_refresh:type_name -> google.protobuf.Duration
+	23, // 33: portico.config.v1.Route.headers:type_name -> portico.config.v1.HeaderMatch
+	32, // 34: portico.config.v1.Route.timeout:type_name -> google.protobuf.Duration
+	4,  // 35: portico.config.v1.Route.priority:type_name -> portico.config.v1.Priority
+	21, // 36: portico.config.v1.Route.auth:type_name -> portico.config.v1.RouteAuth
+	13, // 37: portico.config.v1.Route.rate_limits:type_name -> portico.config.v1.RateLimit
+	22, // 38: portico.config.v1.RouteAuth.method_scopes:type_name -> portico.config.v1.MethodScopes
+	5,  // 39: portico.config.v1.Cluster.protocol:type_name -> portico.config.v1.Protocol
+	25, // 40: portico.config.v1.Cluster.endpoints:type_name -> portico.config.v1.Endpoint
+	26, // 41: portico.config.v1.Cluster.health_check:type_name -> portico.config.v1.HealthCheck
+	29, // 42: portico.config.v1.Cluster.outlier_detection:type_name -> portico.config.v1.OutlierDetection
+	30, // 43: portico.config.v1.Cluster.pool:type_name -> portico.config.v1.ConnectionPool
+	31, // 44: portico.config.v1.Cluster.tls:type_name -> portico.config.v1.UpstreamTLS
+	32, // 45: portico.config.v1.Cluster.connect_timeout:type_name -> google.protobuf.Duration
+	32, // 46: portico.config.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	32, // 47: portico.config.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	27, // 48: portico.config.v1.HealthCheck.http:type_name -> portico.config.v1.HTTPProbe
+	28, // 49: portico.config.v1.HealthCheck.grpc:type_name -> portico.config.v1.GRPCProbe
+	32, // 50: portico.config.v1.OutlierDetection.base_ejection_time:type_name -> google.protobuf.Duration
+	32, // 51: portico.config.v1.ConnectionPool.idle_timeout:type_name -> google.protobuf.Duration
+	52, // [52:52] is the sub-list for method output_type
+	52, // [52:52] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_portico_config_v1_config_proto_init() }
@@ -2750,18 +3168,22 @@ func file_portico_config_v1_config_proto_init() {
 	if File_portico_config_v1_config_proto != nil {
 		return
 	}
-	file_portico_config_v1_config_proto_msgTypes[8].OneofWrappers = []any{
+	file_portico_config_v1_config_proto_msgTypes[2].OneofWrappers = []any{
+		(*Descriptors_FileDescriptorSet)(nil),
+		(*Descriptors_Sources)(nil),
+	}
+	file_portico_config_v1_config_proto_msgTypes[12].OneofWrappers = []any{
 		(*DenyEntry_Jti)(nil),
 		(*DenyEntry_Subject)(nil),
 		(*DenyEntry_ClientId)(nil),
 	}
-	file_portico_config_v1_config_proto_msgTypes[13].OneofWrappers = []any{
+	file_portico_config_v1_config_proto_msgTypes[17].OneofWrappers = []any{
 		(*HeaderMatch_Exact)(nil),
 		(*HeaderMatch_Prefix)(nil),
 		(*HeaderMatch_Regex)(nil),
 		(*HeaderMatch_Present)(nil),
 	}
-	file_portico_config_v1_config_proto_msgTypes[16].OneofWrappers = []any{
+	file_portico_config_v1_config_proto_msgTypes[20].OneofWrappers = []any{
 		(*HealthCheck_Http)(nil),
 		(*HealthCheck_Grpc)(nil),
 	}
@@ -2771,7 +3193,7 @@ func file_portico_config_v1_config_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_portico_config_v1_config_proto_rawDesc), len(file_portico_config_v1_config_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   22,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
