@@ -132,6 +132,12 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		TrustForwarded: trusted,
 		Identity:       ident,
 	}
+	if route.RPC != nil && !problem.IsGRPC(headerValue(r.Header, "Content-Type")) {
+		// gRPC-Web, Connect or REST: transcoded to a gRPC call, which
+		// serveRPC forwards. (A gRPC call goes straight to the cluster.)
+		n.transcode(w, r, st, route, &t)
+		return
+	}
 	n.fwd.Serve(w, r, &t)
 }
 

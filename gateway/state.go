@@ -1,12 +1,14 @@
 package gateway
 
 import (
+	"net/http"
 	"fmt"
 	"time"
 
 	"github.com/portico-gw/portico/gateway/auth/keytable"
 	"github.com/portico-gw/portico/gateway/router"
 	"github.com/portico-gw/portico/gateway/snapshot"
+	"github.com/portico-gw/portico/gateway/transcode"
 	"github.com/portico-gw/portico/gateway/upstream"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
@@ -20,6 +22,9 @@ type state struct {
 	clusters []*upstream.Cluster              // by route index
 	set      *upstream.Set
 	limits   *limitSet
+	// rpc transcodes the calls of the snapshot's services; nil without
+	// services.
+	rpc *transcode.Set
 }
 
 // releaseDelay is how long a replaced state's upstream clusters are kept:
@@ -79,6 +84,12 @@ func (n *Node) build(cfg *configv1.Snapshot, pools map[string]int) (*state, erro
 		clusters: make([]*upstream.Cluster, len(snap.Routes)),
 		set:      set,
 		limits:   newLimitSet(snap),
+	}
+	if len(snap.Services) > 0 {
+		if st.rpc, err = transcode.New(snap.Services, http.HandlerFunc(n.serveRPC)); err != nil {
+			set.Release()
+			return nil, fmt.Errorf("snapshot %q: %w", cfg.GetVersion(), err)
+		}
 	}
 	for name, i := range pools {
 		st.tables[i] = snap.Table(name)

@@ -1,0 +1,124 @@
+// Package transcode turns the calls of gRPC-Web, Connect and REST/JSON
+// callers into gRPC calls, and the answers back, from the descriptors of a
+// snapshot's services alone: no generated code, no rebuild. It wraps
+// connectrpc.com/vanguard, one transcoder per service, built per snapshot.
+//
+// The gateway matches the route, authenticates and rate-limits first; the
+// transcoder then decodes the call and hands a gRPC request (protocol gRPC,
+// codec proto, no compression) to the upstream handler, which forwards it
+// to the service's cluster. A gRPC caller's request already is one and goes
+// to the upstream handler untouched.
+package transcode
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/vanguard"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/portico-gw/portico/gateway/snapshot"
+)
+
+// Set is the transcoders of one snapshot's services.
+type Set struct {
+	byService []*vanguard.Transcoder // by Service.Index
+}
+
+// MaxMessageBytes bounds one message a transcoder buffers: a request
+// message, or a REST or Connect unary response. Bodies stream otherwise.
+const MaxMessageBytes = 64 << 20
+
+// New builds the transcoders of services, each handing its gRPC calls to
+// upstream. It fails if a service's descriptors cannot be served, which
+// snapshot.Compile has checked already.
+func New(services []*snapshot.Service, upstream http.Handler) (*Set, error) {
+	s := &Set{byService: make([]*vanguard.Transcoder, len(services))}
+	for _, svc := range services {
+		res := resolver(svc.Files)
+		strict := !svc.AllowUnknownFields
+		t, err := vanguard.NewTranscoder([]*vanguard.Service{
+			vanguard.NewServiceWithSchema(svc.Desc, upstream,
+				vanguard.WithTargetProtocols(vanguard.ProtocolGRPC),
+				vanguard.WithTargetCodecs(vanguard.CodecProto),
+				vanguard.WithNoTargetCompression(),
+				vanguard.WithTypeResolver(res),
+				vanguard.WithMaxMessageBufferBytes(MaxMessageBytes),
+				vanguard.WithRESTUnmarshalOptions(vanguard.RESTUnmarshalOptions{DiscardUnknownQueryParams: !strict}),
+			),
+		}, vanguard.WithCodec(func(r vanguard.TypeResolver) vanguard.Codec {
+			c := vanguard.NewJSONCodec(r)
+			c.UnmarshalOptions.DiscardUnknown = !strict
+			return jsonCodec{c}
+		}))
+		if err != nil {
+			return nil, fmt.Errorf("service %s: %w", svc.Name, err)
+		}
+		s.byService[svc.Index] = t
+	}
+	return s, nil
+}
+
+// For returns the transcoder of svc.
+func (s *Set) For(svc *snapshot.Service) http.Handler { return s.byService[svc.Index] }
+
+// resolver finds a service's message types in its own files first, then
+// among the gateway's (well-known types, error details).
+func resolver(files *protoregistry.Files) vanguard.TypeResolver {
+	return fallback{dynamicpb.NewTypes(files), protoregistry.GlobalTypes}
+}
+
+type fallback [2]vanguard.TypeResolver
+
+func (f fallback) FindMessageByName(name protoreflect.FullName) (protoreflect.MessageType, error) {
+	if t, err := f[0].FindMessageByName(name); err == nil {
+		return t, nil
+	}
+	return f[1].FindMessageByName(name)
+}
+
+func (f fallback) FindMessageByURL(url string) (protoreflect.MessageType, error) {
+	if t, err := f[0].FindMessageByURL(url); err == nil {
+		return t, nil
+	}
+	return f[1].FindMessageByURL(url)
+}
+
+func (f fallback) FindExtensionByName(name protoreflect.FullName) (protoreflect.ExtensionType, error) {
+	if t, err := f[0].FindExtensionByName(name); err == nil {
+		return t, nil
+	}
+	return f[1].FindExtensionByName(name)
+}
+
+func (f fallback) FindExtensionByNumber(msg protoreflect.FullName, n protoreflect.FieldNumber) (protoreflect.ExtensionType, error) {
+	if t, err := f[0].FindExtensionByNumber(msg, n); err == nil {
+		return t, nil
+	}
+	return f[1].FindExtensionByNumber(msg, n)
+}
+
+// jsonCodec is vanguard's JSON codec whose decoding errors are the
+// caller's fault (InvalidArgument, HTTP 400), not Unknown (HTTP 500).
+type jsonCodec struct{ *vanguard.JSONCodec }
+
+func (c jsonCodec) Unmarshal(data []byte, msg proto.Message) error {
+	return invalid(c.JSONCodec.Unmarshal(data, msg))
+}
+
+func (c jsonCodec) UnmarshalField(data []byte, msg proto.Message, field protoreflect.FieldDescriptor) error {
+	return invalid(c.JSONCodec.UnmarshalField(data, msg, field))
+}
+
+func invalid(err error) error {
+	var ce *connect.Error
+	if err == nil || errors.As(err, &ce) {
+		return err
+	}
+	return connect.NewError(connect.CodeInvalidArgument, err)
+}
