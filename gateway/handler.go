@@ -132,9 +132,13 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		TrustForwarded: trusted,
 		Identity:       ident,
 	}
-	if route.RPC != nil && !problem.IsGRPC(headerValue(r.Header, "Content-Type")) {
+	if route.RPC != nil {
+		if problem.IsGRPC(headerValue(r.Header, "Content-Type")) {
+			n.forwardRPC(w, r, st, route, &t)
+			return
+		}
 		// gRPC-Web, Connect or REST: transcoded to a gRPC call, which
-		// serveRPC forwards. (A gRPC call goes straight to the cluster.)
+		// serveRPC forwards.
 		n.transcode(w, r, st, route, &t)
 		return
 	}

@@ -14,6 +14,7 @@ import (
 type rpcCall struct {
 	route  *snapshot.Route
 	target *proxy.Target
+	st     *state
 }
 
 type rpcCallKey struct{}
@@ -21,7 +22,7 @@ type rpcCallKey struct{}
 // transcode hands a gRPC-Web, Connect or REST call of a service route to
 // the service's transcoder, which calls serveRPC with the gRPC request.
 func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, route *snapshot.Route, t *proxy.Target) {
-	ctx := context.WithValue(r.Context(), rpcCallKey{}, &rpcCall{route: route, target: t})
+	ctx := context.WithValue(r.Context(), rpcCallKey{}, &rpcCall{route: route, target: t, st: st})
 	r2 := r.WithContext(ctx)
 	// The transcoder routes by path again: give it the normalised path and
 	// the query the upstream may see (an API key in it removed).
@@ -42,5 +43,16 @@ func (n *Node) serveRPC(w http.ResponseWriter, r *http.Request) {
 	}
 	t := *c.target
 	t.Path, t.RawQuery = r.URL.Path, ""
-	n.fwd.Serve(w, r, &t)
+	n.forwardRPC(w, r, c.st, c.route, &t)
+}
+
+// forwardRPC forwards a gRPC call of a service route once its request
+// passes the service's validation rules.
+func (n *Node) forwardRPC(w http.ResponseWriter, r *http.Request, st *state, route *snapshot.Route, t *proxy.Target) {
+	if p := st.rpc.Validate(r, route); p != nil {
+		p.Instance, p.RequestID = route.RPC.Path, t.RequestID
+		problem.Write(w, r, *p)
+		return
+	}
+	n.fwd.Serve(w, r, t)
 }

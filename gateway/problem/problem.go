@@ -118,6 +118,20 @@ type Problem struct {
 	// Retry-After header (whole seconds, rounded up) and, for gRPC, a
 	// google.rpc.RetryInfo detail.
 	RetryAfter time.Duration
+	// Violations list what is wrong with the request's fields: a
+	// "violations" member of the problem JSON, a google.rpc.BadRequest
+	// detail for RPC callers.
+	Violations []Violation
+}
+
+// Violation is one field of a request that breaks a rule.
+type Violation struct {
+	// Field is the field's path in the request message ("order.items[0].sku").
+	Field string
+	// Rule identifies the broken rule ("string.pattern").
+	Rule string
+	// Message explains it to a human.
+	Message string
 }
 
 // IsGRPC reports whether contentType is a gRPC content type
@@ -157,9 +171,9 @@ func writeGRPC(w http.ResponseWriter, r *http.Request, p Problem) {
 	h.Set("Grpc-Message", EncodeGRPCMessage(p.message()))
 	if p.RetryAfter > 0 {
 		setRetryAfter(h, p.RetryAfter)
-		if d := p.statusDetails(); d != nil {
-			h.Set("Grpc-Status-Details-Bin", base64.RawStdEncoding.EncodeToString(d))
-		}
+	}
+	if d := p.statusDetails(); d != nil {
+		h.Set("Grpc-Status-Details-Bin", base64.RawStdEncoding.EncodeToString(d))
 	}
 	// A trailers-only response: status 200 and a single HEADERS frame
 	// (gRPC-Web: the status in the headers, and no body).
@@ -196,6 +210,22 @@ func writeJSON(w http.ResponseWriter, r *http.Request, p Problem) {
 	}
 	b.WriteString(`,"error":`)
 	writeJSONString(&b, string(p.Code))
+	if len(p.Violations) > 0 {
+		b.WriteString(`,"violations":[`)
+		for i, v := range p.Violations {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(`{"field":`)
+			writeJSONString(&b, v.Field)
+			b.WriteString(`,"rule":`)
+			writeJSONString(&b, v.Rule)
+			b.WriteString(`,"message":`)
+			writeJSONString(&b, v.Message)
+			b.WriteByte('}')
+		}
+		b.WriteByte(']')
+	}
 	if p.RequestID != "" {
 		b.WriteString(`,"request_id":`)
 		writeJSONString(&b, p.RequestID)
@@ -281,27 +311,35 @@ func setRetryAfter(h http.Header, d time.Duration) {
 	h.Set("Retry-After", strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10))
 }
 
-// retryInfo returns p's RetryAfter as a google.rpc.RetryInfo, nil if it
-// has none or it cannot be encoded.
-func (p *Problem) retryInfo() *anypb.Any {
-	if p.RetryAfter <= 0 {
-		return nil
+// details returns p's google.rpc details: a RetryInfo for a RetryAfter, a
+// BadRequest for Violations.
+func (p *Problem) details() []*anypb.Any {
+	var out []*anypb.Any
+	if p.RetryAfter > 0 {
+		if a, err := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(p.RetryAfter)}); err == nil {
+			out = append(out, a)
+		}
 	}
-	info, err := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(p.RetryAfter)})
-	if err != nil {
-		return nil
+	if len(p.Violations) > 0 {
+		br := &errdetails.BadRequest{}
+		for _, v := range p.Violations {
+			br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{Field: v.Field, Reason: v.Rule, Description: v.Message})
+		}
+		if a, err := anypb.New(br); err == nil {
+			out = append(out, a)
+		}
 	}
-	return info
+	return out
 }
 
 // statusDetails returns the grpc-status-details-bin bytes of p: a
-// google.rpc.Status with a RetryInfo detail; nil if p has no details.
+// google.rpc.Status with its details; nil if p has none.
 func (p *Problem) statusDetails() []byte {
-	info := p.retryInfo()
-	if info == nil {
+	d := p.details()
+	if d == nil {
 		return nil
 	}
-	b, err := proto.Marshal(&spb.Status{Code: int32(p.Code.GRPCCode()), Message: p.message(), Details: []*anypb.Any{info}})
+	b, err := proto.Marshal(&spb.Status{Code: int32(p.Code.GRPCCode()), Message: p.message(), Details: d})
 	if err != nil {
 		return nil
 	}

@@ -66,17 +66,26 @@ var connectHTTPStatus = [...]int{
 	200, 499, 500, 400, 504, 404, 409, 403, 429, 400, 409, 400, 501, 500, 503, 500, 401,
 }
 
-// connectError writes p's Connect error object: code, message and, when p
-// has a RetryAfter, a google.rpc.RetryInfo detail.
+// connectError writes p's Connect error object: code, message and p's
+// details (RetryInfo, BadRequest).
 func (p *Problem) connectError(b *strings.Builder) {
 	b.WriteString(`{"code":"`)
 	b.WriteString(connectCodes[p.Code.GRPCCode()])
 	b.WriteString(`","message":`)
 	writeJSONString(b, p.message())
-	if info := p.retryInfo(); info != nil {
-		b.WriteString(`,"details":[{"type":"google.rpc.RetryInfo","value":"`)
-		b.WriteString(base64.RawStdEncoding.EncodeToString(info.Value))
-		b.WriteString(`"}]`)
+	if d := p.details(); len(d) > 0 {
+		b.WriteString(`,"details":[`)
+		for i, a := range d {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(`{"type":`)
+			writeJSONString(b, strings.TrimPrefix(a.GetTypeUrl(), "type.googleapis.com/"))
+			b.WriteString(`,"value":"`)
+			b.WriteString(base64.RawStdEncoding.EncodeToString(a.GetValue()))
+			b.WriteString(`"}`)
+		}
+		b.WriteString(`]`)
 	}
 	b.WriteString("}")
 }

@@ -28,9 +28,17 @@ type Service struct {
 	// AllowUnknownFields accepts REST/JSON requests with fields the request
 	// message does not have.
 	AllowUnknownFields bool
+	// Validate runs protovalidate on request messages of at most
+	// MaxValidatedBytes.
+	Validate          bool
+	MaxValidatedBytes int
 	// Index is the service's position in the snapshot's Services.
 	Index int
 }
+
+// DefaultMaxValidatedBytes is the largest request message validated when
+// a service does not say.
+const DefaultMaxValidatedBytes = 64 << 10
 
 // RPC marks a route derived from a service method.
 type RPC struct {
@@ -95,7 +103,11 @@ func compileServices(cfg *configv1.Snapshot, clusters map[string]configv1.Protoc
 		svc := &Service{
 			ID: sc.GetId(), Name: sc.GetName(), Cluster: sc.GetCluster(),
 			Desc: sd, Files: files, AllowUnknownFields: sc.GetAllowUnknownFields(),
+			Validate: !sc.GetDisableValidation(), MaxValidatedBytes: DefaultMaxValidatedBytes,
 			Index: len(s.Services),
+		}
+		if n := sc.GetMaxValidatedMessageBytes(); n > 0 {
+			svc.MaxValidatedBytes = int(n)
 		}
 		s.Services = append(s.Services, svc)
 		for k, m := range sc.GetMethods() {

@@ -27,7 +27,8 @@ import (
 
 // Set is the transcoders of one snapshot's services.
 type Set struct {
-	byService []*vanguard.Transcoder // by Service.Index
+	byService  []*vanguard.Transcoder // by Service.Index
+	validators []*validator           // by Service.Index; nil: not validated
 }
 
 // MaxMessageBytes bounds one message a transcoder buffers: a request
@@ -38,8 +39,15 @@ const MaxMessageBytes = 64 << 20
 // upstream. It fails if a service's descriptors cannot be served, which
 // snapshot.Compile has checked already.
 func New(services []*snapshot.Service, upstream http.Handler) (*Set, error) {
-	s := &Set{byService: make([]*vanguard.Transcoder, len(services))}
+	s := &Set{byService: make([]*vanguard.Transcoder, len(services)), validators: make([]*validator, len(services))}
 	for _, svc := range services {
+		if svc.Validate {
+			v, err := newValidator(svc)
+			if err != nil {
+				return nil, fmt.Errorf("service %s: %w", svc.Name, err)
+			}
+			s.validators[svc.Index] = v
+		}
 		res := resolver(svc.Files)
 		strict := !svc.AllowUnknownFields
 		t, err := vanguard.NewTranscoder([]*vanguard.Service{

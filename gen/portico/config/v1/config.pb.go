@@ -554,8 +554,17 @@ type Service struct {
 	// JSON fields the request message does not have, and drops them. By
 	// default such a request is answered 400.
 	AllowUnknownFields bool `protobuf:"varint,15,opt,name=allow_unknown_fields,json=allowUnknownFields,proto3" json:"allow_unknown_fields,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// DisableValidation turns off protovalidate at the edge. By default every
+	// request message of every protocol, gRPC included, is decoded and
+	// checked against its buf.validate rules before the backend sees it; a
+	// violation is answered InvalidArgument (REST: 400) with the violations.
+	DisableValidation bool `protobuf:"varint,16,opt,name=disable_validation,json=disableValidation,proto3" json:"disable_validation,omitempty"`
+	// MaxValidatedMessageBytes is the largest request message the gateway
+	// buffers to validate; a larger one is answered ResourceExhausted
+	// (REST: 413). Zero means 64 KiB. Ignored when validation is disabled.
+	MaxValidatedMessageBytes uint32 `protobuf:"varint,17,opt,name=max_validated_message_bytes,json=maxValidatedMessageBytes,proto3" json:"max_validated_message_bytes,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *Service) Reset() {
@@ -691,6 +700,20 @@ func (x *Service) GetAllowUnknownFields() bool {
 		return x.AllowUnknownFields
 	}
 	return false
+}
+
+func (x *Service) GetDisableValidation() bool {
+	if x != nil {
+		return x.DisableValidation
+	}
+	return false
+}
+
+func (x *Service) GetMaxValidatedMessageBytes() uint32 {
+	if x != nil {
+		return x.MaxValidatedMessageBytes
+	}
+	return 0
 }
 
 // Descriptors is a service's protobuf definition: the file that declares
@@ -2809,7 +2832,7 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	"\x06scopes\x18\x11 \x03(\v2\x18.portico.config.v1.ScopeB\n" +
 	"\xbaH\a\x92\x01\x04\x10\xa0\x8d\x06R\x06scopes\x12D\n" +
 	"\rrate_limiting\x18\x12 \x01(\v2\x1f.portico.config.v1.RateLimitingR\frateLimiting\x12A\n" +
-	"\bservices\x18\x10 \x03(\v2\x1a.portico.config.v1.ServiceB\t\xbaH\x06\x92\x01\x03\x10\x90NR\bservices\"\x90\b\n" +
+	"\bservices\x18\x10 \x03(\v2\x1a.portico.config.v1.ServiceB\t\xbaH\x06\x92\x01\x03\x10\x90NR\bservices\"\x8a\t\n" +
 	"\aService\x123\n" +
 	"\x02id\x18\x01 \x01(\tB#\xbaH r\x1e2\x1c^[a-z0-9][a-z0-9._-]{0,127}$R\x02id\x124\n" +
 	"\x04team\x18\x02 \x01(\tB \xbaH\x1dr\x1b2\x19^[a-z0-9][a-z0-9-]{0,62}$R\x04team\x12N\n" +
@@ -2827,7 +2850,10 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	"\vrate_limits\x18\r \x03(\v2\x1c.portico.config.v1.RateLimitB\b\xbaH\x05\x92\x01\x02\x10\bR\n" +
 	"rateLimits\x12O\n" +
 	"\x10rate_limit_class\x18\x0e \x01(\tB%\xbaH\"r 2\x1e^([a-z0-9][a-z0-9._-]{0,63})?$R\x0erateLimitClass\x120\n" +
-	"\x14allow_unknown_fields\x18\x0f \x01(\bR\x12allowUnknownFields\"\x99\x01\n" +
+	"\x14allow_unknown_fields\x18\x0f \x01(\bR\x12allowUnknownFields\x12-\n" +
+	"\x12disable_validation\x18\x10 \x01(\bR\x11disableValidation\x12I\n" +
+	"\x1bmax_validated_message_bytes\x18\x11 \x01(\rB\n" +
+	"\xbaH\a*\x05\x18\x80\x80\x80 R\x18maxValidatedMessageBytes\"\x99\x01\n" +
 	"\vDescriptors\x12<\n" +
 	"\x13file_descriptor_set\x18\x01 \x01(\fB\n" +
 	"\xbaH\az\x05\x18\x80\x80\x80\bH\x00R\x11fileDescriptorSet\x12;\n" +

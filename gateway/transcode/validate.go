@@ -1,0 +1,184 @@
+package transcode
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"buf.build/go/protovalidate"
+	"connectrpc.com/vanguard"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/portico-gw/portico/gateway/problem"
+	"github.com/portico-gw/portico/gateway/snapshot"
+)
+
+// validator checks the request messages of one service's methods.
+type validator struct {
+	v   protovalidate.Validator
+	res vanguard.TypeResolver
+	max int
+}
+
+// newValidator compiles the rules of every request message of svc once,
+// so that a snapshot with rules that do not compile is refused and no
+// request pays for compiling them.
+func newValidator(svc *snapshot.Service) (*validator, error) {
+	methods := svc.Desc.Methods()
+	inputs := make([]protoreflect.MessageDescriptor, 0, methods.Len())
+	for i := range methods.Len() {
+		inputs = append(inputs, methods.Get(i).Input())
+	}
+	v, err := protovalidate.New(protovalidate.WithMessageDescriptors(inputs...), protovalidate.WithDisableLazy())
+	if err != nil {
+		return nil, fmt.Errorf("validation rules: %w", err)
+	}
+	return &validator{v: v, res: resolver(svc.Files), max: svc.MaxValidatedBytes}, nil
+}
+
+// Validate checks the gRPC request r of a call of route, a route of a
+// service: it reads and checks the first request message before anything
+// is forwarded, and replaces r.Body with one that gives the same bytes and
+// checks every later message as it streams. A non-nil Problem means the
+// call must not be forwarded; the caller writes it.
+func (s *Set) Validate(r *http.Request, route *snapshot.Route) *problem.Problem {
+	v := s.validators[route.RPC.Service.Index]
+	if v == nil {
+		return nil
+	}
+	b := &validatingBody{
+		body: r.Body, v: v, input: route.RPC.Method.Input(),
+		encoding: r.Header.Get("Grpc-Encoding"),
+	}
+	if err := b.next(); err != nil {
+		if errors.Is(err, io.EOF) {
+			if route.RPC.Method.IsStreamingClient() {
+				r.Body = b
+				return nil // a stream of no requests
+			}
+			return &problem.Problem{Code: problem.BadRequest, Detail: "the call has no request message"}
+		}
+		return b.problem(err)
+	}
+	r.Body = b
+	return nil
+}
+
+// validatingBody replays a gRPC request body frame by frame, each checked
+// before it is handed on.
+type validatingBody struct {
+	body     io.ReadCloser
+	v        *validator
+	input    protoreflect.MessageDescriptor
+	encoding string // grpc-encoding: how compressed messages are
+	pending  []byte // the checked frame not yet read
+	err      error  // sticky
+	hdr      [5]byte
+}
+
+func (b *validatingBody) Read(p []byte) (int, error) {
+	if len(b.pending) == 0 {
+		if b.err != nil {
+			return 0, b.err
+		}
+		if err := b.next(); err != nil {
+			b.err = err
+			if !errors.Is(err, io.EOF) {
+				// A message later in a stream broke the rules: the
+				// forward is aborted with the body's error.
+				b.err = fmt.Errorf("request message refused: %s", b.problem(err).Detail)
+			}
+			return 0, b.err
+		}
+	}
+	n := copy(p, b.pending)
+	b.pending = b.pending[n:]
+	return n, nil
+}
+
+func (b *validatingBody) Close() error { return b.body.Close() }
+
+// frameError is a message that cannot be checked or does not pass.
+type frameError struct {
+	code       problem.Code
+	detail     string
+	violations []problem.Violation
+}
+
+func (e *frameError) Error() string { return e.detail }
+
+// next reads the next frame whole into pending and checks its message.
+func (b *validatingBody) next() error {
+	if _, err := io.ReadFull(b.body, b.hdr[:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return &frameError{code: problem.BadRequest, detail: "the request ends inside a message's prefix"}
+		}
+		return err // io.EOF: no more messages
+	}
+	n := binary.BigEndian.Uint32(b.hdr[1:])
+	if int64(n) > int64(b.v.max) {
+		return &frameError{code: problem.PayloadTooLarge, detail: "a request message of " + strconv.FormatUint(uint64(n), 10) +
+			" bytes exceeds the " + strconv.Itoa(b.v.max) + " bytes the gateway validates"}
+	}
+	frame := make([]byte, 5+int(n))
+	copy(frame, b.hdr[:])
+	if _, err := io.ReadFull(b.body, frame[5:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return &frameError{code: problem.BadRequest, detail: "the request ends inside a message"}
+		}
+		return err
+	}
+	msg := frame[5:]
+	if b.hdr[0]&1 != 0 {
+		if b.encoding != "gzip" {
+			return &frameError{code: problem.BadRequest, detail: "a request message compressed with " + strconv.Quote(b.encoding) + ", which the gateway cannot validate"}
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(msg))
+		if err == nil {
+			msg, err = io.ReadAll(io.LimitReader(zr, int64(b.v.max)+1))
+		}
+		if err != nil {
+			return &frameError{code: problem.BadRequest, detail: "a gzip request message does not decompress: " + err.Error()}
+		}
+		if len(msg) > b.v.max {
+			return &frameError{code: problem.PayloadTooLarge, detail: "a request message exceeds, uncompressed, the " + strconv.Itoa(b.v.max) + " bytes the gateway validates"}
+		}
+	}
+	m := dynamicpb.NewMessage(b.input)
+	if err := (proto.UnmarshalOptions{Resolver: b.v.res}).Unmarshal(msg, m); err != nil {
+		return &frameError{code: problem.BadRequest, detail: "a request message does not decode as " + string(b.input.FullName()) + ": " + err.Error()}
+	}
+	if err := b.v.v.Validate(m); err != nil {
+		var verr *protovalidate.ValidationError
+		if !errors.As(err, &verr) {
+			return &frameError{code: problem.Internal, detail: "validating the request: " + err.Error()}
+		}
+		fe := &frameError{code: problem.BadRequest, detail: "the request breaks " + string(b.input.FullName()) + "'s rules: " + verr.Error()}
+		for _, v := range verr.Violations {
+			fe.violations = append(fe.violations, problem.Violation{
+				Field:   protovalidate.FieldPathString(v.Proto.GetField()),
+				Rule:    v.Proto.GetRuleId(),
+				Message: v.Proto.GetMessage(),
+			})
+		}
+		return fe
+	}
+	b.pending = frame
+	return nil
+}
+
+// problem is the answer to a frame that cannot be forwarded.
+func (b *validatingBody) problem(err error) *problem.Problem {
+	var fe *frameError
+	if errors.As(err, &fe) {
+		return &problem.Problem{Code: fe.code, Detail: fe.detail, Violations: fe.violations}
+	}
+	return &problem.Problem{Code: problem.BadRequest, Detail: "reading the request: " + err.Error()}
+}
