@@ -1,12 +1,15 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"net/http"
+	"strings"
 
 	"github.com/portico-gw/portico/gateway/problem"
 	"github.com/portico-gw/portico/gateway/proxy"
 	"github.com/portico-gw/portico/gateway/snapshot"
+	"github.com/portico-gw/portico/gateway/transcode"
 )
 
 // rpcCall is what serveRPC needs of a transcoded call: the route it
@@ -22,6 +25,11 @@ type rpcCallKey struct{}
 // transcode hands a gRPC-Web, Connect or REST call of a service route to
 // the service's transcoder, which calls serveRPC with the gRPC request.
 func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, route *snapshot.Route, t *proxy.Target) {
+	if p := transcode.CheckQuery(route, t.RawQuery); p != nil {
+		p.Instance, p.RequestID = t.Path, t.RequestID
+		problem.Write(w, r, *p)
+		return
+	}
 	ctx := context.WithValue(r.Context(), rpcCallKey{}, &rpcCall{route: route, target: t, st: st})
 	r2 := r.WithContext(ctx)
 	// The transcoder routes by path again: give it the normalised path and
@@ -29,7 +37,76 @@ func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, rout
 	u := *r.URL
 	u.Path, u.RawPath, u.RawQuery = t.Path, "", t.RawQuery
 	r2.URL = &u
-	st.rpc.For(route.RPC.Service).ServeHTTP(w, r2)
+	// The transcoder rewrites the request's headers for the upstream; the
+	// caller's stay as they came, for the answer.
+	r2.Header = r.Header.Clone()
+	if problem.ProtocolOf(r) != problem.HTTP {
+		st.rpc.For(route.RPC.Service).ServeHTTP(w, r2)
+		return
+	}
+	// REST callers get errors as Problem Details, like the gateway's own.
+	ew := &restErrors{ResponseWriter: w, r: r, rid: t.RequestID, instance: t.Path}
+	st.rpc.For(route.RPC.Service).ServeHTTP(ew, r2)
+	ew.finish()
+}
+
+// restErrors passes a transcoded REST response through, except an error:
+// the transcoder writes a google.rpc.Status as JSON (or, for a call it
+// cannot decode, plain text), which finish turns into Problem Details.
+// The transcoder buffers REST responses whole, so holding an error back
+// costs nothing.
+type restErrors struct {
+	http.ResponseWriter
+	r             *http.Request
+	rid, instance string
+	status        int // held back; 0 if the response passes through
+	held          bytes.Buffer
+}
+
+func (e *restErrors) WriteHeader(code int) {
+	if code >= 400 && e.status == 0 {
+		ct := e.Header().Get("Content-Type")
+		if strings.HasPrefix(ct, "application/json") || strings.HasPrefix(ct, "text/plain") {
+			e.status = code
+			return
+		}
+	}
+	e.ResponseWriter.WriteHeader(code)
+}
+
+func (e *restErrors) Write(b []byte) (int, error) {
+	if e.status != 0 {
+		return e.held.Write(b)
+	}
+	return e.ResponseWriter.Write(b)
+}
+
+func (e *restErrors) Flush() {
+	if e.status == 0 {
+		_ = http.NewResponseController(e.ResponseWriter).Flush()
+	}
+}
+
+func (e *restErrors) Unwrap() http.ResponseWriter { return e.ResponseWriter }
+
+// finish writes the held-back error as a problem.
+func (e *restErrors) finish() {
+	if e.status == 0 {
+		return
+	}
+	h := e.Header()
+	p, ok := problem.FromStatusJSON(e.held.Bytes(), e.status)
+	if !ok {
+		// A plain-text refusal (415, 405, ...): named after its status.
+		p = problem.Problem{
+			Code:       problem.Code(strings.ReplaceAll(strings.ToLower(http.StatusText(e.status)), " ", "_")),
+			Detail:     strings.TrimSpace(e.held.String()),
+			HTTPStatus: e.status,
+		}
+	}
+	h.Del("Content-Length")
+	p.Instance, p.RequestID = e.instance, e.rid
+	problem.Write(e.ResponseWriter, e.r, p)
 }
 
 // serveRPC forwards the gRPC request the transcoder made of a call.

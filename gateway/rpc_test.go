@@ -256,3 +256,42 @@ func TestRPCValidationLimits(t *testing.T) {
 		t.Errorf("validation off: %v, details %v; want the backend's own invalid_argument, no BadRequest", err, badRequestOf(err))
 	}
 }
+
+// TestRPCRESTProblems: REST callers get errors as Problem Details, with
+// the violations of a request that breaks the rules and the status
+// details of a backend's error.
+func TestRPCRESTProblems(t *testing.T) {
+	t.Parallel()
+	d := gatewaytest.Demo(t)
+	g := gatewaytest.Start(t, rpcSnapshot(t, d.OrdersAddr()), nil)
+	hc := gatewaytest.HTTP1Client(t)
+	get := func(path string) (int, string, map[string]any) {
+		t.Helper()
+		resp, err := hc.Get(g.URL() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var m map[string]any
+		_ = json.Unmarshal(b, &m)
+		return resp.StatusCode, resp.Header.Get("Content-Type"), m
+	}
+	st, ct, p := get("/v1/orders/bad%20id")
+	if st != 400 || ct != "application/problem+json" || p["error"] != "invalid_argument" || p["request_id"] == "" {
+		t.Fatalf("invalid id: %d %s %v", st, ct, p)
+	}
+	vs, _ := p["violations"].([]any)
+	if len(vs) != 1 || vs[0].(map[string]any)["field"] != "order_id" || vs[0].(map[string]any)["rule"] != "string.pattern" {
+		t.Errorf("violations %v, want order_id string.pattern", p["violations"])
+	}
+	st, ct, p = get("/v1/orders/o-9999")
+	if st != 404 || ct != "application/problem+json" || p["error"] != "not_found" || p["title"] != "Not Found" || p["detail"] == "" {
+		t.Errorf("unknown order: %d %s %v", st, ct, p)
+	}
+	// An unknown query parameter is the caller's error.
+	st, _, p = get("/v1/orders/o-1001?nope=1")
+	if st != 400 {
+		t.Errorf("unknown query parameter: %d %v, want 400", st, p)
+	}
+}

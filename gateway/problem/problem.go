@@ -8,6 +8,7 @@ package problem
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -122,6 +123,12 @@ type Problem struct {
 	// "violations" member of the problem JSON, a google.rpc.BadRequest
 	// detail for RPC callers.
 	Violations []Violation
+
+	// HTTPStatus, when set, replaces the code's HTTP status, and Details
+	// are JSON values listed as "details": for an upstream's error passed
+	// on as a problem (see FromStatusJSON).
+	HTTPStatus int
+	Details    []json.RawMessage
 }
 
 // Violation is one field of a request that breaks a rule.
@@ -192,12 +199,19 @@ func (p *Problem) message() string {
 
 func writeJSON(w http.ResponseWriter, r *http.Request, p Problem) {
 	status := p.Code.Status()
+	if p.HTTPStatus != 0 {
+		status = p.HTTPStatus
+	}
+	title := p.Code.Title()
+	if _, known := specs[p.Code]; !known && http.StatusText(status) != "" {
+		title = http.StatusText(status)
+	}
 	var b strings.Builder
 	b.Grow(256 + len(p.Detail) + len(p.Instance))
 	b.WriteString(`{"type":`)
 	writeJSONString(&b, TypeBase+string(p.Code))
 	b.WriteString(`,"title":`)
-	writeJSONString(&b, p.Code.Title())
+	writeJSONString(&b, title)
 	b.WriteString(`,"status":`)
 	b.WriteString(strconv.Itoa(status))
 	if p.Detail != "" {
@@ -223,6 +237,16 @@ func writeJSON(w http.ResponseWriter, r *http.Request, p Problem) {
 			b.WriteString(`,"message":`)
 			writeJSONString(&b, v.Message)
 			b.WriteByte('}')
+		}
+		b.WriteByte(']')
+	}
+	if len(p.Details) > 0 {
+		b.WriteString(`,"details":[`)
+		for i, d := range p.Details {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.Write(d)
 		}
 		b.WriteByte(']')
 	}

@@ -3,6 +3,7 @@ package problem
 import (
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -131,4 +132,37 @@ func writeConnectStream(w http.ResponseWriter, r *http.Request, p Problem) {
 	h.Set("Content-Length", strconv.Itoa(len(msg)))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(msg)
+}
+
+// FromStatusJSON is the Problem of an upstream's error that a transcoder
+// rendered as a google.rpc.Status in proto3 JSON, answered with HTTP
+// status httpStatus: its code's Connect name ("not_found") as the problem
+// code, its message as the detail, the field violations of a
+// google.rpc.BadRequest as violations, and every detail kept. ok is false
+// if body is not such a status.
+func FromStatusJSON(body []byte, httpStatus int) (p Problem, ok bool) {
+	var st struct {
+		Code    *int              `json:"code"`
+		Message string            `json:"message"`
+		Details []json.RawMessage `json:"details"`
+	}
+	if err := json.Unmarshal(body, &st); err != nil || st.Code == nil || *st.Code <= 0 || *st.Code >= len(connectCodes) {
+		return Problem{}, false
+	}
+	p = Problem{Code: Code(connectCodes[*st.Code]), Detail: st.Message, HTTPStatus: httpStatus, Details: st.Details}
+	for _, d := range st.Details {
+		var br struct {
+			Type       string `json:"@type"`
+			Violations []struct {
+				Field, Description, Reason string
+			} `json:"fieldViolations"`
+		}
+		if json.Unmarshal(d, &br) != nil || !strings.HasSuffix(br.Type, "/google.rpc.BadRequest") {
+			continue
+		}
+		for _, v := range br.Violations {
+			p.Violations = append(p.Violations, Violation{Field: v.Field, Rule: v.Reason, Message: v.Description})
+		}
+	}
+	return p, true
 }

@@ -50,6 +50,9 @@ type RPC struct {
 	// rule, then its additional_bindings), or -1 for the route at Path that
 	// gRPC, gRPC-Web and Connect callers use.
 	Binding int
+	// Body is the binding's body: "" (none), "*" (the whole request
+	// message) or the field the body fills.
+	Body string
 }
 
 // REST reports whether the route is a REST/JSON binding.
@@ -212,7 +215,7 @@ func deriveMethodRoutes(path string, sc *configv1.Service, svc *Service, md prot
 		out = append(out, derivedRoute{
 			rc:    base(id+".http"+strconv.Itoa(n), []string{verb}, tpl),
 			label: fmt.Sprintf("%s (%s)", path, where),
-			rpc:   &RPC{Service: svc, Method: md, Path: grpcPath, Binding: n},
+			rpc:   &RPC{Service: svc, Method: md, Path: grpcPath, Binding: n, Body: r.GetBody()},
 		})
 	}
 	return out
