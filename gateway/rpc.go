@@ -40,6 +40,10 @@ func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, rout
 	// The transcoder rewrites the request's headers for the upstream; the
 	// caller's stay as they came, for the answer.
 	r2.Header = r.Header.Clone()
+	if ct := headerValue(r.Header, "Content-Type"); transcode.IsGRPCWebText(ct) {
+		transcode.FromGRPCWebText(st.rpc.For(route.RPC.Service), w, r2)
+		return
+	}
 	if problem.ProtocolOf(r) != problem.HTTP {
 		st.rpc.For(route.RPC.Service).ServeHTTP(w, r2)
 		return

@@ -2,9 +2,11 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -293,5 +295,61 @@ func TestRPCRESTProblems(t *testing.T) {
 	st, _, p = get("/v1/orders/o-1001?nope=1")
 	if st != 400 {
 		t.Errorf("unknown query parameter: %d %v, want 400", st, p)
+	}
+}
+
+// TestRPCGRPCWebText calls GetOrder in gRPC-Web's text mode, its request
+// in two padded base64 segments, as browsers' clients may send it.
+func TestRPCGRPCWebText(t *testing.T) {
+	t.Parallel()
+	d := gatewaytest.Demo(t)
+	g := gatewaytest.Start(t, rpcSnapshot(t, d.OrdersAddr()), nil)
+	msg, err := proto.Marshal(&demov1.GetOrderRequest{OrderId: "o-1001"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame := append([]byte{0, 0, 0, 0, byte(len(msg))}, msg...)
+	body := base64.StdEncoding.EncodeToString(frame[:4]) + base64.StdEncoding.EncodeToString(frame[4:])
+	req, _ := http.NewRequest("POST", g.URL()+"/portico.demo.v1.OrdersService/GetOrder", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/grpc-web-text")
+	req.Header.Set("X-Grpc-Web", "1")
+	resp, err := gatewaytest.HTTP1Client(t).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/grpc-web-text+proto" {
+		t.Fatalf("%d %q %q", resp.StatusCode, resp.Header.Get("Content-Type"), b)
+	}
+	// The answer: base64 segments of a message frame and a trailer frame.
+	var raw []byte
+	for s := string(b); s != ""; {
+		end := strings.Index(s, "=")
+		seg := s
+		if end >= 0 {
+			for end < len(s) && s[end] == '=' {
+				end++
+			}
+			seg, s = s[:end], s[end:]
+		} else {
+			s = ""
+		}
+		dec, err := base64.StdEncoding.DecodeString(seg)
+		if err != nil {
+			t.Fatalf("segment %q: %v", seg, err)
+		}
+		raw = append(raw, dec...)
+	}
+	if len(raw) < 5 || raw[0] != 0 {
+		t.Fatalf("decoded answer %q", raw)
+	}
+	n := int(raw[1])<<24 | int(raw[2])<<16 | int(raw[3])<<8 | int(raw[4])
+	var got demov1.GetOrderResponse
+	if err := proto.Unmarshal(raw[5:5+n], &got); err != nil || got.GetOrder().GetOrderId() != "o-1001" {
+		t.Fatalf("message: %v %v", &got, err)
+	}
+	if trailer := string(raw[5+n:]); raw[5+n] != 0x80 || !strings.Contains(strings.ToLower(trailer), "grpc-status: 0") {
+		t.Errorf("trailer frame %q, want grpc-status 0", trailer)
 	}
 }
