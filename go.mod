@@ -10,6 +10,7 @@ require (
 	github.com/bufbuild/protocompile v0.14.1
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/google/go-cmp v0.7.0
+	github.com/grpc-ecosystem/grpc-gateway/v2 v2.33.0
 	github.com/jhump/protoreflect/v2 v2.0.1
 	github.com/redis/go-redis/v9 v9.23.0
 	golang.org/x/net v0.62.0

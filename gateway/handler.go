@@ -139,7 +139,7 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		// gRPC-Web, Connect or REST: transcoded to a gRPC call, which
 		// serveRPC forwards.
-		n.transcode(w, r, st, route, &t)
+		n.transcode(w, r, st, route, &t, &params)
 		return
 	}
 	n.fwd.Serve(w, r, &t)

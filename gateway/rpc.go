@@ -8,6 +8,7 @@ import (
 
 	"github.com/portico-gw/portico/gateway/problem"
 	"github.com/portico-gw/portico/gateway/proxy"
+	"github.com/portico-gw/portico/gateway/router"
 	"github.com/portico-gw/portico/gateway/snapshot"
 	"github.com/portico-gw/portico/gateway/transcode"
 )
@@ -24,10 +25,20 @@ type rpcCallKey struct{}
 
 // transcode hands a gRPC-Web, Connect or REST call of a service route to
 // the service's transcoder, which calls serveRPC with the gRPC request.
-func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, route *snapshot.Route, t *proxy.Target) {
+func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, route *snapshot.Route, t *proxy.Target, params *router.Params) {
 	if p := transcode.CheckQuery(route, t.RawQuery); p != nil {
 		p.Instance, p.RequestID = t.Path, t.RequestID
 		problem.Write(w, r, *p)
+		return
+	}
+	if route.RPC.REST() && route.RPC.Method.IsStreamingServer() {
+		// A REST stream: the transcoder's REST streams are for HttpBody
+		// only; the gateway streams JSON lines or events itself.
+		up := *t
+		up.Path, up.RawQuery = route.RPC.Path, ""
+		transcode.ServeServerStream(w, r, route, params, t.RawQuery, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n.forwardRPC(w, r, st, route, &up)
+		}))
 		return
 	}
 	ctx := context.WithValue(r.Context(), rpcCallKey{}, &rpcCall{route: route, target: t, st: st})

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -351,5 +352,55 @@ func TestRPCGRPCWebText(t *testing.T) {
 	}
 	if trailer := string(raw[5+n:]); raw[5+n] != 0x80 || !strings.Contains(strings.ToLower(trailer), "grpc-status: 0") {
 		t.Errorf("trailer frame %q, want grpc-status 0", trailer)
+	}
+}
+
+// TestRPCRESTServerStream: a REST binding of a server-streaming method
+// streams newline-delimited JSON, or server-sent events on request, each
+// response message as it comes; errors before the first message are
+// Problem Details.
+func TestRPCRESTServerStream(t *testing.T) {
+	t.Parallel()
+	d := gatewaytest.Demo(t)
+	g := gatewaytest.Start(t, rpcSnapshot(t, d.OrdersAddr()), nil)
+	hc := gatewaytest.H2CClient(t)
+	call := func(path, accept string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", g.URL()+path, nil)
+		if accept != "" {
+			req.Header.Set("Accept", accept)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	resp, body := call("/v1/customers/c-42/orders:watch?maxEvents=3", "")
+	lines := strings.Split(strings.TrimSpace(body), "\n")
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/x-ndjson" || len(lines) != 3 {
+		t.Fatalf("NDJSON: %d %q %q", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	for i, l := range lines {
+		var ev map[string]any // response_body "event": each line is an OrderEvent
+		if err := json.Unmarshal([]byte(l), &ev); err != nil || ev["orderId"] == nil || ev["sequence"] != strconv.Itoa(i+1) {
+			t.Errorf("line %d: %s (%v)", i, l, err)
+		}
+	}
+	resp, body = call("/v1/customers/c-42/orders:watch?max_events=2", "text/event-stream")
+	if resp.Header.Get("Content-Type") != "text/event-stream" || strings.Count(body, "data: ") != 2 || !strings.HasSuffix(body, "\n\n") {
+		t.Errorf("SSE: %q %q", resp.Header.Get("Content-Type"), body)
+	}
+	// A request that breaks the rules: refused before any event, as
+	// Problem Details.
+	resp, body = call("/v1/customers/bad/orders:watch", "")
+	if resp.StatusCode != 400 || resp.Header.Get("Content-Type") != "application/problem+json" || !strings.Contains(body, "customer_id") {
+		t.Errorf("bad customer: %d %q %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	resp, _ = call("/v1/customers/c-42/orders:watch?nope=1", "")
+	if resp.StatusCode != 400 {
+		t.Errorf("unknown query parameter: %d, want 400", resp.StatusCode)
 	}
 }

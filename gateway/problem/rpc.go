@@ -67,6 +67,15 @@ var connectHTTPStatus = [...]int{
 	200, 499, 500, 400, 504, 404, 409, 403, 429, 400, 409, 400, 501, 500, 503, 500, 401,
 }
 
+// HTTPStatusOfGRPC is the HTTP status of a gRPC status code, as the
+// Connect protocol (and google.api.http transcoding) map it.
+func HTTPStatusOfGRPC(code int) int {
+	if code < 0 || code >= len(connectHTTPStatus) {
+		return http.StatusInternalServerError
+	}
+	return connectHTTPStatus[code]
+}
+
 // connectError writes p's Connect error object: code, message and p's
 // details (RetryInfo, BadRequest).
 func (p *Problem) connectError(b *strings.Builder) {

@@ -53,6 +53,9 @@ type RPC struct {
 	// Body is the binding's body: "" (none), "*" (the whole request
 	// message) or the field the body fills.
 	Body string
+	// ResponseBody is the binding's response_body: the field of the
+	// response that is the answer, "" for the whole message.
+	ResponseBody string
 }
 
 // REST reports whether the route is a REST/JSON binding.
@@ -215,7 +218,7 @@ func deriveMethodRoutes(path string, sc *configv1.Service, svc *Service, md prot
 		out = append(out, derivedRoute{
 			rc:    base(id+".http"+strconv.Itoa(n), []string{verb}, tpl),
 			label: fmt.Sprintf("%s (%s)", path, where),
-			rpc:   &RPC{Service: svc, Method: md, Path: grpcPath, Binding: n, Body: r.GetBody()},
+			rpc:   &RPC{Service: svc, Method: md, Path: grpcPath, Binding: n, Body: r.GetBody(), ResponseBody: r.GetResponseBody()},
 		})
 	}
 	return out
