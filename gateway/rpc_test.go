@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	demov1 "github.com/portico-gw/portico/gen/portico/demo/v1"
@@ -402,5 +403,46 @@ func TestRPCRESTServerStream(t *testing.T) {
 	resp, _ = call("/v1/customers/c-42/orders:watch?nope=1", "")
 	if resp.StatusCode != 400 {
 		t.Errorf("unknown query parameter: %d, want 400", resp.StatusCode)
+	}
+}
+
+// TestRPCDeadlines: the caller's deadline, in any protocol's form, and the
+// route's timeout bound the call together; the smallest wins.
+func TestRPCDeadlines(t *testing.T) {
+	t.Parallel()
+	d := gatewaytest.Demo(t)
+	cfg := rpcSnapshot(t, d.OrdersAddr())
+	g := gatewaytest.Start(t, cfg, nil)
+	cfg2 := rpcSnapshot(t, d.OrdersAddr())
+	cfg2.Services[0].Timeout = durationpb.New(300 * time.Millisecond)
+	g2 := gatewaytest.Start(t, cfg2, nil)
+	hc := gatewaytest.H2CClient(t)
+
+	watch := func(url string, header func(http.Header)) (time.Duration, error) {
+		c := demov1connect.NewOrdersServiceClient(hc, url)
+		req := connect.NewRequest(&demov1.WatchOrdersRequest{CustomerId: "c-42"}) // never ends by itself
+		header(req.Header())
+		start := time.Now()
+		stream, err := c.WatchOrders(context.Background(), req)
+		if err != nil {
+			return time.Since(start), err
+		}
+		defer stream.Close()
+		for stream.Receive() {
+		}
+		return time.Since(start), stream.Err()
+	}
+	for name, tc := range map[string]struct {
+		url    string
+		header func(http.Header)
+	}{
+		"connect-timeout-ms": {g.URL(), func(h http.Header) { h.Set("Connect-Timeout-Ms", "300") }},
+		"route timeout":      {g2.URL(), func(http.Header) {}},
+		"smaller of both":    {g2.URL(), func(h http.Header) { h.Set("Connect-Timeout-Ms", "5000") }},
+	} {
+		took, err := watch(tc.url, tc.header)
+		if connect.CodeOf(err) != connect.CodeDeadlineExceeded || took < 250*time.Millisecond || took > 5*time.Second {
+			t.Errorf("%s: ended after %v with %v, want deadline_exceeded after about 300 ms", name, took, err)
+		}
 	}
 }
