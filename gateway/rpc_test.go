@@ -28,7 +28,7 @@ import (
 
 // rpcSnapshot exposes the demo orders service from its descriptor alone:
 // no hand-written routes for it.
-func rpcSnapshot(t *testing.T, addr string) *configv1.Snapshot {
+func rpcSnapshot(t testing.TB, addr string) *configv1.Snapshot {
 	t.Helper()
 	set, err := proto.Marshal(&descriptorpb.FileDescriptorSet{File: []*descriptorpb.FileDescriptorProto{
 		protodesc.ToFileDescriptorProto(demov1.File_portico_demo_v1_orders_proto),
