@@ -34,7 +34,7 @@ message PutRequest { string index = 1; FindRequest doc = 2; string note = 3; }
 message FindResponse {}
 `
 
-func searchRoutes(t *testing.T, allowUnknown bool) map[string]*snapshot.Route {
+func searchRoutes(t testing.TB, allowUnknown bool) map[string]*snapshot.Route {
 	t.Helper()
 	s, err := snapshot.Compile(&configv1.Snapshot{
 		Clusters: []*configv1.Cluster{{Name: "search", Protocol: configv1.Protocol_PROTOCOL_GRPC, Endpoints: []*configv1.Endpoint{{Address: "127.0.0.1:1"}}}},
