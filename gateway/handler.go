@@ -119,9 +119,13 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		tc = telemetry.NewTrace(false)
 	}
 
+	upPath := path
+	if route.Rewrite != nil {
+		upPath = route.Rewrite.Path(path, &params)
+	}
 	t := proxy.Target{
 		Cluster:        st.clusters[route.Index],
-		Path:           path,
+		Path:           upPath,
 		RawQuery:       rawQuery,
 		Timeout:        route.Timeout,
 		MaxBody:        route.MaxRequestBytes,
@@ -131,6 +135,12 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		TLS:            p.tls,
 		TrustForwarded: trusted,
 		Identity:       ident,
+	}
+	if route.RequestHeaders != nil {
+		t.EditRequest = route.RequestHeaders
+	}
+	if route.ResponseHeaders != nil {
+		t.EditResponse = route.ResponseHeaders
 	}
 	if route.RPC != nil {
 		if problem.IsGRPC(headerValue(r.Header, "Content-Type")) {

@@ -59,6 +59,9 @@ func (o *outbound) header(r *http.Request, t *Target, grpc bool, timeout time.Du
 		}
 		h[k] = vv
 	}
+	if t.EditRequest != nil {
+		t.EditRequest.Apply(h)
+	}
 
 	vals := o.vals[:0]
 	set := func(k, v string) {

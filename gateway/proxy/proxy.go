@@ -49,6 +49,15 @@ type Target struct {
 	TrustForwarded bool
 	// Identity is sent as the x-auth-* headers (none for Anonymous).
 	Identity auth.Identity
+	// EditRequest edits the outbound headers after the client's credential
+	// and identity headers are dropped and before the gateway's own are
+	// set; EditResponse edits the upstream's response headers. Nil: none.
+	EditRequest, EditResponse HeaderEditor
+}
+
+// HeaderEditor edits a header map in place.
+type HeaderEditor interface {
+	Apply(http.Header)
 }
 
 // Forwarder forwards requests. The zero value is not usable; call New. It is

@@ -29,6 +29,9 @@ func (f *Forwarder) respond(w http.ResponseWriter, r *http.Request, t *Target, c
 		}
 		h[k] = vv
 	}
+	if t.EditResponse != nil {
+		t.EditResponse.Apply(h)
+	}
 	// Announce the trailers the upstream announced, so HTTP/1.1 clients
 	// get them too; unannounced ones still go out via TrailerPrefix below.
 	if len(resp.Trailer) > 0 {

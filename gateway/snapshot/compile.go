@@ -110,6 +110,10 @@ func Compile(cfg *configv1.Snapshot) (*Snapshot, error) {
 		}
 		if i >= len(cfg.GetRoutes()) {
 			r.RPC = derived[i-len(cfg.GetRoutes())].rpc
+		} else {
+			r.RequestHeaders = compileHeaderOps(at+".request_headers", rc.GetRequestHeaders(), false, errs)
+			r.ResponseHeaders = compileHeaderOps(at+".response_headers", rc.GetResponseHeaders(), true, errs)
+			r.Rewrite = compileRewrite(at, rc, errs)
 		}
 		if rc.GetTimeout() != nil {
 			r.Timeout = rc.GetTimeout().AsDuration()

@@ -88,6 +88,10 @@ type Route struct {
 	// RPC is set on a route derived from a service method: callers of
 	// every protocol are transcoded to gRPC for it.
 	RPC *RPC
+	// RequestHeaders and ResponseHeaders edit the headers each way, and
+	// Rewrite the path sent upstream; nil when the route has none.
+	RequestHeaders, ResponseHeaders *HeaderOps
+	Rewrite                         *Rewrite
 }
 
 // Source decodes the config the snapshot was compiled from, sha256 included.

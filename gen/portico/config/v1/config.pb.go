@@ -1780,8 +1780,17 @@ type Route struct {
 	// RateLimitClass puts the route in a class ("write"): the plan limits of
 	// scope CLASS with that class apply to it.
 	RateLimitClass string `protobuf:"bytes,14,opt,name=rate_limit_class,json=rateLimitClass,proto3" json:"rate_limit_class,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// RequestHeaders edits the request's headers on the way upstream, after
+	// the gateway has dropped the credential and client x-auth-* headers and
+	// before it adds its own (X-Forwarded-*, X-Request-Id, traceparent, the
+	// verified identity), which no edit can touch.
+	RequestHeaders *HeaderTransform `protobuf:"bytes,15,opt,name=request_headers,json=requestHeaders,proto3" json:"request_headers,omitempty"`
+	// ResponseHeaders edits the upstream's response headers on the way back.
+	ResponseHeaders *HeaderTransform `protobuf:"bytes,16,opt,name=response_headers,json=responseHeaders,proto3" json:"response_headers,omitempty"`
+	// Rewrite changes the path sent upstream; the query is kept.
+	Rewrite       *PathRewrite `protobuf:"bytes,17,opt,name=rewrite,proto3" json:"rewrite,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Route) Reset() {
@@ -1912,6 +1921,347 @@ func (x *Route) GetRateLimitClass() string {
 	return ""
 }
 
+func (x *Route) GetRequestHeaders() *HeaderTransform {
+	if x != nil {
+		return x.RequestHeaders
+	}
+	return nil
+}
+
+func (x *Route) GetResponseHeaders() *HeaderTransform {
+	if x != nil {
+		return x.ResponseHeaders
+	}
+	return nil
+}
+
+func (x *Route) GetRewrite() *PathRewrite {
+	if x != nil {
+		return x.Rewrite
+	}
+	return nil
+}
+
+// HeaderTransform edits headers: remove, then rename, then set (replacing
+// any value), then add (appending). Names are case-insensitive. Headers the
+// gateway owns cannot be edited: hop-by-hop headers, Host, Content-Length,
+// Authorization, X-Api-Key, X-Forwarded-*, Forwarded, X-Request-Id,
+// Traceparent, X-Auth-*, and on responses Grpc-*.
+type HeaderTransform struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Remove        []string               `protobuf:"bytes,1,rep,name=remove,proto3" json:"remove,omitempty"`
+	Rename        []*HeaderRename        `protobuf:"bytes,2,rep,name=rename,proto3" json:"rename,omitempty"`
+	Set           []*HeaderValue         `protobuf:"bytes,3,rep,name=set,proto3" json:"set,omitempty"`
+	Add           []*HeaderValue         `protobuf:"bytes,4,rep,name=add,proto3" json:"add,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeaderTransform) Reset() {
+	*x = HeaderTransform{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeaderTransform) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeaderTransform) ProtoMessage() {}
+
+func (x *HeaderTransform) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeaderTransform.ProtoReflect.Descriptor instead.
+func (*HeaderTransform) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *HeaderTransform) GetRemove() []string {
+	if x != nil {
+		return x.Remove
+	}
+	return nil
+}
+
+func (x *HeaderTransform) GetRename() []*HeaderRename {
+	if x != nil {
+		return x.Rename
+	}
+	return nil
+}
+
+func (x *HeaderTransform) GetSet() []*HeaderValue {
+	if x != nil {
+		return x.Set
+	}
+	return nil
+}
+
+func (x *HeaderTransform) GetAdd() []*HeaderValue {
+	if x != nil {
+		return x.Add
+	}
+	return nil
+}
+
+type HeaderValue struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Value is sent as is: printable ASCII, spaces and tabs.
+	Value         string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeaderValue) Reset() {
+	*x = HeaderValue{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeaderValue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeaderValue) ProtoMessage() {}
+
+func (x *HeaderValue) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeaderValue.ProtoReflect.Descriptor instead.
+func (*HeaderValue) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *HeaderValue) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *HeaderValue) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+type HeaderRename struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	To            string                 `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeaderRename) Reset() {
+	*x = HeaderRename{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeaderRename) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeaderRename) ProtoMessage() {}
+
+func (x *HeaderRename) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeaderRename.ProtoReflect.Descriptor instead.
+func (*HeaderRename) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *HeaderRename) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *HeaderRename) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+// PathRewrite changes the path a route sends upstream.
+type PathRewrite struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Rewrite:
+	//
+	//	*PathRewrite_Prefix
+	//	*PathRewrite_Template
+	Rewrite       isPathRewrite_Rewrite `protobuf_oneof:"rewrite"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PathRewrite) Reset() {
+	*x = PathRewrite{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PathRewrite) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PathRewrite) ProtoMessage() {}
+
+func (x *PathRewrite) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PathRewrite.ProtoReflect.Descriptor instead.
+func (*PathRewrite) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *PathRewrite) GetRewrite() isPathRewrite_Rewrite {
+	if x != nil {
+		return x.Rewrite
+	}
+	return nil
+}
+
+func (x *PathRewrite) GetPrefix() *PrefixRewrite {
+	if x != nil {
+		if x, ok := x.Rewrite.(*PathRewrite_Prefix); ok {
+			return x.Prefix
+		}
+	}
+	return nil
+}
+
+func (x *PathRewrite) GetTemplate() string {
+	if x != nil {
+		if x, ok := x.Rewrite.(*PathRewrite_Template); ok {
+			return x.Template
+		}
+	}
+	return ""
+}
+
+type isPathRewrite_Rewrite interface {
+	isPathRewrite_Rewrite()
+}
+
+type PathRewrite_Prefix struct {
+	// Prefix replaces a literal prefix of the route's path template.
+	Prefix *PrefixRewrite `protobuf:"bytes,1,opt,name=prefix,proto3,oneof"`
+}
+
+type PathRewrite_Template struct {
+	// Template builds the path from the route's path variables:
+	// "/internal/orders/{id}/items/{rest}" with {id} and {rest} variables
+	// of the route's template, inserted as matched (still escaped).
+	Template string `protobuf:"bytes,2,opt,name=template,proto3,oneof"`
+}
+
+func (*PathRewrite_Prefix) isPathRewrite_Rewrite() {}
+
+func (*PathRewrite_Template) isPathRewrite_Rewrite() {}
+
+type PrefixRewrite struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// From is a literal prefix of the route's path, ending at a segment
+	// boundary ("/v1/orders" of "/v1/orders/{id}").
+	From string `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	// To replaces it ("/orders", or "/" to drop it).
+	To            string `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrefixRewrite) Reset() {
+	*x = PrefixRewrite{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrefixRewrite) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrefixRewrite) ProtoMessage() {}
+
+func (x *PrefixRewrite) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrefixRewrite.ProtoReflect.Descriptor instead.
+func (*PrefixRewrite) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PrefixRewrite) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *PrefixRewrite) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
 // RouteAuth is a route's authentication and authorisation.
 type RouteAuth struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1937,7 +2287,7 @@ type RouteAuth struct {
 
 func (x *RouteAuth) Reset() {
 	*x = RouteAuth{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[15]
+	mi := &file_portico_config_v1_config_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1949,7 +2299,7 @@ func (x *RouteAuth) String() string {
 func (*RouteAuth) ProtoMessage() {}
 
 func (x *RouteAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[15]
+	mi := &file_portico_config_v1_config_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1962,7 +2312,7 @@ func (x *RouteAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteAuth.ProtoReflect.Descriptor instead.
 func (*RouteAuth) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{15}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RouteAuth) GetPublic() bool {
@@ -2024,7 +2374,7 @@ type MethodScopes struct {
 
 func (x *MethodScopes) Reset() {
 	*x = MethodScopes{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[16]
+	mi := &file_portico_config_v1_config_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2036,7 +2386,7 @@ func (x *MethodScopes) String() string {
 func (*MethodScopes) ProtoMessage() {}
 
 func (x *MethodScopes) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[16]
+	mi := &file_portico_config_v1_config_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2049,7 +2399,7 @@ func (x *MethodScopes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MethodScopes.ProtoReflect.Descriptor instead.
 func (*MethodScopes) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{16}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MethodScopes) GetMethod() string {
@@ -2086,7 +2436,7 @@ type HeaderMatch struct {
 
 func (x *HeaderMatch) Reset() {
 	*x = HeaderMatch{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[17]
+	mi := &file_portico_config_v1_config_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2098,7 +2448,7 @@ func (x *HeaderMatch) String() string {
 func (*HeaderMatch) ProtoMessage() {}
 
 func (x *HeaderMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[17]
+	mi := &file_portico_config_v1_config_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2111,7 +2461,7 @@ func (x *HeaderMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderMatch.ProtoReflect.Descriptor instead.
 func (*HeaderMatch) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{17}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *HeaderMatch) GetName() string {
@@ -2226,7 +2576,7 @@ type Cluster struct {
 
 func (x *Cluster) Reset() {
 	*x = Cluster{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[18]
+	mi := &file_portico_config_v1_config_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2238,7 +2588,7 @@ func (x *Cluster) String() string {
 func (*Cluster) ProtoMessage() {}
 
 func (x *Cluster) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[18]
+	mi := &file_portico_config_v1_config_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2251,7 +2601,7 @@ func (x *Cluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cluster.ProtoReflect.Descriptor instead.
 func (*Cluster) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{18}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Cluster) GetName() string {
@@ -2321,7 +2671,7 @@ type Endpoint struct {
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[19]
+	mi := &file_portico_config_v1_config_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2333,7 +2683,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[19]
+	mi := &file_portico_config_v1_config_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2346,7 +2696,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{19}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Endpoint) GetAddress() string {
@@ -2379,7 +2729,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[20]
+	mi := &file_portico_config_v1_config_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2391,7 +2741,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[20]
+	mi := &file_portico_config_v1_config_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2404,7 +2754,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{20}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *HealthCheck) GetInterval() *durationpb.Duration {
@@ -2488,7 +2838,7 @@ type HTTPProbe struct {
 
 func (x *HTTPProbe) Reset() {
 	*x = HTTPProbe{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[21]
+	mi := &file_portico_config_v1_config_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2500,7 +2850,7 @@ func (x *HTTPProbe) String() string {
 func (*HTTPProbe) ProtoMessage() {}
 
 func (x *HTTPProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[21]
+	mi := &file_portico_config_v1_config_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2513,7 +2863,7 @@ func (x *HTTPProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPProbe.ProtoReflect.Descriptor instead.
 func (*HTTPProbe) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{21}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *HTTPProbe) GetPath() string {
@@ -2541,7 +2891,7 @@ type GRPCProbe struct {
 
 func (x *GRPCProbe) Reset() {
 	*x = GRPCProbe{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[22]
+	mi := &file_portico_config_v1_config_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2553,7 +2903,7 @@ func (x *GRPCProbe) String() string {
 func (*GRPCProbe) ProtoMessage() {}
 
 func (x *GRPCProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[22]
+	mi := &file_portico_config_v1_config_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2566,7 +2916,7 @@ func (x *GRPCProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GRPCProbe.ProtoReflect.Descriptor instead.
 func (*GRPCProbe) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{22}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GRPCProbe) GetService() string {
@@ -2596,7 +2946,7 @@ type OutlierDetection struct {
 
 func (x *OutlierDetection) Reset() {
 	*x = OutlierDetection{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[23]
+	mi := &file_portico_config_v1_config_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2608,7 +2958,7 @@ func (x *OutlierDetection) String() string {
 func (*OutlierDetection) ProtoMessage() {}
 
 func (x *OutlierDetection) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[23]
+	mi := &file_portico_config_v1_config_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2621,7 +2971,7 @@ func (x *OutlierDetection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutlierDetection.ProtoReflect.Descriptor instead.
 func (*OutlierDetection) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{23}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *OutlierDetection) GetDisabled() bool {
@@ -2670,7 +3020,7 @@ type ConnectionPool struct {
 
 func (x *ConnectionPool) Reset() {
 	*x = ConnectionPool{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[24]
+	mi := &file_portico_config_v1_config_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2682,7 +3032,7 @@ func (x *ConnectionPool) String() string {
 func (*ConnectionPool) ProtoMessage() {}
 
 func (x *ConnectionPool) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[24]
+	mi := &file_portico_config_v1_config_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2695,7 +3045,7 @@ func (x *ConnectionPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectionPool.ProtoReflect.Descriptor instead.
 func (*ConnectionPool) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{24}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ConnectionPool) GetMaxIdlePerEndpoint() uint32 {
@@ -2748,7 +3098,7 @@ type UpstreamTLS struct {
 
 func (x *UpstreamTLS) Reset() {
 	*x = UpstreamTLS{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[25]
+	mi := &file_portico_config_v1_config_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2760,7 +3110,7 @@ func (x *UpstreamTLS) String() string {
 func (*UpstreamTLS) ProtoMessage() {}
 
 func (x *UpstreamTLS) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[25]
+	mi := &file_portico_config_v1_config_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2773,7 +3123,7 @@ func (x *UpstreamTLS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpstreamTLS.ProtoReflect.Descriptor instead.
 func (*UpstreamTLS) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{25}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *UpstreamTLS) GetServerName() string {
@@ -2949,7 +3299,7 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	" \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\tplanClaim\x12+\n" +
 	"\ftenant_claim\x18\v \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\vtenantClaim\x12+\n" +
 	"\fdefault_plan\x18\f \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\vdefaultPlan\x12T\n" +
-	"\x10jwks_min_refresh\x18\r \x01(\v2\x19.google.protobuf.DurationB\x0f\xbaH\f\xaa\x01\t\"\x03\b\x90\x1c2\x02\b\x01R\x0ejwksMinRefresh\"\xbd\a\n" +
+	"\x10jwks_min_refresh\x18\r \x01(\v2\x19.google.protobuf.DurationB\x0f\xbaH\f\xaa\x01\t\"\x03\b\x90\x1c2\x02\b\x01R\x0ejwksMinRefresh\"\x93\t\n" +
 	"\x05Route\x123\n" +
 	"\x02id\x18\x01 \x01(\tB#\xbaH r\x1e2\x1c^[a-z0-9][a-z0-9._-]{0,127}$R\x02id\x124\n" +
 	"\x04team\x18\x02 \x01(\tB \xbaH\x1dr\x1b2\x19^[a-z0-9][a-z0-9-]{0,62}$R\x04team\x12x\n" +
@@ -2967,7 +3317,28 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	"\x04auth\x18\f \x01(\v2\x1c.portico.config.v1.RouteAuthR\x04auth\x12G\n" +
 	"\vrate_limits\x18\r \x03(\v2\x1c.portico.config.v1.RateLimitB\b\xbaH\x05\x92\x01\x02\x10\bR\n" +
 	"rateLimits\x12O\n" +
-	"\x10rate_limit_class\x18\x0e \x01(\tB%\xbaH\"r 2\x1e^([a-z0-9][a-z0-9._-]{0,63})?$R\x0erateLimitClass\"\xb6\x05\n" +
+	"\x10rate_limit_class\x18\x0e \x01(\tB%\xbaH\"r 2\x1e^([a-z0-9][a-z0-9._-]{0,63})?$R\x0erateLimitClass\x12K\n" +
+	"\x0frequest_headers\x18\x0f \x01(\v2\".portico.config.v1.HeaderTransformR\x0erequestHeaders\x12M\n" +
+	"\x10response_headers\x18\x10 \x01(\v2\".portico.config.v1.HeaderTransformR\x0fresponseHeaders\x128\n" +
+	"\arewrite\x18\x11 \x01(\v2\x1e.portico.config.v1.PathRewriteR\arewrite\"\x97\x02\n" +
+	"\x0fHeaderTransform\x12I\n" +
+	"\x06remove\x18\x01 \x03(\tB1\xbaH.\x92\x01+\x10 \"'r%2#^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$R\x06remove\x12A\n" +
+	"\x06rename\x18\x02 \x03(\v2\x1f.portico.config.v1.HeaderRenameB\b\xbaH\x05\x92\x01\x02\x10 R\x06rename\x12:\n" +
+	"\x03set\x18\x03 \x03(\v2\x1e.portico.config.v1.HeaderValueB\b\xbaH\x05\x92\x01\x02\x10 R\x03set\x12:\n" +
+	"\x03add\x18\x04 \x03(\v2\x1e.portico.config.v1.HeaderValueB\b\xbaH\x05\x92\x01\x02\x10 R\x03add\"\x7f\n" +
+	"\vHeaderValue\x12>\n" +
+	"\x04name\x18\x01 \x01(\tB*\xbaH'r%2#^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$R\x04name\x120\n" +
+	"\x05value\x18\x02 \x01(\tB\x1a\xbaH\x17r\x15\x18\x80 2\x10^[\\x20-\\x7e\\t]*$R\x05value\"\x8a\x01\n" +
+	"\fHeaderRename\x12>\n" +
+	"\x04from\x18\x01 \x01(\tB*\xbaH'r%2#^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$R\x04from\x12:\n" +
+	"\x02to\x18\x02 \x01(\tB*\xbaH'r%2#^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$R\x02to\"\x86\x01\n" +
+	"\vPathRewrite\x12:\n" +
+	"\x06prefix\x18\x01 \x01(\v2 .portico.config.v1.PrefixRewriteH\x00R\x06prefix\x12)\n" +
+	"\btemplate\x18\x02 \x01(\tB\v\xbaH\br\x06\x18\x80\b:\x01/H\x00R\btemplateB\x10\n" +
+	"\arewrite\x12\x05\xbaH\x02\b\x01\"M\n" +
+	"\rPrefixRewrite\x12\x1f\n" +
+	"\x04from\x18\x01 \x01(\tB\v\xbaH\br\x06\x18\x80\b:\x01/R\x04from\x12\x1b\n" +
+	"\x02to\x18\x02 \x01(\tB\v\xbaH\br\x06\x18\x80\b:\x01/R\x02to\"\xb6\x05\n" +
 	"\tRouteAuth\x12\x16\n" +
 	"\x06public\x18\x01 \x01(\bR\x06public\x12$\n" +
 	"\breviewer\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\breviewer\x12\"\n" +
@@ -3092,7 +3463,7 @@ func file_portico_config_v1_config_proto_rawDescGZIP() []byte {
 }
 
 var file_portico_config_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_portico_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_portico_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_portico_config_v1_config_proto_goTypes = []any{
 	(RateLimitScope)(0),           // 0: portico.config.v1.RateLimitScope
 	(RateLimitOnError)(0),         // 1: portico.config.v1.RateLimitOnError
@@ -3115,23 +3486,28 @@ var file_portico_config_v1_config_proto_goTypes = []any{
 	(*DenyEntry)(nil),             // 18: portico.config.v1.DenyEntry
 	(*Issuer)(nil),                // 19: portico.config.v1.Issuer
 	(*Route)(nil),                 // 20: portico.config.v1.Route
-	(*RouteAuth)(nil),             // 21: portico.config.v1.RouteAuth
-	(*MethodScopes)(nil),          // 22: portico.config.v1.MethodScopes
-	(*HeaderMatch)(nil),           // 23: portico.config.v1.HeaderMatch
-	(*Cluster)(nil),               // 24: portico.config.v1.Cluster
-	(*Endpoint)(nil),              // 25: portico.config.v1.Endpoint
-	(*HealthCheck)(nil),           // 26: portico.config.v1.HealthCheck
-	(*HTTPProbe)(nil),             // 27: portico.config.v1.HTTPProbe
-	(*GRPCProbe)(nil),             // 28: portico.config.v1.GRPCProbe
-	(*OutlierDetection)(nil),      // 29: portico.config.v1.OutlierDetection
-	(*ConnectionPool)(nil),        // 30: portico.config.v1.ConnectionPool
-	(*UpstreamTLS)(nil),           // 31: portico.config.v1.UpstreamTLS
-	(*durationpb.Duration)(nil),   // 32: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 33: google.protobuf.Timestamp
+	(*HeaderTransform)(nil),       // 21: portico.config.v1.HeaderTransform
+	(*HeaderValue)(nil),           // 22: portico.config.v1.HeaderValue
+	(*HeaderRename)(nil),          // 23: portico.config.v1.HeaderRename
+	(*PathRewrite)(nil),           // 24: portico.config.v1.PathRewrite
+	(*PrefixRewrite)(nil),         // 25: portico.config.v1.PrefixRewrite
+	(*RouteAuth)(nil),             // 26: portico.config.v1.RouteAuth
+	(*MethodScopes)(nil),          // 27: portico.config.v1.MethodScopes
+	(*HeaderMatch)(nil),           // 28: portico.config.v1.HeaderMatch
+	(*Cluster)(nil),               // 29: portico.config.v1.Cluster
+	(*Endpoint)(nil),              // 30: portico.config.v1.Endpoint
+	(*HealthCheck)(nil),           // 31: portico.config.v1.HealthCheck
+	(*HTTPProbe)(nil),             // 32: portico.config.v1.HTTPProbe
+	(*GRPCProbe)(nil),             // 33: portico.config.v1.GRPCProbe
+	(*OutlierDetection)(nil),      // 34: portico.config.v1.OutlierDetection
+	(*ConnectionPool)(nil),        // 35: portico.config.v1.ConnectionPool
+	(*UpstreamTLS)(nil),           // 36: portico.config.v1.UpstreamTLS
+	(*durationpb.Duration)(nil),   // 37: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 38: google.protobuf.Timestamp
 }
 var file_portico_config_v1_config_proto_depIdxs = []int32{
 	20, // 0: portico.config.v1.Snapshot.routes:type_name -> portico.config.v1.Route
-	24, // 1: portico.config.v1.Snapshot.clusters:type_name -> portico.config.v1.Cluster
+	29, // 1: portico.config.v1.Snapshot.clusters:type_name -> portico.config.v1.Cluster
 	11, // 2: portico.config.v1.Snapshot.products:type_name -> portico.config.v1.Product
 	12, // 3: portico.config.v1.Snapshot.plans:type_name -> portico.config.v1.Plan
 	17, // 4: portico.config.v1.Snapshot.keys:type_name -> portico.config.v1.KeyRecord
@@ -3141,8 +3517,8 @@ var file_portico_config_v1_config_proto_depIdxs = []int32{
 	14, // 8: portico.config.v1.Snapshot.rate_limiting:type_name -> portico.config.v1.RateLimiting
 	7,  // 9: portico.config.v1.Snapshot.services:type_name -> portico.config.v1.Service
 	8,  // 10: portico.config.v1.Service.descriptors:type_name -> portico.config.v1.Descriptors
-	21, // 11: portico.config.v1.Service.auth:type_name -> portico.config.v1.RouteAuth
-	32, // 12: portico.config.v1.Service.timeout:type_name -> google.protobuf.Duration
+	26, // 11: portico.config.v1.Service.auth:type_name -> portico.config.v1.RouteAuth
+	37, // 12: portico.config.v1.Service.timeout:type_name -> google.protobuf.Duration
 	4,  // 13: portico.config.v1.Service.priority:type_name -> portico.config.v1.Priority
 	13, // 14: portico.config.v1.Service.rate_limits:type_name -> portico.config.v1.RateLimit
 	9,  // 15: portico.config.v1.Descriptors.sources:type_name -> portico.config.v1.ProtoSources
@@ -3150,43 +3526,50 @@ var file_portico_config_v1_config_proto_depIdxs = []int32{
 	13, // 17: portico.config.v1.Plan.rate_limits:type_name -> portico.config.v1.RateLimit
 	0,  // 18: portico.config.v1.RateLimit.scope:type_name -> portico.config.v1.RateLimitScope
 	1,  // 19: portico.config.v1.RateLimit.on_error:type_name -> portico.config.v1.RateLimitOnError
-	32, // 20: portico.config.v1.RateLimit.stale_after:type_name -> google.protobuf.Duration
+	37, // 20: portico.config.v1.RateLimit.stale_after:type_name -> google.protobuf.Duration
 	15, // 21: portico.config.v1.RateLimiting.anonymous:type_name -> portico.config.v1.AnonymousLimit
-	32, // 22: portico.config.v1.RateLimiting.sync_interval:type_name -> google.protobuf.Duration
-	32, // 23: portico.config.v1.RateLimiting.redis_timeout:type_name -> google.protobuf.Duration
+	37, // 22: portico.config.v1.RateLimiting.sync_interval:type_name -> google.protobuf.Duration
+	37, // 23: portico.config.v1.RateLimiting.redis_timeout:type_name -> google.protobuf.Duration
 	4,  // 24: portico.config.v1.KeyRecord.priority:type_name -> portico.config.v1.Priority
 	2,  // 25: portico.config.v1.KeyRecord.status:type_name -> portico.config.v1.KeyStatus
-	33, // 26: portico.config.v1.KeyRecord.not_after:type_name -> google.protobuf.Timestamp
-	33, // 27: portico.config.v1.DenyEntry.issued_before:type_name -> google.protobuf.Timestamp
-	33, // 28: portico.config.v1.DenyEntry.expires:type_name -> google.protobuf.Timestamp
+	38, // 26: portico.config.v1.KeyRecord.not_after:type_name -> google.protobuf.Timestamp
+	38, // 27: portico.config.v1.DenyEntry.issued_before:type_name -> google.protobuf.Timestamp
+	38, // 28: portico.config.v1.DenyEntry.expires:type_name -> google.protobuf.Timestamp
 	3,  // 29: portico.config.v1.Issuer.algorithms:type_name -> portico.config.v1.JWTAlgorithm
-	32, // 30: portico.config.v1.Issuer.jwks_refresh:type_name -> google.protobuf.Duration
-	32, // 31: portico.config.v1.Issuer.leeway:type_name -> google.protobuf.Duration
-	32, // 32: portico.config.v1.Issuer.jwks_min_refresh:type_name -> google.protobuf.Duration
-	23, // 33: portico.config.v1.Route.headers:type_name -> portico.config.v1.HeaderMatch
-	32, // 34: portico.config.v1.Route.timeout:type_name -> google.protobuf.Duration
+	37, // 30: portico.config.v1.Issuer.jwks_refresh:type_name -> google.protobuf.Duration
+	37, // 31: portico.config.v1.Issuer.leeway:type_name -> google.protobuf.Duration
+	37, // 32: portico.config.v1.Issuer.jwks_min_refresh:type_name -> google.protobuf.Duration
+	28, // 33: portico.config.v1.Route.headers:type_name -> portico.config.v1.HeaderMatch
+	37, // 34: portico.config.v1.Route.timeout:type_name -> google.protobuf.Duration
 	4,  // 35: portico.config.v1.Route.priority:type_name -> portico.config.v1.Priority
-	21, // 36: portico.config.v1.Route.auth:type_name -> portico.config.v1.RouteAuth
+	26, // 36: portico.config.v1.Route.auth:type_name -> portico.config.v1.RouteAuth
 	13, // 37: portico.config.v1.Route.rate_limits:type_name -> portico.config.v1.RateLimit
-	22, // 38: portico.config.v1.RouteAuth.method_scopes:type_name -> portico.config.v1.MethodScopes
-	5,  // 39: portico.config.v1.Cluster.protocol:type_name -> portico.config.v1.Protocol
-	25, // 40: portico.config.v1.Cluster.endpoints:type_name -> portico.config.v1.Endpoint
-	26, // 41: portico.config.v1.Cluster.health_check:type_name -> portico.config.v1.HealthCheck
-	29, // 42: portico.config.v1.Cluster.outlier_detection:type_name -> portico.config.v1.OutlierDetection
-	30, // 43: portico.config.v1.Cluster.pool:type_name -> portico.config.v1.ConnectionPool
-	31, // 44: portico.config.v1.Cluster.tls:type_name -> portico.config.v1.UpstreamTLS
-	32, // 45: portico.config.v1.Cluster.connect_timeout:type_name -> google.protobuf.Duration
-	32, // 46: portico.config.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	32, // 47: portico.config.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
-	27, // 48: portico.config.v1.HealthCheck.http:type_name -> portico.config.v1.HTTPProbe
-	28, // 49: portico.config.v1.HealthCheck.grpc:type_name -> portico.config.v1.GRPCProbe
-	32, // 50: portico.config.v1.OutlierDetection.base_ejection_time:type_name -> google.protobuf.Duration
-	32, // 51: portico.config.v1.ConnectionPool.idle_timeout:type_name -> google.protobuf.Duration
-	52, // [52:52] is the sub-list for method output_type
-	52, // [52:52] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	21, // 38: portico.config.v1.Route.request_headers:type_name -> portico.config.v1.HeaderTransform
+	21, // 39: portico.config.v1.Route.response_headers:type_name -> portico.config.v1.HeaderTransform
+	24, // 40: portico.config.v1.Route.rewrite:type_name -> portico.config.v1.PathRewrite
+	23, // 41: portico.config.v1.HeaderTransform.rename:type_name -> portico.config.v1.HeaderRename
+	22, // 42: portico.config.v1.HeaderTransform.set:type_name -> portico.config.v1.HeaderValue
+	22, // 43: portico.config.v1.HeaderTransform.add:type_name -> portico.config.v1.HeaderValue
+	25, // 44: portico.config.v1.PathRewrite.prefix:type_name -> portico.config.v1.PrefixRewrite
+	27, // 45: portico.config.v1.RouteAuth.method_scopes:type_name -> portico.config.v1.MethodScopes
+	5,  // 46: portico.config.v1.Cluster.protocol:type_name -> portico.config.v1.Protocol
+	30, // 47: portico.config.v1.Cluster.endpoints:type_name -> portico.config.v1.Endpoint
+	31, // 48: portico.config.v1.Cluster.health_check:type_name -> portico.config.v1.HealthCheck
+	34, // 49: portico.config.v1.Cluster.outlier_detection:type_name -> portico.config.v1.OutlierDetection
+	35, // 50: portico.config.v1.Cluster.pool:type_name -> portico.config.v1.ConnectionPool
+	36, // 51: portico.config.v1.Cluster.tls:type_name -> portico.config.v1.UpstreamTLS
+	37, // 52: portico.config.v1.Cluster.connect_timeout:type_name -> google.protobuf.Duration
+	37, // 53: portico.config.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	37, // 54: portico.config.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	32, // 55: portico.config.v1.HealthCheck.http:type_name -> portico.config.v1.HTTPProbe
+	33, // 56: portico.config.v1.HealthCheck.grpc:type_name -> portico.config.v1.GRPCProbe
+	37, // 57: portico.config.v1.OutlierDetection.base_ejection_time:type_name -> google.protobuf.Duration
+	37, // 58: portico.config.v1.ConnectionPool.idle_timeout:type_name -> google.protobuf.Duration
+	59, // [59:59] is the sub-list for method output_type
+	59, // [59:59] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_portico_config_v1_config_proto_init() }
@@ -3203,13 +3586,17 @@ func file_portico_config_v1_config_proto_init() {
 		(*DenyEntry_Subject)(nil),
 		(*DenyEntry_ClientId)(nil),
 	}
-	file_portico_config_v1_config_proto_msgTypes[17].OneofWrappers = []any{
+	file_portico_config_v1_config_proto_msgTypes[18].OneofWrappers = []any{
+		(*PathRewrite_Prefix)(nil),
+		(*PathRewrite_Template)(nil),
+	}
+	file_portico_config_v1_config_proto_msgTypes[22].OneofWrappers = []any{
 		(*HeaderMatch_Exact)(nil),
 		(*HeaderMatch_Prefix)(nil),
 		(*HeaderMatch_Regex)(nil),
 		(*HeaderMatch_Present)(nil),
 	}
-	file_portico_config_v1_config_proto_msgTypes[20].OneofWrappers = []any{
+	file_portico_config_v1_config_proto_msgTypes[25].OneofWrappers = []any{
 		(*HealthCheck_Http)(nil),
 		(*HealthCheck_Grpc)(nil),
 	}
@@ -3219,7 +3606,7 @@ func file_portico_config_v1_config_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_portico_config_v1_config_proto_rawDesc), len(file_portico_config_v1_config_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   26,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
