@@ -111,6 +111,15 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	// The team's OpenAPI document, for routes that have one.
+	if route.OpenAPI != nil {
+		if p := checkOpenAPI(route.OpenAPI, r, path, rawQuery); p != nil {
+			p.Instance, p.RequestID = path, rid
+			problem.Write(w, r, *p)
+			return
+		}
+	}
+
 	// Trace context: continue the caller's trace or start one.
 	tc, ok := telemetry.ParseTraceparent(headerValue(r.Header, "Traceparent"))
 	if ok {

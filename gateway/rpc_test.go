@@ -67,7 +67,7 @@ func TestRPCProtocols(t *testing.T) {
 	}
 
 	for name, opts := range map[string][]connect.ClientOption{
-		"connect-json": {connect.WithProtoJSON()},
+		"connect-json":  {connect.WithProtoJSON()},
 		"connect-proto": nil,
 		"grpc-web":      {connect.WithGRPCWeb()},
 		"grpc":          {connect.WithGRPC()},

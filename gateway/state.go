@@ -1,8 +1,8 @@
 package gateway
 
 import (
-	"net/http"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/portico-gw/portico/gateway/auth/keytable"

@@ -55,9 +55,9 @@ type Target struct {
 	EditRequest, EditResponse HeaderEditor
 }
 
-// HeaderEditor edits a header map in place.
+// HeaderEditor edits a header map (an http.Header) in place.
 type HeaderEditor interface {
-	Apply(http.Header)
+	Apply(map[string][]string)
 }
 
 // Forwarder forwards requests. The zero value is not usable; call New. It is

@@ -9,6 +9,7 @@ import (
 
 	"buf.build/go/protovalidate"
 
+	"github.com/portico-gw/portico/gateway/openapi"
 	"github.com/portico-gw/portico/gateway/router"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
@@ -114,6 +115,13 @@ func Compile(cfg *configv1.Snapshot) (*Snapshot, error) {
 			r.RequestHeaders = compileHeaderOps(at+".request_headers", rc.GetRequestHeaders(), false, errs)
 			r.ResponseHeaders = compileHeaderOps(at+".response_headers", rc.GetResponseHeaders(), true, errs)
 			r.Rewrite = compileRewrite(at, rc, errs)
+			if oc := rc.GetOpenapi(); oc != nil {
+				v, err := openapi.Compile(oc)
+				if err != nil {
+					errs.add(at+".openapi.document", err.Error())
+				}
+				r.OpenAPI = v
+			}
 		}
 		if rc.GetTimeout() != nil {
 			r.Timeout = rc.GetTimeout().AsDuration()
@@ -151,8 +159,8 @@ type tableBuilder struct {
 	routes []*configv1.Route
 	labels []string // by route index: the path problems name
 	errs   *Error
-	skip map[int]bool    // routes that failed schema validation
-	seen map[string]bool // problems already reported by another pool's table
+	skip   map[int]bool    // routes that failed schema validation
+	seen   map[string]bool // problems already reported by another pool's table
 }
 
 func (tb *tableBuilder) build(pool string, include func(*configv1.Route) bool) *router.Table[*Route] {

@@ -17,6 +17,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/portico-gw/portico/gateway/openapi"
 	"github.com/portico-gw/portico/gateway/router"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
@@ -92,6 +93,9 @@ type Route struct {
 	// Rewrite the path sent upstream; nil when the route has none.
 	RequestHeaders, ResponseHeaders *HeaderOps
 	Rewrite                         *Rewrite
+	// OpenAPI validates the route's requests against the team's OpenAPI
+	// document; nil when it has none.
+	OpenAPI *openapi.Validator
 }
 
 // Source decodes the config the snapshot was compiled from, sha256 included.

@@ -2,7 +2,7 @@ package snapshot
 
 import (
 	"fmt"
-	"net/http"
+	"net/textproto"
 	"slices"
 	"strings"
 
@@ -19,8 +19,8 @@ type HeaderOps struct {
 	Add    [][2]string
 }
 
-// Apply edits h.
-func (o *HeaderOps) Apply(h http.Header) {
+// Apply edits h, a header map (http.Header).
+func (o *HeaderOps) Apply(h map[string][]string) {
 	for _, k := range o.Remove {
 		delete(h, k)
 	}
@@ -47,7 +47,7 @@ type Rewrite struct {
 }
 
 type rewritePart struct {
-	text string // the literal, or the variable's name
+	text  string // the literal, or the variable's name
 	isVar bool
 }
 
@@ -81,7 +81,7 @@ var protectedHeaders = []string{
 }
 
 func protectedHeader(name string, response bool) bool {
-	c := http.CanonicalHeaderKey(name)
+	c := textproto.CanonicalMIMEHeaderKey(name)
 	return slices.Contains(protectedHeaders, c) || strings.HasPrefix(c, "X-Forwarded-") ||
 		strings.HasPrefix(c, "X-Auth-") || response && strings.HasPrefix(c, "Grpc-")
 }
@@ -94,9 +94,9 @@ func compileHeaderOps(path string, t *configv1.HeaderTransform, response bool, e
 	o := &HeaderOps{}
 	check := func(field, name string) string {
 		if protectedHeader(name, response) {
-			errs.add(path+"."+field, fmt.Sprintf("header %s is the gateway's own and cannot be edited", http.CanonicalHeaderKey(name)))
+			errs.add(path+"."+field, fmt.Sprintf("header %s is the gateway's own and cannot be edited", textproto.CanonicalMIMEHeaderKey(name)))
 		}
-		return http.CanonicalHeaderKey(name)
+		return textproto.CanonicalMIMEHeaderKey(name)
 	}
 	for i, n := range t.GetRemove() {
 		o.Remove = append(o.Remove, check(fmt.Sprintf("remove[%d]", i), n))

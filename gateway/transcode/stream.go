@@ -89,7 +89,9 @@ func responseBody(route *snapshot.Route) string { return route.RPC.ResponseBody 
 // body), the path variables and the query parameters.
 func buildRequest(r *http.Request, route *snapshot.Route, params *router.Params, rawQuery string, msg *dynamicpb.Message, res vanguard.TypeResolver) *problem.Problem {
 	rpc := route.RPC
-	bad := func(detail string) *problem.Problem { return &problem.Problem{Code: problem.BadRequest, Detail: detail} }
+	bad := func(detail string) *problem.Problem {
+		return &problem.Problem{Code: problem.BadRequest, Detail: detail}
+	}
 	um := protojson.UnmarshalOptions{Resolver: res, DiscardUnknown: rpc.Service.AllowUnknownFields}
 	if rpc.Body != "" && r.Body != nil {
 		body, err := io.ReadAll(io.LimitReader(r.Body, route.MaxRequestBytes+1))

@@ -1788,7 +1788,11 @@ type Route struct {
 	// ResponseHeaders edits the upstream's response headers on the way back.
 	ResponseHeaders *HeaderTransform `protobuf:"bytes,16,opt,name=response_headers,json=responseHeaders,proto3" json:"response_headers,omitempty"`
 	// Rewrite changes the path sent upstream; the query is kept.
-	Rewrite       *PathRewrite `protobuf:"bytes,17,opt,name=rewrite,proto3" json:"rewrite,omitempty"`
+	Rewrite *PathRewrite `protobuf:"bytes,17,opt,name=rewrite,proto3" json:"rewrite,omitempty"`
+	// Openapi validates the route's requests (path, query, headers and JSON
+	// body) against the owning team's OpenAPI 3 document before they go
+	// upstream.
+	Openapi       *OpenAPIValidation `protobuf:"bytes,18,opt,name=openapi,proto3" json:"openapi,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1942,6 +1946,83 @@ func (x *Route) GetRewrite() *PathRewrite {
 	return nil
 }
 
+func (x *Route) GetOpenapi() *OpenAPIValidation {
+	if x != nil {
+		return x.Openapi
+	}
+	return nil
+}
+
+// OpenAPIValidation is a route's OpenAPI 3 request validation.
+type OpenAPIValidation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Document is an OpenAPI 3.0 or 3.1 document, JSON or YAML. Its paths
+	// are matched against the request path as the route receives it (before
+	// any rewrite); of each server URL only the path is used. External $refs
+	// are not followed. Security requirements are not checked: auth is the
+	// route's.
+	Document string `protobuf:"bytes,1,opt,name=document,proto3" json:"document,omitempty"`
+	// MaxBodyBytes is the largest request body validated: such a body is
+	// buffered, checked, and sent on. A larger one is answered 413 unless
+	// skip_body is set. Zero means 64 KiB.
+	MaxBodyBytes uint32 `protobuf:"varint,2,opt,name=max_body_bytes,json=maxBodyBytes,proto3" json:"max_body_bytes,omitempty"`
+	// SkipBody validates path, query and headers only; bodies stream.
+	SkipBody      bool `protobuf:"varint,3,opt,name=skip_body,json=skipBody,proto3" json:"skip_body,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenAPIValidation) Reset() {
+	*x = OpenAPIValidation{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenAPIValidation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenAPIValidation) ProtoMessage() {}
+
+func (x *OpenAPIValidation) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenAPIValidation.ProtoReflect.Descriptor instead.
+func (*OpenAPIValidation) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *OpenAPIValidation) GetDocument() string {
+	if x != nil {
+		return x.Document
+	}
+	return ""
+}
+
+func (x *OpenAPIValidation) GetMaxBodyBytes() uint32 {
+	if x != nil {
+		return x.MaxBodyBytes
+	}
+	return 0
+}
+
+func (x *OpenAPIValidation) GetSkipBody() bool {
+	if x != nil {
+		return x.SkipBody
+	}
+	return false
+}
+
 // HeaderTransform edits headers: remove, then rename, then set (replacing
 // any value), then add (appending). Names are case-insensitive. Headers the
 // gateway owns cannot be edited: hop-by-hop headers, Host, Content-Length,
@@ -1959,7 +2040,7 @@ type HeaderTransform struct {
 
 func (x *HeaderTransform) Reset() {
 	*x = HeaderTransform{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[15]
+	mi := &file_portico_config_v1_config_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1971,7 +2052,7 @@ func (x *HeaderTransform) String() string {
 func (*HeaderTransform) ProtoMessage() {}
 
 func (x *HeaderTransform) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[15]
+	mi := &file_portico_config_v1_config_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1984,7 +2065,7 @@ func (x *HeaderTransform) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderTransform.ProtoReflect.Descriptor instead.
 func (*HeaderTransform) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{15}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *HeaderTransform) GetRemove() []string {
@@ -2026,7 +2107,7 @@ type HeaderValue struct {
 
 func (x *HeaderValue) Reset() {
 	*x = HeaderValue{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[16]
+	mi := &file_portico_config_v1_config_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2038,7 +2119,7 @@ func (x *HeaderValue) String() string {
 func (*HeaderValue) ProtoMessage() {}
 
 func (x *HeaderValue) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[16]
+	mi := &file_portico_config_v1_config_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2051,7 +2132,7 @@ func (x *HeaderValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderValue.ProtoReflect.Descriptor instead.
 func (*HeaderValue) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{16}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HeaderValue) GetName() string {
@@ -2078,7 +2159,7 @@ type HeaderRename struct {
 
 func (x *HeaderRename) Reset() {
 	*x = HeaderRename{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[17]
+	mi := &file_portico_config_v1_config_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2090,7 +2171,7 @@ func (x *HeaderRename) String() string {
 func (*HeaderRename) ProtoMessage() {}
 
 func (x *HeaderRename) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[17]
+	mi := &file_portico_config_v1_config_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2103,7 +2184,7 @@ func (x *HeaderRename) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderRename.ProtoReflect.Descriptor instead.
 func (*HeaderRename) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{17}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HeaderRename) GetFrom() string {
@@ -2134,7 +2215,7 @@ type PathRewrite struct {
 
 func (x *PathRewrite) Reset() {
 	*x = PathRewrite{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[18]
+	mi := &file_portico_config_v1_config_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2146,7 +2227,7 @@ func (x *PathRewrite) String() string {
 func (*PathRewrite) ProtoMessage() {}
 
 func (x *PathRewrite) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[18]
+	mi := &file_portico_config_v1_config_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2159,7 +2240,7 @@ func (x *PathRewrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathRewrite.ProtoReflect.Descriptor instead.
 func (*PathRewrite) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{18}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PathRewrite) GetRewrite() isPathRewrite_Rewrite {
@@ -2220,7 +2301,7 @@ type PrefixRewrite struct {
 
 func (x *PrefixRewrite) Reset() {
 	*x = PrefixRewrite{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[19]
+	mi := &file_portico_config_v1_config_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2232,7 +2313,7 @@ func (x *PrefixRewrite) String() string {
 func (*PrefixRewrite) ProtoMessage() {}
 
 func (x *PrefixRewrite) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[19]
+	mi := &file_portico_config_v1_config_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2245,7 +2326,7 @@ func (x *PrefixRewrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefixRewrite.ProtoReflect.Descriptor instead.
 func (*PrefixRewrite) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{19}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PrefixRewrite) GetFrom() string {
@@ -2287,7 +2368,7 @@ type RouteAuth struct {
 
 func (x *RouteAuth) Reset() {
 	*x = RouteAuth{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[20]
+	mi := &file_portico_config_v1_config_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +2380,7 @@ func (x *RouteAuth) String() string {
 func (*RouteAuth) ProtoMessage() {}
 
 func (x *RouteAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[20]
+	mi := &file_portico_config_v1_config_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +2393,7 @@ func (x *RouteAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteAuth.ProtoReflect.Descriptor instead.
 func (*RouteAuth) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{20}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RouteAuth) GetPublic() bool {
@@ -2374,7 +2455,7 @@ type MethodScopes struct {
 
 func (x *MethodScopes) Reset() {
 	*x = MethodScopes{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[21]
+	mi := &file_portico_config_v1_config_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2467,7 @@ func (x *MethodScopes) String() string {
 func (*MethodScopes) ProtoMessage() {}
 
 func (x *MethodScopes) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[21]
+	mi := &file_portico_config_v1_config_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2480,7 @@ func (x *MethodScopes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MethodScopes.ProtoReflect.Descriptor instead.
 func (*MethodScopes) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{21}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *MethodScopes) GetMethod() string {
@@ -2436,7 +2517,7 @@ type HeaderMatch struct {
 
 func (x *HeaderMatch) Reset() {
 	*x = HeaderMatch{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[22]
+	mi := &file_portico_config_v1_config_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2448,7 +2529,7 @@ func (x *HeaderMatch) String() string {
 func (*HeaderMatch) ProtoMessage() {}
 
 func (x *HeaderMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[22]
+	mi := &file_portico_config_v1_config_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2461,7 +2542,7 @@ func (x *HeaderMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderMatch.ProtoReflect.Descriptor instead.
 func (*HeaderMatch) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{22}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *HeaderMatch) GetName() string {
@@ -2576,7 +2657,7 @@ type Cluster struct {
 
 func (x *Cluster) Reset() {
 	*x = Cluster{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[23]
+	mi := &file_portico_config_v1_config_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2588,7 +2669,7 @@ func (x *Cluster) String() string {
 func (*Cluster) ProtoMessage() {}
 
 func (x *Cluster) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[23]
+	mi := &file_portico_config_v1_config_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2601,7 +2682,7 @@ func (x *Cluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cluster.ProtoReflect.Descriptor instead.
 func (*Cluster) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{23}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Cluster) GetName() string {
@@ -2671,7 +2752,7 @@ type Endpoint struct {
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[24]
+	mi := &file_portico_config_v1_config_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2683,7 +2764,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[24]
+	mi := &file_portico_config_v1_config_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2696,7 +2777,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{24}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Endpoint) GetAddress() string {
@@ -2729,7 +2810,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[25]
+	mi := &file_portico_config_v1_config_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2741,7 +2822,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[25]
+	mi := &file_portico_config_v1_config_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2754,7 +2835,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{25}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *HealthCheck) GetInterval() *durationpb.Duration {
@@ -2838,7 +2919,7 @@ type HTTPProbe struct {
 
 func (x *HTTPProbe) Reset() {
 	*x = HTTPProbe{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[26]
+	mi := &file_portico_config_v1_config_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2850,7 +2931,7 @@ func (x *HTTPProbe) String() string {
 func (*HTTPProbe) ProtoMessage() {}
 
 func (x *HTTPProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[26]
+	mi := &file_portico_config_v1_config_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2863,7 +2944,7 @@ func (x *HTTPProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPProbe.ProtoReflect.Descriptor instead.
 func (*HTTPProbe) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{26}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *HTTPProbe) GetPath() string {
@@ -2891,7 +2972,7 @@ type GRPCProbe struct {
 
 func (x *GRPCProbe) Reset() {
 	*x = GRPCProbe{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[27]
+	mi := &file_portico_config_v1_config_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2903,7 +2984,7 @@ func (x *GRPCProbe) String() string {
 func (*GRPCProbe) ProtoMessage() {}
 
 func (x *GRPCProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[27]
+	mi := &file_portico_config_v1_config_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2916,7 +2997,7 @@ func (x *GRPCProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GRPCProbe.ProtoReflect.Descriptor instead.
 func (*GRPCProbe) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{27}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GRPCProbe) GetService() string {
@@ -2946,7 +3027,7 @@ type OutlierDetection struct {
 
 func (x *OutlierDetection) Reset() {
 	*x = OutlierDetection{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[28]
+	mi := &file_portico_config_v1_config_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2958,7 +3039,7 @@ func (x *OutlierDetection) String() string {
 func (*OutlierDetection) ProtoMessage() {}
 
 func (x *OutlierDetection) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[28]
+	mi := &file_portico_config_v1_config_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2971,7 +3052,7 @@ func (x *OutlierDetection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutlierDetection.ProtoReflect.Descriptor instead.
 func (*OutlierDetection) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{28}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *OutlierDetection) GetDisabled() bool {
@@ -3020,7 +3101,7 @@ type ConnectionPool struct {
 
 func (x *ConnectionPool) Reset() {
 	*x = ConnectionPool{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[29]
+	mi := &file_portico_config_v1_config_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3032,7 +3113,7 @@ func (x *ConnectionPool) String() string {
 func (*ConnectionPool) ProtoMessage() {}
 
 func (x *ConnectionPool) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[29]
+	mi := &file_portico_config_v1_config_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3045,7 +3126,7 @@ func (x *ConnectionPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectionPool.ProtoReflect.Descriptor instead.
 func (*ConnectionPool) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{29}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ConnectionPool) GetMaxIdlePerEndpoint() uint32 {
@@ -3098,7 +3179,7 @@ type UpstreamTLS struct {
 
 func (x *UpstreamTLS) Reset() {
 	*x = UpstreamTLS{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[30]
+	mi := &file_portico_config_v1_config_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3110,7 +3191,7 @@ func (x *UpstreamTLS) String() string {
 func (*UpstreamTLS) ProtoMessage() {}
 
 func (x *UpstreamTLS) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[30]
+	mi := &file_portico_config_v1_config_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3123,7 +3204,7 @@ func (x *UpstreamTLS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpstreamTLS.ProtoReflect.Descriptor instead.
 func (*UpstreamTLS) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{30}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *UpstreamTLS) GetServerName() string {
@@ -3299,7 +3380,7 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	" \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\tplanClaim\x12+\n" +
 	"\ftenant_claim\x18\v \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\vtenantClaim\x12+\n" +
 	"\fdefault_plan\x18\f \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\vdefaultPlan\x12T\n" +
-	"\x10jwks_min_refresh\x18\r \x01(\v2\x19.google.protobuf.DurationB\x0f\xbaH\f\xaa\x01\t\"\x03\b\x90\x1c2\x02\b\x01R\x0ejwksMinRefresh\"\x93\t\n" +
+	"\x10jwks_min_refresh\x18\r \x01(\v2\x19.google.protobuf.DurationB\x0f\xbaH\f\xaa\x01\t\"\x03\b\x90\x1c2\x02\b\x01R\x0ejwksMinRefresh\"\xd3\t\n" +
 	"\x05Route\x123\n" +
 	"\x02id\x18\x01 \x01(\tB#\xbaH r\x1e2\x1c^[a-z0-9][a-z0-9._-]{0,127}$R\x02id\x124\n" +
 	"\x04team\x18\x02 \x01(\tB \xbaH\x1dr\x1b2\x19^[a-z0-9][a-z0-9-]{0,62}$R\x04team\x12x\n" +
@@ -3320,7 +3401,13 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	"\x10rate_limit_class\x18\x0e \x01(\tB%\xbaH\"r 2\x1e^([a-z0-9][a-z0-9._-]{0,63})?$R\x0erateLimitClass\x12K\n" +
 	"\x0frequest_headers\x18\x0f \x01(\v2\".portico.config.v1.HeaderTransformR\x0erequestHeaders\x12M\n" +
 	"\x10response_headers\x18\x10 \x01(\v2\".portico.config.v1.HeaderTransformR\x0fresponseHeaders\x128\n" +
-	"\arewrite\x18\x11 \x01(\v2\x1e.portico.config.v1.PathRewriteR\arewrite\"\x97\x02\n" +
+	"\arewrite\x18\x11 \x01(\v2\x1e.portico.config.v1.PathRewriteR\arewrite\x12>\n" +
+	"\aopenapi\x18\x12 \x01(\v2$.portico.config.v1.OpenAPIValidationR\aopenapi\"\x8c\x01\n" +
+	"\x11OpenAPIValidation\x12(\n" +
+	"\bdocument\x18\x01 \x01(\tB\f\xbaH\tr\a\x10\x01\x18\x80\x80\x80\x02R\bdocument\x120\n" +
+	"\x0emax_body_bytes\x18\x02 \x01(\rB\n" +
+	"\xbaH\a*\x05\x18\x80\x80\x80 R\fmaxBodyBytes\x12\x1b\n" +
+	"\tskip_body\x18\x03 \x01(\bR\bskipBody\"\x97\x02\n" +
 	"\x0fHeaderTransform\x12I\n" +
 	"\x06remove\x18\x01 \x03(\tB1\xbaH.\x92\x01+\x10 \"'r%2#^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$R\x06remove\x12A\n" +
 	"\x06rename\x18\x02 \x03(\v2\x1f.portico.config.v1.HeaderRenameB\b\xbaH\x05\x92\x01\x02\x10 R\x06rename\x12:\n" +
@@ -3463,7 +3550,7 @@ func file_portico_config_v1_config_proto_rawDescGZIP() []byte {
 }
 
 var file_portico_config_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_portico_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_portico_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_portico_config_v1_config_proto_goTypes = []any{
 	(RateLimitScope)(0),           // 0: portico.config.v1.RateLimitScope
 	(RateLimitOnError)(0),         // 1: portico.config.v1.RateLimitOnError
@@ -3486,28 +3573,29 @@ var file_portico_config_v1_config_proto_goTypes = []any{
 	(*DenyEntry)(nil),             // 18: portico.config.v1.DenyEntry
 	(*Issuer)(nil),                // 19: portico.config.v1.Issuer
 	(*Route)(nil),                 // 20: portico.config.v1.Route
-	(*HeaderTransform)(nil),       // 21: portico.config.v1.HeaderTransform
-	(*HeaderValue)(nil),           // 22: portico.config.v1.HeaderValue
-	(*HeaderRename)(nil),          // 23: portico.config.v1.HeaderRename
-	(*PathRewrite)(nil),           // 24: portico.config.v1.PathRewrite
-	(*PrefixRewrite)(nil),         // 25: portico.config.v1.PrefixRewrite
-	(*RouteAuth)(nil),             // 26: portico.config.v1.RouteAuth
-	(*MethodScopes)(nil),          // 27: portico.config.v1.MethodScopes
-	(*HeaderMatch)(nil),           // 28: portico.config.v1.HeaderMatch
-	(*Cluster)(nil),               // 29: portico.config.v1.Cluster
-	(*Endpoint)(nil),              // 30: portico.config.v1.Endpoint
-	(*HealthCheck)(nil),           // 31: portico.config.v1.HealthCheck
-	(*HTTPProbe)(nil),             // 32: portico.config.v1.HTTPProbe
-	(*GRPCProbe)(nil),             // 33: portico.config.v1.GRPCProbe
-	(*OutlierDetection)(nil),      // 34: portico.config.v1.OutlierDetection
-	(*ConnectionPool)(nil),        // 35: portico.config.v1.ConnectionPool
-	(*UpstreamTLS)(nil),           // 36: portico.config.v1.UpstreamTLS
-	(*durationpb.Duration)(nil),   // 37: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 38: google.protobuf.Timestamp
+	(*OpenAPIValidation)(nil),     // 21: portico.config.v1.OpenAPIValidation
+	(*HeaderTransform)(nil),       // 22: portico.config.v1.HeaderTransform
+	(*HeaderValue)(nil),           // 23: portico.config.v1.HeaderValue
+	(*HeaderRename)(nil),          // 24: portico.config.v1.HeaderRename
+	(*PathRewrite)(nil),           // 25: portico.config.v1.PathRewrite
+	(*PrefixRewrite)(nil),         // 26: portico.config.v1.PrefixRewrite
+	(*RouteAuth)(nil),             // 27: portico.config.v1.RouteAuth
+	(*MethodScopes)(nil),          // 28: portico.config.v1.MethodScopes
+	(*HeaderMatch)(nil),           // 29: portico.config.v1.HeaderMatch
+	(*Cluster)(nil),               // 30: portico.config.v1.Cluster
+	(*Endpoint)(nil),              // 31: portico.config.v1.Endpoint
+	(*HealthCheck)(nil),           // 32: portico.config.v1.HealthCheck
+	(*HTTPProbe)(nil),             // 33: portico.config.v1.HTTPProbe
+	(*GRPCProbe)(nil),             // 34: portico.config.v1.GRPCProbe
+	(*OutlierDetection)(nil),      // 35: portico.config.v1.OutlierDetection
+	(*ConnectionPool)(nil),        // 36: portico.config.v1.ConnectionPool
+	(*UpstreamTLS)(nil),           // 37: portico.config.v1.UpstreamTLS
+	(*durationpb.Duration)(nil),   // 38: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 39: google.protobuf.Timestamp
 }
 var file_portico_config_v1_config_proto_depIdxs = []int32{
 	20, // 0: portico.config.v1.Snapshot.routes:type_name -> portico.config.v1.Route
-	29, // 1: portico.config.v1.Snapshot.clusters:type_name -> portico.config.v1.Cluster
+	30, // 1: portico.config.v1.Snapshot.clusters:type_name -> portico.config.v1.Cluster
 	11, // 2: portico.config.v1.Snapshot.products:type_name -> portico.config.v1.Product
 	12, // 3: portico.config.v1.Snapshot.plans:type_name -> portico.config.v1.Plan
 	17, // 4: portico.config.v1.Snapshot.keys:type_name -> portico.config.v1.KeyRecord
@@ -3517,8 +3605,8 @@ var file_portico_config_v1_config_proto_depIdxs = []int32{
 	14, // 8: portico.config.v1.Snapshot.rate_limiting:type_name -> portico.config.v1.RateLimiting
 	7,  // 9: portico.config.v1.Snapshot.services:type_name -> portico.config.v1.Service
 	8,  // 10: portico.config.v1.Service.descriptors:type_name -> portico.config.v1.Descriptors
-	26, // 11: portico.config.v1.Service.auth:type_name -> portico.config.v1.RouteAuth
-	37, // 12: portico.config.v1.Service.timeout:type_name -> google.protobuf.Duration
+	27, // 11: portico.config.v1.Service.auth:type_name -> portico.config.v1.RouteAuth
+	38, // 12: portico.config.v1.Service.timeout:type_name -> google.protobuf.Duration
 	4,  // 13: portico.config.v1.Service.priority:type_name -> portico.config.v1.Priority
 	13, // 14: portico.config.v1.Service.rate_limits:type_name -> portico.config.v1.RateLimit
 	9,  // 15: portico.config.v1.Descriptors.sources:type_name -> portico.config.v1.ProtoSources
@@ -3526,50 +3614,51 @@ var file_portico_config_v1_config_proto_depIdxs = []int32{
 	13, // 17: portico.config.v1.Plan.rate_limits:type_name -> portico.config.v1.RateLimit
 	0,  // 18: portico.config.v1.RateLimit.scope:type_name -> portico.config.v1.RateLimitScope
 	1,  // 19: portico.config.v1.RateLimit.on_error:type_name -> portico.config.v1.RateLimitOnError
-	37, // 20: portico.config.v1.RateLimit.stale_after:type_name -> google.protobuf.Duration
+	38, // 20: portico.config.v1.RateLimit.stale_after:type_name -> google.protobuf.Duration
 	15, // 21: portico.config.v1.RateLimiting.anonymous:type_name -> portico.config.v1.AnonymousLimit
-	37, // 22: portico.config.v1.RateLimiting.sync_interval:type_name -> google.protobuf.Duration
-	37, // 23: portico.config.v1.RateLimiting.redis_timeout:type_name -> google.protobuf.Duration
+	38, // 22: portico.config.v1.RateLimiting.sync_interval:type_name -> google.protobuf.Duration
+	38, // 23: portico.config.v1.RateLimiting.redis_timeout:type_name -> google.protobuf.Duration
 	4,  // 24: portico.config.v1.KeyRecord.priority:type_name -> portico.config.v1.Priority
 	2,  // 25: portico.config.v1.KeyRecord.status:type_name -> portico.config.v1.KeyStatus
-	38, // 26: portico.config.v1.KeyRecord.not_after:type_name -> google.protobuf.Timestamp
-	38, // 27: portico.config.v1.DenyEntry.issued_before:type_name -> google.protobuf.Timestamp
-	38, // 28: portico.config.v1.DenyEntry.expires:type_name -> google.protobuf.Timestamp
+	39, // 26: portico.config.v1.KeyRecord.not_after:type_name -> google.protobuf.Timestamp
+	39, // 27: portico.config.v1.DenyEntry.issued_before:type_name -> google.protobuf.Timestamp
+	39, // 28: portico.config.v1.DenyEntry.expires:type_name -> google.protobuf.Timestamp
 	3,  // 29: portico.config.v1.Issuer.algorithms:type_name -> portico.config.v1.JWTAlgorithm
-	37, // 30: portico.config.v1.Issuer.jwks_refresh:type_name -> google.protobuf.Duration
-	37, // 31: portico.config.v1.Issuer.leeway:type_name -> google.protobuf.Duration
-	37, // 32: portico.config.v1.Issuer.jwks_min_refresh:type_name -> google.protobuf.Duration
-	28, // 33: portico.config.v1.Route.headers:type_name -> portico.config.v1.HeaderMatch
-	37, // 34: portico.config.v1.Route.timeout:type_name -> google.protobuf.Duration
+	38, // 30: portico.config.v1.Issuer.jwks_refresh:type_name -> google.protobuf.Duration
+	38, // 31: portico.config.v1.Issuer.leeway:type_name -> google.protobuf.Duration
+	38, // 32: portico.config.v1.Issuer.jwks_min_refresh:type_name -> google.protobuf.Duration
+	29, // 33: portico.config.v1.Route.headers:type_name -> portico.config.v1.HeaderMatch
+	38, // 34: portico.config.v1.Route.timeout:type_name -> google.protobuf.Duration
 	4,  // 35: portico.config.v1.Route.priority:type_name -> portico.config.v1.Priority
-	26, // 36: portico.config.v1.Route.auth:type_name -> portico.config.v1.RouteAuth
+	27, // 36: portico.config.v1.Route.auth:type_name -> portico.config.v1.RouteAuth
 	13, // 37: portico.config.v1.Route.rate_limits:type_name -> portico.config.v1.RateLimit
-	21, // 38: portico.config.v1.Route.request_headers:type_name -> portico.config.v1.HeaderTransform
-	21, // 39: portico.config.v1.Route.response_headers:type_name -> portico.config.v1.HeaderTransform
-	24, // 40: portico.config.v1.Route.rewrite:type_name -> portico.config.v1.PathRewrite
-	23, // 41: portico.config.v1.HeaderTransform.rename:type_name -> portico.config.v1.HeaderRename
-	22, // 42: portico.config.v1.HeaderTransform.set:type_name -> portico.config.v1.HeaderValue
-	22, // 43: portico.config.v1.HeaderTransform.add:type_name -> portico.config.v1.HeaderValue
-	25, // 44: portico.config.v1.PathRewrite.prefix:type_name -> portico.config.v1.PrefixRewrite
-	27, // 45: portico.config.v1.RouteAuth.method_scopes:type_name -> portico.config.v1.MethodScopes
-	5,  // 46: portico.config.v1.Cluster.protocol:type_name -> portico.config.v1.Protocol
-	30, // 47: portico.config.v1.Cluster.endpoints:type_name -> portico.config.v1.Endpoint
-	31, // 48: portico.config.v1.Cluster.health_check:type_name -> portico.config.v1.HealthCheck
-	34, // 49: portico.config.v1.Cluster.outlier_detection:type_name -> portico.config.v1.OutlierDetection
-	35, // 50: portico.config.v1.Cluster.pool:type_name -> portico.config.v1.ConnectionPool
-	36, // 51: portico.config.v1.Cluster.tls:type_name -> portico.config.v1.UpstreamTLS
-	37, // 52: portico.config.v1.Cluster.connect_timeout:type_name -> google.protobuf.Duration
-	37, // 53: portico.config.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	37, // 54: portico.config.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
-	32, // 55: portico.config.v1.HealthCheck.http:type_name -> portico.config.v1.HTTPProbe
-	33, // 56: portico.config.v1.HealthCheck.grpc:type_name -> portico.config.v1.GRPCProbe
-	37, // 57: portico.config.v1.OutlierDetection.base_ejection_time:type_name -> google.protobuf.Duration
-	37, // 58: portico.config.v1.ConnectionPool.idle_timeout:type_name -> google.protobuf.Duration
-	59, // [59:59] is the sub-list for method output_type
-	59, // [59:59] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	22, // 38: portico.config.v1.Route.request_headers:type_name -> portico.config.v1.HeaderTransform
+	22, // 39: portico.config.v1.Route.response_headers:type_name -> portico.config.v1.HeaderTransform
+	25, // 40: portico.config.v1.Route.rewrite:type_name -> portico.config.v1.PathRewrite
+	21, // 41: portico.config.v1.Route.openapi:type_name -> portico.config.v1.OpenAPIValidation
+	24, // 42: portico.config.v1.HeaderTransform.rename:type_name -> portico.config.v1.HeaderRename
+	23, // 43: portico.config.v1.HeaderTransform.set:type_name -> portico.config.v1.HeaderValue
+	23, // 44: portico.config.v1.HeaderTransform.add:type_name -> portico.config.v1.HeaderValue
+	26, // 45: portico.config.v1.PathRewrite.prefix:type_name -> portico.config.v1.PrefixRewrite
+	28, // 46: portico.config.v1.RouteAuth.method_scopes:type_name -> portico.config.v1.MethodScopes
+	5,  // 47: portico.config.v1.Cluster.protocol:type_name -> portico.config.v1.Protocol
+	31, // 48: portico.config.v1.Cluster.endpoints:type_name -> portico.config.v1.Endpoint
+	32, // 49: portico.config.v1.Cluster.health_check:type_name -> portico.config.v1.HealthCheck
+	35, // 50: portico.config.v1.Cluster.outlier_detection:type_name -> portico.config.v1.OutlierDetection
+	36, // 51: portico.config.v1.Cluster.pool:type_name -> portico.config.v1.ConnectionPool
+	37, // 52: portico.config.v1.Cluster.tls:type_name -> portico.config.v1.UpstreamTLS
+	38, // 53: portico.config.v1.Cluster.connect_timeout:type_name -> google.protobuf.Duration
+	38, // 54: portico.config.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	38, // 55: portico.config.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	33, // 56: portico.config.v1.HealthCheck.http:type_name -> portico.config.v1.HTTPProbe
+	34, // 57: portico.config.v1.HealthCheck.grpc:type_name -> portico.config.v1.GRPCProbe
+	38, // 58: portico.config.v1.OutlierDetection.base_ejection_time:type_name -> google.protobuf.Duration
+	38, // 59: portico.config.v1.ConnectionPool.idle_timeout:type_name -> google.protobuf.Duration
+	60, // [60:60] is the sub-list for method output_type
+	60, // [60:60] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_portico_config_v1_config_proto_init() }
@@ -3586,17 +3675,17 @@ func file_portico_config_v1_config_proto_init() {
 		(*DenyEntry_Subject)(nil),
 		(*DenyEntry_ClientId)(nil),
 	}
-	file_portico_config_v1_config_proto_msgTypes[18].OneofWrappers = []any{
+	file_portico_config_v1_config_proto_msgTypes[19].OneofWrappers = []any{
 		(*PathRewrite_Prefix)(nil),
 		(*PathRewrite_Template)(nil),
 	}
-	file_portico_config_v1_config_proto_msgTypes[22].OneofWrappers = []any{
+	file_portico_config_v1_config_proto_msgTypes[23].OneofWrappers = []any{
 		(*HeaderMatch_Exact)(nil),
 		(*HeaderMatch_Prefix)(nil),
 		(*HeaderMatch_Regex)(nil),
 		(*HeaderMatch_Present)(nil),
 	}
-	file_portico_config_v1_config_proto_msgTypes[25].OneofWrappers = []any{
+	file_portico_config_v1_config_proto_msgTypes[26].OneofWrappers = []any{
 		(*HealthCheck_Http)(nil),
 		(*HealthCheck_Grpc)(nil),
 	}
@@ -3606,7 +3695,7 @@ func file_portico_config_v1_config_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_portico_config_v1_config_proto_rawDesc), len(file_portico_config_v1_config_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
