@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -82,6 +83,33 @@ func (o *orders) GetOrder(_ context.Context, req *demov1.GetOrderRequest) (*demo
 		return nil, storeError(err)
 	}
 	return &demov1.GetOrderResponse{Order: ord}, nil
+}
+
+func (o *orders) ListOrders(_ context.Context, req *demov1.ListOrdersRequest) (*demov1.ListOrdersResponse, error) {
+	if !validID("c-", req.GetCustomerId()) {
+		return nil, status.Errorf(codes.InvalidArgument, "customer_id %q does not match c-[0-9a-z]{1,32}", req.GetCustomerId())
+	}
+	if req.GetPageSize() < 0 || req.GetPageSize() > 100 {
+		return nil, status.Errorf(codes.InvalidArgument, "page_size must be in [0, 100], got %d", req.GetPageSize())
+	}
+	f := req.GetFilter()
+	now := time.Now()
+	resp := &demov1.ListOrdersResponse{}
+	for _, ord := range o.store.customerOrderCopies(req.GetCustomerId()) {
+		switch {
+		case len(req.GetStatuses()) > 0 && !slices.Contains(req.GetStatuses(), ord.GetStatus()):
+		case f.GetCreatedAfter() != nil && !ord.GetCreateTime().AsTime().After(f.GetCreatedAfter().AsTime()):
+		case f.GetMaxAge() != nil && now.Sub(ord.GetCreateTime().AsTime()) > f.GetMaxAge().AsDuration():
+		case f.GetMinTotalCents() != nil && ord.GetTotalCents() < f.GetMinTotalCents().GetValue():
+		case f.GetSku() != "" && !slices.ContainsFunc(ord.GetItems(), func(it *demov1.LineItem) bool { return it.GetSku() == f.GetSku() }):
+		default:
+			resp.Matched++
+			if req.GetPageSize() == 0 || len(resp.Orders) < int(req.GetPageSize()) {
+				resp.Orders = append(resp.Orders, ord)
+			}
+		}
+	}
+	return resp, nil
 }
 
 func (o *orders) CreateOrder(_ context.Context, req *demov1.CreateOrderRequest) (*demov1.CreateOrderResponse, error) {

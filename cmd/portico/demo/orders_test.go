@@ -16,6 +16,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -697,5 +700,45 @@ func TestStoreForgetsOldestAddedOrders(t *testing.T) {
 	}
 	if want := []string{"o-1001", "o-1002", "o-1005"}; !slices.Equal(ids, want) {
 		t.Errorf("WatchOrders(c-42) orders = %q, want %q", ids, want)
+	}
+}
+
+func TestListOrders(t *testing.T) {
+	t.Parallel()
+	client, _ := ordersClient(t, demo.Options{})
+	ctx := context.Background()
+	ids := func(req *demov1.ListOrdersRequest) ([]string, int32) {
+		t.Helper()
+		resp, err := client.ListOrders(ctx, req)
+		if err != nil {
+			t.Fatalf("ListOrders(%v): %v", req, err)
+		}
+		var out []string
+		for _, o := range resp.GetOrders() {
+			out = append(out, o.GetOrderId())
+		}
+		return out, resp.GetMatched()
+	}
+	for _, tc := range []struct {
+		req     *demov1.ListOrdersRequest
+		want    []string
+		matched int32
+	}{
+		{&demov1.ListOrdersRequest{CustomerId: "c-42"}, []string{"o-1001", "o-1002"}, 2},
+		{&demov1.ListOrdersRequest{CustomerId: "c-42", PageSize: 1}, []string{"o-1001"}, 2},
+		{&demov1.ListOrdersRequest{CustomerId: "c-42", Statuses: []demov1.OrderStatus{demov1.OrderStatus_ORDER_STATUS_PAID}}, []string{"o-1002"}, 1},
+		{&demov1.ListOrdersRequest{CustomerId: "c-42", Filter: &demov1.OrderFilter{MinTotalCents: wrapperspb.Int64(5000)}}, []string{"o-1001"}, 1},
+		{&demov1.ListOrdersRequest{CustomerId: "c-42", Filter: &demov1.OrderFilter{Sku: "GIZMO-3"}}, []string{"o-1002"}, 1},
+		{&demov1.ListOrdersRequest{CustomerId: "c-42", Filter: &demov1.OrderFilter{CreatedAfter: timestamppb.New(time.Now().Add(-150 * time.Minute))}}, []string{"o-1002"}, 1},
+		{&demov1.ListOrdersRequest{CustomerId: "c-42", Filter: &demov1.OrderFilter{MaxAge: durationpb.New(150 * time.Minute)}}, []string{"o-1002"}, 1},
+		{&demov1.ListOrdersRequest{CustomerId: "c-404"}, nil, 0},
+	} {
+		got, matched := ids(tc.req)
+		if !slices.Equal(got, tc.want) || matched != tc.matched {
+			t.Errorf("ListOrders(%v) = %v (%d matched), want %v (%d)", tc.req, got, matched, tc.want, tc.matched)
+		}
+	}
+	if _, err := client.ListOrders(ctx, &demov1.ListOrdersRequest{CustomerId: "bad"}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("bad customer: %v", err)
 	}
 }

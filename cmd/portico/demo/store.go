@@ -168,6 +168,20 @@ func (s *store) customerOrders(customer string) []orderState {
 	return states
 }
 
+// customerOrderCopies returns copies of a customer's orders, oldest first.
+func (s *store) customerOrderCopies(customer string) []*demov1.Order {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := s.customers[customer]
+	out := make([]*demov1.Order, 0, len(ids))
+	for _, id := range ids {
+		if o, ok := s.orders[id]; ok {
+			out = append(out, proto.CloneOf(o))
+		}
+	}
+	return out
+}
+
 // customerOrder returns the state of the customer's (n mod count)th order,
 // oldest first, so that a watch can walk the orders without copying them
 // all on every step. It reports false if the customer has no orders.

@@ -11,7 +11,9 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
+	wrapperspb "google.golang.org/protobuf/types/known/wrapperspb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -761,11 +763,206 @@ func (x *SyncOrdersRequest) GetStatus() OrderStatus {
 	return OrderStatus_ORDER_STATUS_UNSPECIFIED
 }
 
+type ListOrdersRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	CustomerId string                 `protobuf:"bytes,1,opt,name=customer_id,json=customerId,proto3" json:"customer_id,omitempty"`
+	// Statuses keeps the orders in any of these; empty keeps every status.
+	Statuses []OrderStatus `protobuf:"varint,2,rep,packed,name=statuses,proto3,enum=portico.demo.v1.OrderStatus" json:"statuses,omitempty"`
+	Filter   *OrderFilter  `protobuf:"bytes,3,opt,name=filter,proto3" json:"filter,omitempty"`
+	// PageSize caps the orders returned; zero means all.
+	PageSize      int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOrdersRequest) Reset() {
+	*x = ListOrdersRequest{}
+	mi := &file_portico_demo_v1_orders_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOrdersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOrdersRequest) ProtoMessage() {}
+
+func (x *ListOrdersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_demo_v1_orders_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOrdersRequest.ProtoReflect.Descriptor instead.
+func (*ListOrdersRequest) Descriptor() ([]byte, []int) {
+	return file_portico_demo_v1_orders_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ListOrdersRequest) GetCustomerId() string {
+	if x != nil {
+		return x.CustomerId
+	}
+	return ""
+}
+
+func (x *ListOrdersRequest) GetStatuses() []OrderStatus {
+	if x != nil {
+		return x.Statuses
+	}
+	return nil
+}
+
+func (x *ListOrdersRequest) GetFilter() *OrderFilter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *ListOrdersRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+type OrderFilter struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// CreatedAfter keeps the orders created after this instant.
+	CreatedAfter *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=created_after,json=createdAfter,proto3" json:"created_after,omitempty"`
+	// MaxAge keeps the orders created within this long of now.
+	MaxAge *durationpb.Duration `protobuf:"bytes,2,opt,name=max_age,json=maxAge,proto3" json:"max_age,omitempty"`
+	// MinTotalCents keeps the orders of at least this total.
+	MinTotalCents *wrapperspb.Int64Value `protobuf:"bytes,3,opt,name=min_total_cents,json=minTotalCents,proto3" json:"min_total_cents,omitempty"`
+	// Sku keeps the orders with a line item of this SKU.
+	Sku           string `protobuf:"bytes,4,opt,name=sku,proto3" json:"sku,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OrderFilter) Reset() {
+	*x = OrderFilter{}
+	mi := &file_portico_demo_v1_orders_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OrderFilter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OrderFilter) ProtoMessage() {}
+
+func (x *OrderFilter) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_demo_v1_orders_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OrderFilter.ProtoReflect.Descriptor instead.
+func (*OrderFilter) Descriptor() ([]byte, []int) {
+	return file_portico_demo_v1_orders_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *OrderFilter) GetCreatedAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAfter
+	}
+	return nil
+}
+
+func (x *OrderFilter) GetMaxAge() *durationpb.Duration {
+	if x != nil {
+		return x.MaxAge
+	}
+	return nil
+}
+
+func (x *OrderFilter) GetMinTotalCents() *wrapperspb.Int64Value {
+	if x != nil {
+		return x.MinTotalCents
+	}
+	return nil
+}
+
+func (x *OrderFilter) GetSku() string {
+	if x != nil {
+		return x.Sku
+	}
+	return ""
+}
+
+type ListOrdersResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Orders []*Order               `protobuf:"bytes,1,rep,name=orders,proto3" json:"orders,omitempty"`
+	// Matched counts the orders that passed the filter, page_size aside.
+	Matched       int32 `protobuf:"varint,2,opt,name=matched,proto3" json:"matched,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOrdersResponse) Reset() {
+	*x = ListOrdersResponse{}
+	mi := &file_portico_demo_v1_orders_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOrdersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOrdersResponse) ProtoMessage() {}
+
+func (x *ListOrdersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_demo_v1_orders_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOrdersResponse.ProtoReflect.Descriptor instead.
+func (*ListOrdersResponse) Descriptor() ([]byte, []int) {
+	return file_portico_demo_v1_orders_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListOrdersResponse) GetOrders() []*Order {
+	if x != nil {
+		return x.Orders
+	}
+	return nil
+}
+
+func (x *ListOrdersResponse) GetMatched() int32 {
+	if x != nil {
+		return x.Matched
+	}
+	return 0
+}
+
 var File_portico_demo_v1_orders_proto protoreflect.FileDescriptor
 
 const file_portico_demo_v1_orders_proto_rawDesc = "" +
 	"\n" +
-	"\x1cportico/demo/v1/orders.proto\x12\x0fportico.demo.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb9\x02\n" +
+	"\x1cportico/demo/v1/orders.proto\x12\x0fportico.demo.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1egoogle/protobuf/wrappers.proto\"\xb9\x02\n" +
 	"\x05Order\x12\x19\n" +
 	"\border_id\x18\x01 \x01(\tR\aorderId\x12:\n" +
 	"\vcustomer_id\x18\x02 \x01(\tB\x19\xbaH\x16r\x142\x12^c-[0-9a-z]{1,32}$R\n" +
@@ -815,19 +1012,35 @@ const file_portico_demo_v1_orders_proto_rawDesc = "" +
 	"\x11SyncOrdersRequest\x124\n" +
 	"\border_id\x18\x01 \x01(\tB\x19\xbaH\x16r\x142\x12^o-[0-9a-z]{1,32}$R\aorderId\x12@\n" +
 	"\x06status\x18\x02 \x01(\x0e2\x1c.portico.demo.v1.OrderStatusB\n" +
-	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x06status*\xae\x01\n" +
+	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x06status\"\xfa\x01\n" +
+	"\x11ListOrdersRequest\x12:\n" +
+	"\vcustomer_id\x18\x01 \x01(\tB\x19\xbaH\x16r\x142\x12^c-[0-9a-z]{1,32}$R\n" +
+	"customerId\x12K\n" +
+	"\bstatuses\x18\x02 \x03(\x0e2\x1c.portico.demo.v1.OrderStatusB\x11\xbaH\x0e\x92\x01\v\x10\x05\"\a\x82\x01\x04\x10\x01 \x00R\bstatuses\x124\n" +
+	"\x06filter\x18\x03 \x01(\v2\x1c.portico.demo.v1.OrderFilterR\x06filter\x12&\n" +
+	"\tpage_size\x18\x04 \x01(\x05B\t\xbaH\x06\x1a\x04\x18d(\x00R\bpageSize\"\x80\x02\n" +
+	"\vOrderFilter\x12?\n" +
+	"\rcreated_after\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\fcreatedAfter\x12<\n" +
+	"\amax_age\x18\x02 \x01(\v2\x19.google.protobuf.DurationB\b\xbaH\x05\xaa\x01\x022\x00R\x06maxAge\x12C\n" +
+	"\x0fmin_total_cents\x18\x03 \x01(\v2\x1b.google.protobuf.Int64ValueR\rminTotalCents\x12-\n" +
+	"\x03sku\x18\x04 \x01(\tB\x1b\xbaH\x18r\x162\x14^([A-Z0-9-]{3,32})?$R\x03sku\"^\n" +
+	"\x12ListOrdersResponse\x12.\n" +
+	"\x06orders\x18\x01 \x03(\v2\x16.portico.demo.v1.OrderR\x06orders\x12\x18\n" +
+	"\amatched\x18\x02 \x01(\x05R\amatched*\xae\x01\n" +
 	"\vOrderStatus\x12\x1c\n" +
 	"\x18ORDER_STATUS_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14ORDER_STATUS_PENDING\x10\x01\x12\x15\n" +
 	"\x11ORDER_STATUS_PAID\x10\x02\x12\x18\n" +
 	"\x14ORDER_STATUS_SHIPPED\x10\x03\x12\x1a\n" +
 	"\x16ORDER_STATUS_DELIVERED\x10\x04\x12\x1a\n" +
-	"\x16ORDER_STATUS_CANCELLED\x10\x052\xd2\x04\n" +
+	"\x16ORDER_STATUS_CANCELLED\x10\x052\x8b\x06\n" +
 	"\rOrdersService\x12u\n" +
 	"\bGetOrder\x12 .portico.demo.v1.GetOrderRequest\x1a!.portico.demo.v1.GetOrderResponse\"$\x82\xd3\xe4\x93\x02\x1eb\x05order\x12\x15/v1/orders/{order_id}\x12z\n" +
 	"\vCreateOrder\x12#.portico.demo.v1.CreateOrderRequest\x1a$.portico.demo.v1.CreateOrderResponse\" \x82\xd3\xe4\x93\x02\x1a:\x05orderb\x05order\"\n" +
 	"/v1/orders\x12\x93\x01\n" +
-	"\vWatchOrders\x12#.portico.demo.v1.WatchOrdersRequest\x1a$.portico.demo.v1.WatchOrdersResponse\"7\x82\xd3\xe4\x93\x021b\x05event\x12(/v1/customers/{customer_id}/orders:watch0\x01\x12]\n" +
+	"\vWatchOrders\x12#.portico.demo.v1.WatchOrdersRequest\x1a$.portico.demo.v1.WatchOrdersResponse\"7\x82\xd3\xe4\x93\x021b\x05event\x12(/v1/customers/{customer_id}/orders:watch0\x01\x12\xb6\x01\n" +
+	"\n" +
+	"ListOrders\x12\".portico.demo.v1.ListOrdersRequest\x1a#.portico.demo.v1.ListOrdersResponse\"_\x82\xd3\xe4\x93\x02YZ3:\x06filter\")/v1/customers/{customer_id}/orders:search\x12\"/v1/customers/{customer_id}/orders\x12]\n" +
 	"\fImportOrders\x12$.portico.demo.v1.ImportOrdersRequest\x1a%.portico.demo.v1.ImportOrdersResponse(\x01\x12Y\n" +
 	"\n" +
 	"SyncOrders\x12\".portico.demo.v1.SyncOrdersRequest\x1a#.portico.demo.v1.SyncOrdersResponse(\x010\x01B:Z8github.com/portico-gw/portico/gen/portico/demo/v1;demov1b\x06proto3"
@@ -845,7 +1058,7 @@ func file_portico_demo_v1_orders_proto_rawDescGZIP() []byte {
 }
 
 var file_portico_demo_v1_orders_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_portico_demo_v1_orders_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_portico_demo_v1_orders_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_portico_demo_v1_orders_proto_goTypes = []any{
 	(OrderStatus)(0),              // 0: portico.demo.v1.OrderStatus
 	(*Order)(nil),                 // 1: portico.demo.v1.Order
@@ -861,36 +1074,49 @@ var file_portico_demo_v1_orders_proto_goTypes = []any{
 	(*ImportOrdersResponse)(nil),  // 11: portico.demo.v1.ImportOrdersResponse
 	(*SyncOrdersResponse)(nil),    // 12: portico.demo.v1.SyncOrdersResponse
 	(*SyncOrdersRequest)(nil),     // 13: portico.demo.v1.SyncOrdersRequest
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*ListOrdersRequest)(nil),     // 14: portico.demo.v1.ListOrdersRequest
+	(*OrderFilter)(nil),           // 15: portico.demo.v1.OrderFilter
+	(*ListOrdersResponse)(nil),    // 16: portico.demo.v1.ListOrdersResponse
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 18: google.protobuf.Duration
+	(*wrapperspb.Int64Value)(nil), // 19: google.protobuf.Int64Value
 }
 var file_portico_demo_v1_orders_proto_depIdxs = []int32{
 	2,  // 0: portico.demo.v1.Order.items:type_name -> portico.demo.v1.LineItem
 	0,  // 1: portico.demo.v1.Order.status:type_name -> portico.demo.v1.OrderStatus
-	14, // 2: portico.demo.v1.Order.create_time:type_name -> google.protobuf.Timestamp
+	17, // 2: portico.demo.v1.Order.create_time:type_name -> google.protobuf.Timestamp
 	1,  // 3: portico.demo.v1.GetOrderResponse.order:type_name -> portico.demo.v1.Order
 	1,  // 4: portico.demo.v1.CreateOrderRequest.order:type_name -> portico.demo.v1.Order
 	1,  // 5: portico.demo.v1.CreateOrderResponse.order:type_name -> portico.demo.v1.Order
 	9,  // 6: portico.demo.v1.WatchOrdersResponse.event:type_name -> portico.demo.v1.OrderEvent
 	0,  // 7: portico.demo.v1.OrderEvent.status:type_name -> portico.demo.v1.OrderStatus
-	14, // 8: portico.demo.v1.OrderEvent.event_time:type_name -> google.protobuf.Timestamp
+	17, // 8: portico.demo.v1.OrderEvent.event_time:type_name -> google.protobuf.Timestamp
 	1,  // 9: portico.demo.v1.ImportOrdersRequest.order:type_name -> portico.demo.v1.Order
 	9,  // 10: portico.demo.v1.SyncOrdersResponse.event:type_name -> portico.demo.v1.OrderEvent
 	0,  // 11: portico.demo.v1.SyncOrdersRequest.status:type_name -> portico.demo.v1.OrderStatus
-	3,  // 12: portico.demo.v1.OrdersService.GetOrder:input_type -> portico.demo.v1.GetOrderRequest
-	5,  // 13: portico.demo.v1.OrdersService.CreateOrder:input_type -> portico.demo.v1.CreateOrderRequest
-	7,  // 14: portico.demo.v1.OrdersService.WatchOrders:input_type -> portico.demo.v1.WatchOrdersRequest
-	10, // 15: portico.demo.v1.OrdersService.ImportOrders:input_type -> portico.demo.v1.ImportOrdersRequest
-	13, // 16: portico.demo.v1.OrdersService.SyncOrders:input_type -> portico.demo.v1.SyncOrdersRequest
-	4,  // 17: portico.demo.v1.OrdersService.GetOrder:output_type -> portico.demo.v1.GetOrderResponse
-	6,  // 18: portico.demo.v1.OrdersService.CreateOrder:output_type -> portico.demo.v1.CreateOrderResponse
-	8,  // 19: portico.demo.v1.OrdersService.WatchOrders:output_type -> portico.demo.v1.WatchOrdersResponse
-	11, // 20: portico.demo.v1.OrdersService.ImportOrders:output_type -> portico.demo.v1.ImportOrdersResponse
-	12, // 21: portico.demo.v1.OrdersService.SyncOrders:output_type -> portico.demo.v1.SyncOrdersResponse
-	17, // [17:22] is the sub-list for method output_type
-	12, // [12:17] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	0,  // 12: portico.demo.v1.ListOrdersRequest.statuses:type_name -> portico.demo.v1.OrderStatus
+	15, // 13: portico.demo.v1.ListOrdersRequest.filter:type_name -> portico.demo.v1.OrderFilter
+	17, // 14: portico.demo.v1.OrderFilter.created_after:type_name -> google.protobuf.Timestamp
+	18, // 15: portico.demo.v1.OrderFilter.max_age:type_name -> google.protobuf.Duration
+	19, // 16: portico.demo.v1.OrderFilter.min_total_cents:type_name -> google.protobuf.Int64Value
+	1,  // 17: portico.demo.v1.ListOrdersResponse.orders:type_name -> portico.demo.v1.Order
+	3,  // 18: portico.demo.v1.OrdersService.GetOrder:input_type -> portico.demo.v1.GetOrderRequest
+	5,  // 19: portico.demo.v1.OrdersService.CreateOrder:input_type -> portico.demo.v1.CreateOrderRequest
+	7,  // 20: portico.demo.v1.OrdersService.WatchOrders:input_type -> portico.demo.v1.WatchOrdersRequest
+	14, // 21: portico.demo.v1.OrdersService.ListOrders:input_type -> portico.demo.v1.ListOrdersRequest
+	10, // 22: portico.demo.v1.OrdersService.ImportOrders:input_type -> portico.demo.v1.ImportOrdersRequest
+	13, // 23: portico.demo.v1.OrdersService.SyncOrders:input_type -> portico.demo.v1.SyncOrdersRequest
+	4,  // 24: portico.demo.v1.OrdersService.GetOrder:output_type -> portico.demo.v1.GetOrderResponse
+	6,  // 25: portico.demo.v1.OrdersService.CreateOrder:output_type -> portico.demo.v1.CreateOrderResponse
+	8,  // 26: portico.demo.v1.OrdersService.WatchOrders:output_type -> portico.demo.v1.WatchOrdersResponse
+	16, // 27: portico.demo.v1.OrdersService.ListOrders:output_type -> portico.demo.v1.ListOrdersResponse
+	11, // 28: portico.demo.v1.OrdersService.ImportOrders:output_type -> portico.demo.v1.ImportOrdersResponse
+	12, // 29: portico.demo.v1.OrdersService.SyncOrders:output_type -> portico.demo.v1.SyncOrdersResponse
+	24, // [24:30] is the sub-list for method output_type
+	18, // [18:24] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_portico_demo_v1_orders_proto_init() }
@@ -904,7 +1130,7 @@ func file_portico_demo_v1_orders_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_portico_demo_v1_orders_proto_rawDesc), len(file_portico_demo_v1_orders_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

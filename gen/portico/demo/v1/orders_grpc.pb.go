@@ -22,6 +22,7 @@ const (
 	OrdersService_GetOrder_FullMethodName     = "/portico.demo.v1.OrdersService/GetOrder"
 	OrdersService_CreateOrder_FullMethodName  = "/portico.demo.v1.OrdersService/CreateOrder"
 	OrdersService_WatchOrders_FullMethodName  = "/portico.demo.v1.OrdersService/WatchOrders"
+	OrdersService_ListOrders_FullMethodName   = "/portico.demo.v1.OrdersService/ListOrders"
 	OrdersService_ImportOrders_FullMethodName = "/portico.demo.v1.OrdersService/ImportOrders"
 	OrdersService_SyncOrders_FullMethodName   = "/portico.demo.v1.OrdersService/SyncOrders"
 )
@@ -39,6 +40,9 @@ type OrdersServiceClient interface {
 	CreateOrder(ctx context.Context, in *CreateOrderRequest, opts ...grpc.CallOption) (*CreateOrderResponse, error)
 	// WatchOrders streams the events of a customer's orders as they happen.
 	WatchOrders(ctx context.Context, in *WatchOrdersRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchOrdersResponse], error)
+	// ListOrders returns a customer's orders that pass a filter, oldest
+	// first.
+	ListOrders(ctx context.Context, in *ListOrdersRequest, opts ...grpc.CallOption) (*ListOrdersResponse, error)
 	// ImportOrders takes a stream of orders and answers with a summary.
 	ImportOrders(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportOrdersRequest, ImportOrdersResponse], error)
 	// SyncOrders answers every status update with the resulting event.
@@ -92,6 +96,16 @@ func (c *ordersServiceClient) WatchOrders(ctx context.Context, in *WatchOrdersRe
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type OrdersService_WatchOrdersClient = grpc.ServerStreamingClient[WatchOrdersResponse]
 
+func (c *ordersServiceClient) ListOrders(ctx context.Context, in *ListOrdersRequest, opts ...grpc.CallOption) (*ListOrdersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListOrdersResponse)
+	err := c.cc.Invoke(ctx, OrdersService_ListOrders_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *ordersServiceClient) ImportOrders(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportOrdersRequest, ImportOrdersResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &OrdersService_ServiceDesc.Streams[1], OrdersService_ImportOrders_FullMethodName, cOpts...)
@@ -131,6 +145,9 @@ type OrdersServiceServer interface {
 	CreateOrder(context.Context, *CreateOrderRequest) (*CreateOrderResponse, error)
 	// WatchOrders streams the events of a customer's orders as they happen.
 	WatchOrders(*WatchOrdersRequest, grpc.ServerStreamingServer[WatchOrdersResponse]) error
+	// ListOrders returns a customer's orders that pass a filter, oldest
+	// first.
+	ListOrders(context.Context, *ListOrdersRequest) (*ListOrdersResponse, error)
 	// ImportOrders takes a stream of orders and answers with a summary.
 	ImportOrders(grpc.ClientStreamingServer[ImportOrdersRequest, ImportOrdersResponse]) error
 	// SyncOrders answers every status update with the resulting event.
@@ -153,6 +170,9 @@ func (UnimplementedOrdersServiceServer) CreateOrder(context.Context, *CreateOrde
 }
 func (UnimplementedOrdersServiceServer) WatchOrders(*WatchOrdersRequest, grpc.ServerStreamingServer[WatchOrdersResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchOrders not implemented")
+}
+func (UnimplementedOrdersServiceServer) ListOrders(context.Context, *ListOrdersRequest) (*ListOrdersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListOrders not implemented")
 }
 func (UnimplementedOrdersServiceServer) ImportOrders(grpc.ClientStreamingServer[ImportOrdersRequest, ImportOrdersResponse]) error {
 	return status.Error(codes.Unimplemented, "method ImportOrders not implemented")
@@ -228,6 +248,24 @@ func _OrdersService_WatchOrders_Handler(srv interface{}, stream grpc.ServerStrea
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type OrdersService_WatchOrdersServer = grpc.ServerStreamingServer[WatchOrdersResponse]
 
+func _OrdersService_ListOrders_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListOrdersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OrdersServiceServer).ListOrders(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OrdersService_ListOrders_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OrdersServiceServer).ListOrders(ctx, req.(*ListOrdersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _OrdersService_ImportOrders_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(OrdersServiceServer).ImportOrders(&grpc.GenericServerStream[ImportOrdersRequest, ImportOrdersResponse]{ServerStream: stream})
 }
@@ -256,6 +294,10 @@ var OrdersService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CreateOrder",
 			Handler:    _OrdersService_CreateOrder_Handler,
+		},
+		{
+			MethodName: "ListOrders",
+			Handler:    _OrdersService_ListOrders_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -41,6 +41,9 @@ const (
 	// OrdersServiceWatchOrdersProcedure is the fully-qualified name of the OrdersService's WatchOrders
 	// RPC.
 	OrdersServiceWatchOrdersProcedure = "/portico.demo.v1.OrdersService/WatchOrders"
+	// OrdersServiceListOrdersProcedure is the fully-qualified name of the OrdersService's ListOrders
+	// RPC.
+	OrdersServiceListOrdersProcedure = "/portico.demo.v1.OrdersService/ListOrders"
 	// OrdersServiceImportOrdersProcedure is the fully-qualified name of the OrdersService's
 	// ImportOrders RPC.
 	OrdersServiceImportOrdersProcedure = "/portico.demo.v1.OrdersService/ImportOrders"
@@ -57,6 +60,9 @@ type OrdersServiceClient interface {
 	CreateOrder(context.Context, *connect.Request[v1.CreateOrderRequest]) (*connect.Response[v1.CreateOrderResponse], error)
 	// WatchOrders streams the events of a customer's orders as they happen.
 	WatchOrders(context.Context, *connect.Request[v1.WatchOrdersRequest]) (*connect.ServerStreamForClient[v1.WatchOrdersResponse], error)
+	// ListOrders returns a customer's orders that pass a filter, oldest
+	// first.
+	ListOrders(context.Context, *connect.Request[v1.ListOrdersRequest]) (*connect.Response[v1.ListOrdersResponse], error)
 	// ImportOrders takes a stream of orders and answers with a summary.
 	ImportOrders(context.Context) *connect.ClientStreamForClient[v1.ImportOrdersRequest, v1.ImportOrdersResponse]
 	// SyncOrders answers every status update with the resulting event.
@@ -92,6 +98,12 @@ func NewOrdersServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(ordersServiceMethods.ByName("WatchOrders")),
 			connect.WithClientOptions(opts...),
 		),
+		listOrders: connect.NewClient[v1.ListOrdersRequest, v1.ListOrdersResponse](
+			httpClient,
+			baseURL+OrdersServiceListOrdersProcedure,
+			connect.WithSchema(ordersServiceMethods.ByName("ListOrders")),
+			connect.WithClientOptions(opts...),
+		),
 		importOrders: connect.NewClient[v1.ImportOrdersRequest, v1.ImportOrdersResponse](
 			httpClient,
 			baseURL+OrdersServiceImportOrdersProcedure,
@@ -112,6 +124,7 @@ type ordersServiceClient struct {
 	getOrder     *connect.Client[v1.GetOrderRequest, v1.GetOrderResponse]
 	createOrder  *connect.Client[v1.CreateOrderRequest, v1.CreateOrderResponse]
 	watchOrders  *connect.Client[v1.WatchOrdersRequest, v1.WatchOrdersResponse]
+	listOrders   *connect.Client[v1.ListOrdersRequest, v1.ListOrdersResponse]
 	importOrders *connect.Client[v1.ImportOrdersRequest, v1.ImportOrdersResponse]
 	syncOrders   *connect.Client[v1.SyncOrdersRequest, v1.SyncOrdersResponse]
 }
@@ -129,6 +142,11 @@ func (c *ordersServiceClient) CreateOrder(ctx context.Context, req *connect.Requ
 // WatchOrders calls portico.demo.v1.OrdersService.WatchOrders.
 func (c *ordersServiceClient) WatchOrders(ctx context.Context, req *connect.Request[v1.WatchOrdersRequest]) (*connect.ServerStreamForClient[v1.WatchOrdersResponse], error) {
 	return c.watchOrders.CallServerStream(ctx, req)
+}
+
+// ListOrders calls portico.demo.v1.OrdersService.ListOrders.
+func (c *ordersServiceClient) ListOrders(ctx context.Context, req *connect.Request[v1.ListOrdersRequest]) (*connect.Response[v1.ListOrdersResponse], error) {
+	return c.listOrders.CallUnary(ctx, req)
 }
 
 // ImportOrders calls portico.demo.v1.OrdersService.ImportOrders.
@@ -149,6 +167,9 @@ type OrdersServiceHandler interface {
 	CreateOrder(context.Context, *connect.Request[v1.CreateOrderRequest]) (*connect.Response[v1.CreateOrderResponse], error)
 	// WatchOrders streams the events of a customer's orders as they happen.
 	WatchOrders(context.Context, *connect.Request[v1.WatchOrdersRequest], *connect.ServerStream[v1.WatchOrdersResponse]) error
+	// ListOrders returns a customer's orders that pass a filter, oldest
+	// first.
+	ListOrders(context.Context, *connect.Request[v1.ListOrdersRequest]) (*connect.Response[v1.ListOrdersResponse], error)
 	// ImportOrders takes a stream of orders and answers with a summary.
 	ImportOrders(context.Context, *connect.ClientStream[v1.ImportOrdersRequest]) (*connect.Response[v1.ImportOrdersResponse], error)
 	// SyncOrders answers every status update with the resulting event.
@@ -180,6 +201,12 @@ func NewOrdersServiceHandler(svc OrdersServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(ordersServiceMethods.ByName("WatchOrders")),
 		connect.WithHandlerOptions(opts...),
 	)
+	ordersServiceListOrdersHandler := connect.NewUnaryHandler(
+		OrdersServiceListOrdersProcedure,
+		svc.ListOrders,
+		connect.WithSchema(ordersServiceMethods.ByName("ListOrders")),
+		connect.WithHandlerOptions(opts...),
+	)
 	ordersServiceImportOrdersHandler := connect.NewClientStreamHandler(
 		OrdersServiceImportOrdersProcedure,
 		svc.ImportOrders,
@@ -200,6 +227,8 @@ func NewOrdersServiceHandler(svc OrdersServiceHandler, opts ...connect.HandlerOp
 			ordersServiceCreateOrderHandler.ServeHTTP(w, r)
 		case OrdersServiceWatchOrdersProcedure:
 			ordersServiceWatchOrdersHandler.ServeHTTP(w, r)
+		case OrdersServiceListOrdersProcedure:
+			ordersServiceListOrdersHandler.ServeHTTP(w, r)
 		case OrdersServiceImportOrdersProcedure:
 			ordersServiceImportOrdersHandler.ServeHTTP(w, r)
 		case OrdersServiceSyncOrdersProcedure:
@@ -223,6 +252,10 @@ func (UnimplementedOrdersServiceHandler) CreateOrder(context.Context, *connect.R
 
 func (UnimplementedOrdersServiceHandler) WatchOrders(context.Context, *connect.Request[v1.WatchOrdersRequest], *connect.ServerStream[v1.WatchOrdersResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("portico.demo.v1.OrdersService.WatchOrders is not implemented"))
+}
+
+func (UnimplementedOrdersServiceHandler) ListOrders(context.Context, *connect.Request[v1.ListOrdersRequest]) (*connect.Response[v1.ListOrdersResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("portico.demo.v1.OrdersService.ListOrders is not implemented"))
 }
 
 func (UnimplementedOrdersServiceHandler) ImportOrders(context.Context, *connect.ClientStream[v1.ImportOrdersRequest]) (*connect.Response[v1.ImportOrdersResponse], error) {
