@@ -74,6 +74,9 @@ func TestServiceRoutes(t *testing.T) {
 				"demo-orders.CreateOrder.http0 /v1/orders /portico.demo.v1.OrdersService/CreateOrder",
 				"demo-orders.WatchOrders /portico.demo.v1.OrdersService/WatchOrders /portico.demo.v1.OrdersService/WatchOrders",
 				"demo-orders.WatchOrders.http0 /v1/customers/{customer_id}/orders:watch /portico.demo.v1.OrdersService/WatchOrders",
+				"demo-orders.ListOrders /portico.demo.v1.OrdersService/ListOrders /portico.demo.v1.OrdersService/ListOrders",
+				"demo-orders.ListOrders.http0 /v1/customers/{customer_id}/orders /portico.demo.v1.OrdersService/ListOrders",
+				"demo-orders.ListOrders.http1 /v1/customers/{customer_id}/orders:search /portico.demo.v1.OrdersService/ListOrders",
 				"demo-orders.ImportOrders /portico.demo.v1.OrdersService/ImportOrders /portico.demo.v1.OrdersService/ImportOrders",
 				"demo-orders.SyncOrders /portico.demo.v1.OrdersService/SyncOrders /portico.demo.v1.OrdersService/SyncOrders",
 			}
