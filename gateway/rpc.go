@@ -26,11 +26,13 @@ type rpcCallKey struct{}
 // transcode hands a gRPC-Web, Connect or REST call of a service route to
 // the service's transcoder, which calls serveRPC with the gRPC request.
 func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, route *snapshot.Route, t *proxy.Target, params *router.Params) {
-	if p := transcode.CheckQuery(route, t.RawQuery); p != nil {
+	q, p := transcode.CheckQuery(route, t.RawQuery)
+	if p != nil {
 		p.Instance, p.RequestID = t.Path, t.RequestID
 		problem.Write(w, r, *p)
 		return
 	}
+	t.RawQuery = q
 	if route.RPC.REST() && route.RPC.Method.IsStreamingServer() {
 		// A REST stream: the transcoder's REST streams are for HttpBody
 		// only; the gateway streams JSON lines or events itself.

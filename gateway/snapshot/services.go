@@ -56,6 +56,8 @@ type RPC struct {
 	// ResponseBody is the binding's response_body: the field of the
 	// response that is the answer, "" for the whole message.
 	ResponseBody string
+	// PathFields are the field paths the binding's path variables fill.
+	PathFields []string
 }
 
 // REST reports whether the route is a REST/JSON binding.
@@ -218,7 +220,7 @@ func deriveMethodRoutes(path string, sc *configv1.Service, svc *Service, md prot
 		out = append(out, derivedRoute{
 			rc:    base(id+".http"+strconv.Itoa(n), []string{verb}, tpl),
 			label: fmt.Sprintf("%s (%s)", path, where),
-			rpc:   &RPC{Service: svc, Method: md, Path: grpcPath, Binding: n, Body: r.GetBody(), ResponseBody: r.GetResponseBody()},
+			rpc:   &RPC{Service: svc, Method: md, Path: grpcPath, Binding: n, Body: r.GetBody(), ResponseBody: r.GetResponseBody(), PathFields: vars},
 		})
 	}
 	return out

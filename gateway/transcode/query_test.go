@@ -78,7 +78,7 @@ func TestCheckQuery(t *testing.T) {
 		{find, "%zz=1", "is not validly escaped"},
 		{routes["search.Find"], "anything=1", ""}, // not a REST route
 	} {
-		p := transcode.CheckQuery(tc.route, tc.query)
+		_, p := transcode.CheckQuery(tc.route, tc.query)
 		switch {
 		case tc.want == "" && p != nil:
 			t.Errorf("%s ?%s: %s, want accepted", tc.route.ID, tc.query, p.Detail)
@@ -86,7 +86,13 @@ func TestCheckQuery(t *testing.T) {
 			t.Errorf("%s ?%s: %v, want a problem saying %q", tc.route.ID, tc.query, p, tc.want)
 		}
 	}
-	if p := transcode.CheckQuery(searchRoutes(t, true)["search.Find.http0"], "nope=1"); p != nil {
+	if _, p := transcode.CheckQuery(searchRoutes(t, true)["search.Find.http0"], "nope=1"); p != nil {
 		t.Errorf("allow_unknown_fields: %s, want accepted", p.Detail)
+	}
+	// A parameter naming a field the path fills is dropped: the path decides.
+	for _, q := range []string{"index=other&queryText=x", "queryText=x&index=other"} {
+		if got, p := transcode.CheckQuery(find, q); p != nil || got != "queryText=x" {
+			t.Errorf("?%s: %q, %v; want queryText=x", q, got, p)
+		}
 	}
 }

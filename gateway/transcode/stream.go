@@ -134,7 +134,8 @@ func buildRequest(r *http.Request, route *snapshot.Route, params *router.Params,
 	if rpc.Body != "" && rpc.Body != "*" {
 		bound = append(bound, []string{rpc.Body})
 	}
-	if p := CheckQuery(route, rawQuery); p != nil {
+	rawQuery, p := CheckQuery(route, rawQuery)
+	if p != nil {
 		return p
 	}
 	if rawQuery != "" && rpc.Body != "*" {

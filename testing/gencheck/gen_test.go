@@ -77,3 +77,28 @@ func readTree(t *testing.T, dir string) map[string][]byte {
 	}
 	return files
 }
+
+// TestGRPCGatewayProxyIsCurrent regenerates the test-only grpc-gateway
+// proxy of the demo service and fails if it differs from the committed one.
+func TestGRPCGatewayProxyIsCurrent(t *testing.T) {
+	root := repoRoot(t)
+	srcdeps.Touch(t, root, ".proto", "buf.yaml", "testing/grpcgw/buf.gen.yaml", "go.mod", "go.sum")
+	out := t.TempDir()
+	buf(t, root, "generate", "--template", "testing/grpcgw/buf.gen.yaml", "--path", "proto/portico/demo", "-o", out)
+	const dir = "testing/grpcgw/portico"
+	fresh := readTree(t, filepath.Join(out, dir))
+	committed := readTree(t, filepath.Join(root, dir))
+	if len(fresh) == 0 {
+		t.Fatal("nothing generated")
+	}
+	for path, want := range fresh {
+		if got, ok := committed[path]; !ok || !bytes.Equal(got, want) {
+			t.Errorf("%s/%s is missing or stale; run: go tool -modfile=tools/go.mod buf generate --template testing/grpcgw/buf.gen.yaml --path proto/portico/demo", dir, path)
+		}
+	}
+	for path := range committed {
+		if _, ok := fresh[path]; !ok {
+			t.Errorf("%s/%s is not generated; remove it", dir, path)
+		}
+	}
+}
