@@ -53,11 +53,17 @@ func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, rout
 	// The transcoder rewrites the request's headers for the upstream; the
 	// caller's stay as they came, for the answer.
 	r2.Header = r.Header.Clone()
+	if !route.RPC.REST() && r2.Header.Get("Connect-Protocol-Version") == "" && problem.ProtocolOf(r) == problem.HTTP {
+		// A plain POST (or GET) of JSON or proto to a method's path is a
+		// Connect unary call, which may leave the header out; the route
+		// says so, where the transcoder would take it for REST.
+		r2.Header.Set("Connect-Protocol-Version", "1")
+	}
 	if ct := headerValue(r.Header, "Content-Type"); transcode.IsGRPCWebText(ct) {
 		transcode.FromGRPCWebText(st.rpc.For(route.RPC.Service), w, r2)
 		return
 	}
-	if problem.ProtocolOf(r) != problem.HTTP {
+	if problem.ProtocolOf(r2) != problem.HTTP {
 		st.rpc.For(route.RPC.Service).ServeHTTP(w, r2)
 		return
 	}

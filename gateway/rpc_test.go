@@ -446,3 +446,30 @@ func TestRPCDeadlines(t *testing.T) {
 		}
 	}
 }
+
+// TestRPCConnectWithoutHeader: a plain JSON POST to a method's path is a
+// Connect unary call, with Connect's answers, even without the
+// Connect-Protocol-Version header.
+func TestRPCConnectWithoutHeader(t *testing.T) {
+	t.Parallel()
+	d := gatewaytest.Demo(t)
+	g := gatewaytest.Start(t, rpcSnapshot(t, d.OrdersAddr()), nil)
+	hc := gatewaytest.HTTP1Client(t)
+	post := func(body string) (int, string, map[string]any) {
+		resp, err := hc.Post(g.URL()+"/portico.demo.v1.OrdersService/GetOrder", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var m map[string]any
+		_ = json.Unmarshal(b, &m)
+		return resp.StatusCode, resp.Header.Get("Content-Type"), m
+	}
+	if st, _, m := post(`{"order_id":"o-1001"}`); st != 200 || m["order"] == nil {
+		t.Errorf("GetOrder: %d %v", st, m)
+	}
+	if st, ct, m := post(`{"order_id":"o-9999"}`); st != 404 || ct != "application/json" || m["code"] != "not_found" {
+		t.Errorf("unknown order: %d %s %v, want a Connect not_found", st, ct, m)
+	}
+}

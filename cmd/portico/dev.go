@@ -11,11 +11,15 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/portico-gw/portico/cmd/portico/demo"
 	"github.com/portico-gw/portico/gateway"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	demov1 "github.com/portico-gw/portico/gen/portico/demo/v1"
 )
 
 func runDev(ctx context.Context, args []string) error {
@@ -96,8 +100,17 @@ func devSnapshot(b *demo.Servers, ident *devIdentity) *configv1.Snapshot {
 		Scopes:  []string{"orders:write"},
 		MethodScopes: []*configv1.MethodScopes{
 			{Method: orders + "GetOrder", Scopes: []string{"orders:read"}},
+			{Method: orders + "ListOrders", Scopes: []string{"orders:read"}},
 			{Method: orders + "WatchOrders", Scopes: []string{"orders:read"}},
 		},
+	}
+	// The orders service is served from its descriptor: gRPC, gRPC-Web,
+	// Connect and REST (its google.api.http bindings), validated at the edge.
+	ordersDesc, err := proto.Marshal(&descriptorpb.FileDescriptorSet{File: []*descriptorpb.FileDescriptorProto{
+		protodesc.ToFileDescriptorProto(demov1.File_portico_demo_v1_orders_proto),
+	}})
+	if err != nil {
+		panic(err) // a linked-in descriptor always encodes
 	}
 	inventoryAuth := &configv1.RouteAuth{
 		Product:  "inventory-api",
@@ -126,8 +139,12 @@ func devSnapshot(b *demo.Servers, ident *devIdentity) *configv1.Snapshot {
 				},
 			},
 		},
+		Services: []*configv1.Service{{
+			Id: "orders", Team: "demo", Name: "portico.demo.v1.OrdersService", Cluster: "orders",
+			Timeout: durationpb.New(30 * time.Second), Auth: ordersAuth,
+			Descriptors: &configv1.Descriptors{Source: &configv1.Descriptors_FileDescriptorSet{FileDescriptorSet: ordersDesc}},
+		}},
 		Routes: []*configv1.Route{
-			grpcRoute("orders-grpc", "portico.demo.v1.OrdersService", ordersAuth),
 			grpcRoute("orders-reflection", "grpc.reflection.v1.ServerReflection", public),
 			grpcRoute("orders-reflection-v1alpha", "grpc.reflection.v1alpha.ServerReflection", public),
 			grpcRoute("orders-health", "grpc.health.v1.Health", public),
@@ -169,7 +186,15 @@ refused:
 rate limited (plan %[6]s: %[8]d/s per caller, burst %[9]d; 429 rate_limited after the burst):
   for i in $(seq 60); do curl -s -o /dev/null -w '%%{http_code} ' -H 'x-api-key: %[4]s' http://%[1]s/inventory/v1/items; done; echo
 
-gRPC (the orders service; go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4):
+The orders service, a gRPC service served from its descriptor to every protocol:
+REST (its google.api.http bindings):
+  curl -i -H 'x-api-key: %[4]s' http://%[1]s/v1/orders/o-1001
+  curl -i -H 'x-api-key: %[4]s' 'http://%[1]s/v1/customers/c-42/orders?statuses=ORDER_STATUS_PAID&filter.minTotalCents=100'
+  curl -N -H 'x-api-key: %[4]s' 'http://%[1]s/v1/customers/c-42/orders:watch?maxEvents=3'          # NDJSON stream
+  curl -i -H 'x-api-key: %[4]s' http://%[1]s/v1/orders/bad-id                 # 400, refused at the edge by its buf.validate rules
+Connect:
+  curl -i -H 'x-api-key: %[4]s' -H 'content-type: application/json' -d '{"order_id":"o-1001"}' http://%[1]s/portico.demo.v1.OrdersService/GetOrder
+gRPC (go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4):
   grpcurl -plaintext %[1]s list
   grpcurl -plaintext -H 'x-api-key: %[4]s' -d '{"order_id":"o-1001"}' %[1]s portico.demo.v1.OrdersService/GetOrder
   grpcurl -plaintext -H 'x-api-key: %[4]s' -d '{"customer_id":"c-42","max_events":3}' %[1]s portico.demo.v1.OrdersService/WatchOrders

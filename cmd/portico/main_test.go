@@ -225,7 +225,7 @@ func TestDevRole(t *testing.T) {
 	p := start(t, "dev", "-addr", addr, "-tls-addr", tlsAddr)
 	p.waitLine(t, regexp.MustCompile(`Ctrl-C drains`))
 	out := p.output()
-	for _, want := range []string{"curl -i http://" + addr + "/inventory/v1/items", "grpcurl -plaintext " + addr + " list", "portico.demo.v1.OrdersService/GetOrder", "403 insufficient_scope"} {
+	for _, want := range []string{"curl -i http://" + addr + "/inventory/v1/items", "grpcurl -plaintext " + addr + " list", "portico.demo.v1.OrdersService/GetOrder", "403 insufficient_scope", "/v1/orders/o-1001"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("dev banner lacks %q", want)
 		}
@@ -265,6 +265,17 @@ func TestDevRole(t *testing.T) {
 	}
 	if code, body := call("POST", "/inventory/v1/items", map[string]string{"Authorization": "Bearer " + token[1]}, `{"sku":"SPROCKET-4","name":"Sprocket","quantity":5,"price_cents":250}`); code != 201 {
 		t.Errorf("POST with the demo token = %d %q, want 201", code, body)
+	}
+	// The orders service from its descriptor: REST, Connect, edge validation.
+	if code, body := call("GET", "/v1/orders/o-1001", withKey, ""); code != 200 || !strings.Contains(body, `"orderId":"o-1001"`) {
+		t.Errorf("REST GET /v1/orders/o-1001 = %d %q, want the order", code, body)
+	}
+	if code, body := call("GET", "/v1/orders/bad-id", withKey, ""); code != 400 || !strings.Contains(body, `"rule":"string.pattern"`) {
+		t.Errorf("REST GET /v1/orders/bad-id = %d %q, want 400 with the violation", code, body)
+	}
+	connect := map[string]string{"X-Api-Key": key, "Content-Type": "application/json"}
+	if code, body := call("POST", "/portico.demo.v1.OrdersService/GetOrder", connect, `{"order_id":"o-1001"}`); code != 200 || !strings.Contains(body, `"orderId":"o-1001"`) {
+		t.Errorf("Connect GetOrder = %d %q, want the order", code, body)
 	}
 	if code, body := call("GET", "/nowhere", nil, ""); code != 404 || !strings.Contains(body, `"error":"no_route"`) {
 		t.Errorf("GET /nowhere through dev = %d %q", code, body)
