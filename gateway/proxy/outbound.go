@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -189,28 +190,45 @@ func isToken(s string) bool {
 // limitedBody is the request body sent upstream. It counts bytes as they
 // stream and fails the upstream request once the route's limit is passed,
 // and it remembers whether a failure was the client's.
+//
+// The transport reads the body on a goroutine of its own, which may still
+// be reading when RoundTrip returns an error: what it found out is guarded
+// by mu, which only those failures take.
 type limitedBody struct {
-	r        io.ReadCloser
-	limit    int64
-	n        int64
+	r     io.ReadCloser
+	limit int64
+	n     int64 // read by the transport's goroutine alone
+
+	mu       sync.Mutex
 	tooLarge bool
 	err      error // a read error from the client other than EOF
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
-	if b.tooLarge {
+	if b.n > b.limit {
 		return 0, errBodyTooLarge
 	}
 	n, err := b.r.Read(p)
 	b.n += int64(n)
 	if b.n > b.limit {
+		b.mu.Lock()
 		b.tooLarge = true
+		b.mu.Unlock()
 		return 0, errBodyTooLarge
 	}
 	if err != nil && err != io.EOF {
+		b.mu.Lock()
 		b.err = err
+		b.mu.Unlock()
 	}
 	return n, err
+}
+
+// failure returns what went wrong reading the client's body, if anything.
+func (b *limitedBody) failure() (tooLarge bool, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.tooLarge, b.err
 }
 
 // Close closes the client's request body. The transport calls it when it is

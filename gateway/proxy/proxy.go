@@ -131,14 +131,15 @@ func (f *Forwarder) Serve(w http.ResponseWriter, r *http.Request, t *Target) {
 // roundTripFailed answers a request whose upstream exchange failed before
 // response headers and says what the failure means for the endpoint.
 func (f *Forwarder) roundTripFailed(w http.ResponseWriter, r *http.Request, t *Target, ctx context.Context, out *outbound, err error) upstream.Outcome {
+	tooLarge, bodyErr := out.body.failure()
 	switch {
-	case out.body.tooLarge:
+	case tooLarge:
 		f.fail(w, r, t, problem.PayloadTooLarge, "request body exceeds the route's limit", nil)
 		return upstream.Canceled
 	case r.Context().Err() != nil:
 		// The client is gone; nobody is listening for an answer.
 		return upstream.Canceled
-	case out.body.err != nil:
+	case bodyErr != nil:
 		// Reading the client's body failed: bad chunking, a reset stream.
 		w.Header()["Connection"] = closeValue
 		f.fail(w, r, t, problem.BadRequest, "malformed request body", nil)
