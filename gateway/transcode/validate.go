@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"buf.build/go/hyperpb"
+	"buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	"buf.build/go/protovalidate"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -42,9 +43,11 @@ func newValidator(svc *snapshot.Service) (*validator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("validation rules: %w", err)
 	}
+	// Only messages with rules somewhere inside are decoded: a method
+	// without any streams untouched, at any size.
 	types := make(map[protoreflect.FullName]*hyperpb.MessageType, len(inputs))
 	for _, md := range inputs {
-		if types[md.FullName()] == nil {
+		if types[md.FullName()] == nil && hasRules(md, map[protoreflect.FullName]bool{}) {
 			types[md.FullName()] = hyperpb.CompileMessageDescriptor(md, hyperpb.WithExtensionsFromFiles(svc.Files))
 		}
 	}
@@ -58,8 +61,8 @@ func newValidator(svc *snapshot.Service) (*validator, error) {
 // call must not be forwarded; the caller writes it.
 func (s *Set) Validate(r *http.Request, route *snapshot.Route) *problem.Problem {
 	v := s.validators[route.RPC.Service.Index]
-	if v == nil {
-		return nil
+	if v == nil || v.types[route.RPC.Method.Input().FullName()] == nil {
+		return nil // validation off, or no rules to check
 	}
 	b := &validatingBody{
 		body: r.Body, v: v, input: route.RPC.Method.Input(),
@@ -189,4 +192,37 @@ func (b *validatingBody) problem(err error) *problem.Problem {
 		return &problem.Problem{Code: fe.code, Detail: fe.detail, Violations: fe.violations}
 	}
 	return &problem.Problem{Code: problem.BadRequest, Detail: "reading the request: " + err.Error()}
+}
+
+// hasRules reports whether md or any message within it carries
+// buf.validate rules (on the message, a oneof or a field). seen breaks
+// cycles.
+func hasRules(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]bool) bool {
+	if seen[md.FullName()] {
+		return false
+	}
+	seen[md.FullName()] = true
+	if proto.HasExtension(md.Options(), validate.E_Message) {
+		return true
+	}
+	oneofs := md.Oneofs()
+	for i := range oneofs.Len() {
+		if proto.HasExtension(oneofs.Get(i).Options(), validate.E_Oneof) {
+			return true
+		}
+	}
+	fields := md.Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if proto.HasExtension(fd.Options(), validate.E_Field) {
+			return true
+		}
+		if fd.IsMap() {
+			fd = fd.MapValue()
+		}
+		if m := fd.Message(); m != nil && hasRules(m, seen) {
+			return true
+		}
+	}
+	return false
 }
