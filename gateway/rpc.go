@@ -19,6 +19,9 @@ type rpcCall struct {
 	route  *snapshot.Route
 	target *proxy.Target
 	st     *state
+	// refused is the gateway's own refusal of the call (validation), kept
+	// for REST callers: gRPC has no 413, and the problem says it best.
+	refused *problem.Problem
 }
 
 type rpcCallKey struct{}
@@ -43,7 +46,8 @@ func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, rout
 		}))
 		return
 	}
-	ctx := context.WithValue(r.Context(), rpcCallKey{}, &rpcCall{route: route, target: t, st: st})
+	call := &rpcCall{route: route, target: t, st: st}
+	ctx := context.WithValue(r.Context(), rpcCallKey{}, call)
 	r2 := r.WithContext(ctx)
 	// The transcoder routes by path again: give it the normalised path and
 	// the query the upstream may see (an API key in it removed).
@@ -68,7 +72,7 @@ func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, rout
 		return
 	}
 	// REST callers get errors as Problem Details, like the gateway's own.
-	ew := &restErrors{ResponseWriter: w, r: r, rid: t.RequestID, instance: t.Path}
+	ew := &restErrors{ResponseWriter: w, r: r, rid: t.RequestID, instance: t.Path, call: call}
 	st.rpc.For(route.RPC.Service).ServeHTTP(ew, r2)
 	ew.finish()
 }
@@ -82,6 +86,7 @@ type restErrors struct {
 	http.ResponseWriter
 	r             *http.Request
 	rid, instance string
+	call          *rpcCall
 	status        int // held back; 0 if the response passes through
 	held          bytes.Buffer
 }
@@ -119,6 +124,9 @@ func (e *restErrors) finish() {
 	}
 	h := e.Header()
 	p, ok := problem.FromStatusJSON(e.held.Bytes(), e.status)
+	if e.call.refused != nil {
+		p, ok = *e.call.refused, true
+	}
 	if !ok {
 		// A plain-text refusal (415, 405, ...): named after its status.
 		p = problem.Problem{
@@ -143,7 +151,13 @@ func (n *Node) serveRPC(w http.ResponseWriter, r *http.Request) {
 	}
 	t := *c.target
 	t.Path, t.RawQuery = r.URL.Path, ""
-	n.forwardRPC(w, r, c.st, c.route, &t)
+	if p := c.st.rpc.Validate(r, c.route); p != nil {
+		c.refused = p
+		p.Instance, p.RequestID = c.route.RPC.Path, t.RequestID
+		problem.Write(w, r, *p)
+		return
+	}
+	n.fwd.Serve(w, r, &t)
 }
 
 // forwardRPC forwards a gRPC call of a service route once its request

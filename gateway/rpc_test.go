@@ -282,7 +282,7 @@ func TestRPCRESTProblems(t *testing.T) {
 		return resp.StatusCode, resp.Header.Get("Content-Type"), m
 	}
 	st, ct, p := get("/v1/orders/bad%20id")
-	if st != 400 || ct != "application/problem+json" || p["error"] != "invalid_argument" || p["request_id"] == "" {
+	if st != 400 || ct != "application/problem+json" || p["error"] != "bad_request" || p["request_id"] == "" {
 		t.Fatalf("invalid id: %d %s %v", st, ct, p)
 	}
 	vs, _ := p["violations"].([]any)
@@ -471,5 +471,25 @@ func TestRPCConnectWithoutHeader(t *testing.T) {
 	}
 	if st, ct, m := post(`{"order_id":"o-9999"}`); st != 404 || ct != "application/json" || m["code"] != "not_found" {
 		t.Errorf("unknown order: %d %s %v, want a Connect not_found", st, ct, m)
+	}
+}
+
+// TestRPCRESTTooLarge: a REST body over the validation buffer is 413, as
+// on any route, though gRPC itself can only say ResourceExhausted.
+func TestRPCRESTTooLarge(t *testing.T) {
+	t.Parallel()
+	d := gatewaytest.Demo(t)
+	cfg := rpcSnapshot(t, d.OrdersAddr())
+	cfg.Services[0].MaxValidatedMessageBytes = 64
+	g := gatewaytest.Start(t, cfg, nil)
+	resp, err := gatewaytest.HTTP1Client(t).Post(g.URL()+"/v1/orders", "application/json",
+		strings.NewReader(`{"customerId":"c-7","items":[`+strings.Repeat(`{"sku":"SKU-1","quantity":2},`, 20)+`{"sku":"SKU-2","quantity":2}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != 413 || !strings.Contains(string(b), `"error":"payload_too_large"`) {
+		t.Errorf("%d %s, want 413 payload_too_large", resp.StatusCode, b)
 	}
 }
