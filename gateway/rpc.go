@@ -135,7 +135,10 @@ func (e *restErrors) finish() {
 			HTTPStatus: e.status,
 		}
 	}
-	h.Del("Content-Length")
+	// The upstream side's gRPC status may share the header map.
+	for _, k := range []string{"Content-Length", "Grpc-Status", "Grpc-Message", "Grpc-Status-Details-Bin"} {
+		h.Del(k)
+	}
 	p.Instance, p.RequestID = e.instance, e.rid
 	problem.Write(e.ResponseWriter, e.r, p)
 }
@@ -152,7 +155,11 @@ func (n *Node) serveRPC(w http.ResponseWriter, r *http.Request) {
 	t := *c.target
 	t.Path, t.RawQuery = r.URL.Path, ""
 	if p := c.st.rpc.Validate(r, c.route); p != nil {
-		c.refused = p
+		if len(p.Violations) > 0 || p.Code == problem.PayloadTooLarge {
+			// (A call without a message is one the transcoder could not
+			// decode; its own error says why.)
+			c.refused = p
+		}
 		p.Instance, p.RequestID = c.route.RPC.Path, t.RequestID
 		problem.Write(w, r, *p)
 		return

@@ -282,7 +282,7 @@ func TestRPCRESTProblems(t *testing.T) {
 		return resp.StatusCode, resp.Header.Get("Content-Type"), m
 	}
 	st, ct, p := get("/v1/orders/bad%20id")
-	if st != 400 || ct != "application/problem+json" || p["error"] != "bad_request" || p["request_id"] == "" {
+	if st != 400 || ct != "application/problem+json" || p["error"] != "invalid_argument" || p["request_id"] == "" {
 		t.Fatalf("invalid id: %d %s %v", st, ct, p)
 	}
 	vs, _ := p["violations"].([]any)

@@ -29,6 +29,7 @@ type Code string
 // HTTP and gRPC mappings.
 const (
 	BadRequest          Code = "bad_request"
+	InvalidArgument     Code = "invalid_argument"
 	Unauthenticated     Code = "unauthenticated"
 	InsufficientScope   Code = "insufficient_scope"
 	ProductNotInPlan    Code = "product_not_in_plan"
@@ -67,6 +68,7 @@ type spec struct {
 
 var specs = map[Code]spec{
 	BadRequest:          {http.StatusBadRequest, "Bad request", grpcInvalidArgument},
+	InvalidArgument:     {http.StatusBadRequest, "Invalid argument", grpcInvalidArgument},
 	Unauthenticated:     {http.StatusUnauthorized, "Unauthenticated", grpcUnauthenticated},
 	InsufficientScope:   {http.StatusForbidden, "Insufficient scope", grpcPermissionDenied},
 	ProductNotInPlan:    {http.StatusForbidden, "Product not in plan", grpcPermissionDenied},

@@ -171,7 +171,7 @@ func (b *validatingBody) next() error {
 		if !errors.As(err, &verr) {
 			return &frameError{code: problem.Internal, detail: "validating the request: " + err.Error()}
 		}
-		fe := &frameError{code: problem.BadRequest, detail: "the request breaks " + string(b.input.FullName()) + "'s rules: " + verr.Error()}
+		fe := &frameError{code: problem.InvalidArgument, detail: "the request breaks " + string(b.input.FullName()) + "'s rules: " + verr.Error()}
 		for _, v := range verr.Violations {
 			fe.violations = append(fe.violations, problem.Violation{
 				Field:   protovalidate.FieldPathString(v.Proto.GetField()),
