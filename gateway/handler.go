@@ -158,7 +158,10 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		// gRPC-Web, Connect or REST: transcoded to a gRPC call, which
 		// serveRPC forwards.
-		n.transcode(w, r, st, route, &t, &params)
+		// A copy: the transcoder keeps it in the request's context, which
+		// would otherwise move every request's Target to the heap.
+		rt := t
+		n.transcode(w, r, st, route, &rt, &params)
 		return
 	}
 	n.fwd.Serve(w, r, &t)
