@@ -67,7 +67,12 @@ func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, rout
 		transcode.FromGRPCWebText(st.rpc.For(route.RPC.Service), w, r2)
 		return
 	}
-	if problem.ProtocolOf(r2) != problem.HTTP {
+	switch problem.ProtocolOf(r2) {
+	case problem.GRPCWeb:
+		st.rpc.For(route.RPC.Service).ServeHTTP(transcode.LowerWebTrailers(w), r2)
+		return
+	case problem.HTTP:
+	default:
 		st.rpc.For(route.RPC.Service).ServeHTTP(w, r2)
 		return
 	}

@@ -351,7 +351,7 @@ func TestRPCGRPCWebText(t *testing.T) {
 	if err := proto.Unmarshal(raw[5:5+n], &got); err != nil || got.GetOrder().GetOrderId() != "o-1001" {
 		t.Fatalf("message: %v %v", &got, err)
 	}
-	if trailer := string(raw[5+n:]); raw[5+n] != 0x80 || !strings.Contains(strings.ToLower(trailer), "grpc-status: 0") {
+	if trailer := string(raw[5+n:]); raw[5+n] != 0x80 || !strings.Contains(trailer, "grpc-status: 0") {
 		t.Errorf("trailer frame %q, want grpc-status 0", trailer)
 	}
 }

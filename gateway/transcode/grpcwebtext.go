@@ -35,7 +35,7 @@ func FromGRPCWebText(h http.Handler, w http.ResponseWriter, r *http.Request) {
 	r2.ContentLength = -1
 	r2.Header.Del("Content-Length")
 	tw := &textWriter{ResponseWriter: w}
-	h.ServeHTTP(tw, r2)
+	h.ServeHTTP(LowerWebTrailers(tw), r2)
 }
 
 // base64Body decodes a base64 body that may be several padded segments,
