@@ -20,6 +20,8 @@ type outbound struct {
 	vals [14]string // backing store for the values of headers the gateway sets
 }
 
+// newOutbound builds the upstream request. For gRPC, a positive timeout is
+// sent as grpc-timeout.
 func newOutbound(ctx context.Context, r *http.Request, t *Target, addr string, grpc bool, timeout time.Duration) *outbound {
 	o := &outbound{}
 	// Opaque carries the already-escaped path verbatim: the backend receives
@@ -100,7 +102,9 @@ func (o *outbound) header(r *http.Request, t *Target, grpc bool, timeout time.Du
 	if grpc {
 		// TE: trailers is the one TE value a gRPC server requires.
 		set("Te", "trailers")
-		set("Grpc-Timeout", formatGRPCTimeout(timeout))
+		if timeout > 0 {
+			set("Grpc-Timeout", formatGRPCTimeout(timeout))
+		}
 	}
 	return h
 }

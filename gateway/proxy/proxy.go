@@ -106,16 +106,21 @@ func (f *Forwarder) Serve(w http.ResponseWriter, r *http.Request, t *Target) {
 		return
 	}
 
+	// The route's timeout bounds the call here; the upstream hears of a
+	// deadline only when the caller set one (as grpc-timeout, the smaller
+	// of the caller's and the route's), as it would without a gateway.
 	timeout := t.Timeout
+	var sendTimeout time.Duration
 	if grpc {
-		if d, ok := parseGRPCTimeout(headerValue(r.Header, "Grpc-Timeout")); ok && d < timeout {
-			timeout = d
+		if d, ok := parseGRPCTimeout(headerValue(r.Header, "Grpc-Timeout")); ok {
+			timeout = min(timeout, d)
+			sendTimeout = timeout
 		}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 
-	out := newOutbound(ctx, r, t, ep.Address(), grpc, timeout)
+	out := newOutbound(ctx, r, t, ep.Address(), grpc, sendTimeout)
 	resp, err := t.Cluster.Transport().RoundTrip(out.req)
 	if err != nil {
 		ep.Done(f.roundTripFailed(w, r, t, ctx, out, err))

@@ -1758,9 +1758,10 @@ type Route struct {
 	Headers []*HeaderMatch `protobuf:"bytes,6,rep,name=headers,proto3" json:"headers,omitempty"`
 	// Cluster names the upstream cluster in the same snapshot.
 	Cluster string `protobuf:"bytes,7,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	// Timeout bounds the whole exchange with the upstream, body included. The
-	// remaining time is sent upstream (grpc-timeout for gRPC). Unset means the
-	// node's default (15 s).
+	// Timeout bounds the whole exchange with the upstream, body included; the
+	// gateway enforces it. A gRPC upstream is sent grpc-timeout only when the
+	// caller set a deadline (the smaller of the two). Unset means the node's
+	// default (15 s).
 	Timeout *durationpb.Duration `protobuf:"bytes,8,opt,name=timeout,proto3" json:"timeout,omitempty"`
 	// MaxRequestBytes caps the request body, counted while it streams; a larger
 	// body is answered 413. Zero means the node's default (10 MiB).
