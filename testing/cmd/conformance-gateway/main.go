@@ -8,7 +8,7 @@
 //
 // Flags: -protos, the conformance module's proto directory;
 // -referenceserver, the reference server binary. Run by hand (not yet part
-// of the test command; first results in docs/operations.md):
+// of the test command; results by suite in docs/operations.md):
 //
 //	GOBIN=/tmp/cbin go install connectrpc.com/conformance/cmd/connectconformance@v1.0.7 connectrpc.com/conformance/cmd/referenceserver@v1.0.7
 //	go build -o /tmp/cgw ./testing/cmd/conformance-gateway
