@@ -64,7 +64,9 @@ func TestGRPCInterop(t *testing.T) {
 		"status_code_and_message":     func(ctx context.Context) { interop.DoStatusCodeAndMessage(ctx, tc) },
 		"special_status_message":      func(ctx context.Context) { interop.DoSpecialStatusMessage(ctx, tc) },
 		"unimplemented_method":        func(ctx context.Context) { interop.DoUnimplementedMethod(ctx, conn) },
-		"unimplemented_service":       func(ctx context.Context) { interop.DoUnimplementedService(ctx, testgrpc.NewUnimplementedServiceClient(conn)) },
+		"unimplemented_service": func(ctx context.Context) {
+			interop.DoUnimplementedService(ctx, testgrpc.NewUnimplementedServiceClient(conn))
+		},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		run(ctx)

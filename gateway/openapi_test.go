@@ -124,9 +124,9 @@ func TestOpenAPIValidation(t *testing.T) {
 func TestOpenAPIDocumentProblems(t *testing.T) {
 	t.Parallel()
 	for name, doc := range map[string]string{
-		"not yaml":         "openapi: [",
-		"not openapi":      "openapi: 3.0.3\ninfo: {title: x}\n",
-		"external ref":     "openapi: 3.0.3\ninfo: {title: x, version: '1'}\npaths:\n  /a:\n    get:\n      responses: {'200': {$ref: 'https://example.com/r.yaml'}}\n",
+		"not yaml":     "openapi: [",
+		"not openapi":  "openapi: 3.0.3\ninfo: {title: x}\n",
+		"external ref": "openapi: 3.0.3\ninfo: {title: x, version: '1'}\npaths:\n  /a:\n    get:\n      responses: {'200': {$ref: 'https://example.com/r.yaml'}}\n",
 	} {
 		_, err := snapshot.Compile(&configv1.Snapshot{
 			Clusters: []*configv1.Cluster{cluster("echo", "127.0.0.1:1")},

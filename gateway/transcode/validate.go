@@ -10,8 +10,8 @@ import (
 	"net/http"
 	"strconv"
 
-	"buf.build/go/hyperpb"
 	"buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
+	"buf.build/go/hyperpb"
 	"buf.build/go/protovalidate"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"

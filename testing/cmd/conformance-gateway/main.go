@@ -143,8 +143,8 @@ func run() error {
 		Clusters: []*configv1.Cluster{{Name: "reference", Protocol: configv1.Protocol_PROTOCOL_GRPC, Endpoints: []*configv1.Endpoint{{Address: backend}}}},
 		Services: []*configv1.Service{{
 			Id: "conformance", Team: "conformance", Name: "connectrpc.conformance.v1.ConformanceService", Cluster: "reference",
-			Auth:    &configv1.RouteAuth{Public: true, Reviewer: "conformance"},
-			Timeout: durationpb.New(30 * time.Second),
+			Auth:        &configv1.RouteAuth{Public: true, Reviewer: "conformance"},
+			Timeout:     durationpb.New(30 * time.Second),
 			Descriptors: &configv1.Descriptors{Source: &configv1.Descriptors_Sources{Sources: &configv1.ProtoSources{Files: sources}}},
 		}},
 		RateLimiting: &configv1.RateLimiting{Anonymous: &configv1.AnonymousLimit{Disabled: true}},
