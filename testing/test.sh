@@ -20,6 +20,12 @@ fi
 
 export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
 
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './gen/*'))
+if [ -n "$unformatted" ]; then
+	echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+
 echo "== go vet"
 go vet ./...
 
