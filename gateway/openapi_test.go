@@ -2,8 +2,6 @@ package gateway_test
 
 import (
 	"encoding/json"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 
@@ -57,19 +55,7 @@ func TestOpenAPIValidation(t *testing.T) {
 	hc := gatewaytest.HTTP1Client(t)
 	do := func(method, path, body string, h map[string]string) (int, map[string]any) {
 		t.Helper()
-		req, _ := http.NewRequest(method, g.URL()+path, strings.NewReader(body))
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		for k, v := range h {
-			req.Header.Set(k, v)
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+		resp, b := gatewaytest.Do(t, hc, method, g.URL()+path, body, h)
 		var m map[string]any
 		_ = json.Unmarshal(b, &m)
 		return resp.StatusCode, m

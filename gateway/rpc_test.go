@@ -55,12 +55,7 @@ func TestRPCProtocols(t *testing.T) {
 	hc := gatewaytest.H2CClient(t)
 
 	// REST: GET /v1/orders/{order_id}, response_body "order".
-	resp, err := hc.Get(g.URL() + "/v1/orders/o-1001")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	_ = resp.Body.Close()
+	resp, body := gatewaytest.Do(t, hc, "GET", g.URL()+"/v1/orders/o-1001", "", nil)
 	var order map[string]any
 	if resp.StatusCode != 200 || json.Unmarshal(body, &order) != nil || order["orderId"] != "o-1001" || order["customerId"] != "c-42" {
 		t.Fatalf("REST GET: %d %s", resp.StatusCode, body)
@@ -97,12 +92,7 @@ func TestRPCRESTCreate(t *testing.T) {
 	hc := gatewaytest.HTTP1Client(t)
 	post := func(body string) (int, string) {
 		t.Helper()
-		resp, err := hc.Post(g.URL()+"/v1/orders", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+		resp, b := gatewaytest.Do(t, hc, "POST", g.URL()+"/v1/orders", body, nil)
 		return resp.StatusCode, string(b)
 	}
 	st, body := post(`{"customerId":"c-7","items":[{"sku":"SKU-1","quantity":2,"unitPriceCents":150}]}`)
@@ -271,12 +261,7 @@ func TestRPCRESTProblems(t *testing.T) {
 	hc := gatewaytest.HTTP1Client(t)
 	get := func(path string) (int, string, map[string]any) {
 		t.Helper()
-		resp, err := hc.Get(g.URL() + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+		resp, b := gatewaytest.Do(t, hc, "GET", g.URL()+path, "", nil)
 		var m map[string]any
 		_ = json.Unmarshal(b, &m)
 		return resp.StatusCode, resp.Header.Get("Content-Type"), m
@@ -367,16 +352,11 @@ func TestRPCRESTServerStream(t *testing.T) {
 	hc := gatewaytest.H2CClient(t)
 	call := func(path, accept string) (*http.Response, string) {
 		t.Helper()
-		req, _ := http.NewRequest("GET", g.URL()+path, nil)
+		var h map[string]string
 		if accept != "" {
-			req.Header.Set("Accept", accept)
+			h = map[string]string{"Accept": accept}
 		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+		resp, b := gatewaytest.Do(t, hc, "GET", g.URL()+path, "", h)
 		return resp, string(b)
 	}
 	resp, body := call("/v1/customers/c-42/orders:watch?maxEvents=3", "")
@@ -456,12 +436,7 @@ func TestRPCConnectWithoutHeader(t *testing.T) {
 	g := gatewaytest.Start(t, rpcSnapshot(t, d.OrdersAddr()), nil)
 	hc := gatewaytest.HTTP1Client(t)
 	post := func(body string) (int, string, map[string]any) {
-		resp, err := hc.Post(g.URL()+"/portico.demo.v1.OrdersService/GetOrder", "application/json", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+		resp, b := gatewaytest.Do(t, hc, "POST", g.URL()+"/portico.demo.v1.OrdersService/GetOrder", body, nil)
 		var m map[string]any
 		_ = json.Unmarshal(b, &m)
 		return resp.StatusCode, resp.Header.Get("Content-Type"), m
@@ -482,13 +457,8 @@ func TestRPCRESTTooLarge(t *testing.T) {
 	cfg := rpcSnapshot(t, d.OrdersAddr())
 	cfg.Services[0].MaxValidatedMessageBytes = 64
 	g := gatewaytest.Start(t, cfg, nil)
-	resp, err := gatewaytest.HTTP1Client(t).Post(g.URL()+"/v1/orders", "application/json",
-		strings.NewReader(`{"customerId":"c-7","items":[`+strings.Repeat(`{"sku":"SKU-1","quantity":2},`, 20)+`{"sku":"SKU-2","quantity":2}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	_ = resp.Body.Close()
+	resp, b := gatewaytest.Do(t, gatewaytest.HTTP1Client(t), "POST", g.URL()+"/v1/orders",
+		`{"customerId":"c-7","items":[`+strings.Repeat(`{"sku":"SKU-1","quantity":2},`, 20)+`{"sku":"SKU-2","quantity":2}]}`, nil)
 	if resp.StatusCode != 413 || !strings.Contains(string(b), `"error":"payload_too_large"`) {
 		t.Errorf("%d %s, want 413 payload_too_large", resp.StatusCode, b)
 	}

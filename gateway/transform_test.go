@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -54,16 +53,7 @@ func TestRouteTransforms(t *testing.T) {
 	hc := gatewaytest.HTTP1Client(t)
 	get := func(path string, h map[string]string) (*http.Response, map[string]any) {
 		t.Helper()
-		req, _ := http.NewRequest("GET", g.URL()+path, nil)
-		for k, v := range h {
-			req.Header.Set(k, v)
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+		resp, b := gatewaytest.Do(t, hc, "GET", g.URL()+path, "", h)
 		var m map[string]any
 		if err := json.Unmarshal(b, &m); err != nil {
 			t.Fatalf("%s: %d %s", path, resp.StatusCode, b)

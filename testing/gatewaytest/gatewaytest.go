@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -209,6 +210,32 @@ func (g *Gateway) GRPCConn(t testing.TB) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { _ = cc.Close() })
 	return cc
+}
+
+// Do sends one request (a JSON body when body is not empty, and header)
+// and returns the response with its whole body read and closed.
+func Do(t testing.TB, c *http.Client, method, url, body string, header map[string]string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: reading the body: %v", method, url, err)
+	}
+	return resp, b
 }
 
 // Drain reads and discards r's body, then closes it.
