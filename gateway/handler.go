@@ -153,7 +153,7 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if route.RPC != nil {
 		if problem.IsGRPC(headerValue(r.Header, "Content-Type")) {
-			n.forwardRPC(w, r, st, route, &t)
+			_ = n.forwardRPC(w, r, st, route, &t)
 			return
 		}
 		// gRPC-Web, Connect or REST: transcoded to a gRPC call, which

@@ -42,7 +42,7 @@ func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, rout
 		up := *t
 		up.Path, up.RawQuery = route.RPC.Path, ""
 		transcode.ServeServerStream(w, r, route, params, t.RawQuery, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			n.forwardRPC(w, r, st, route, &up)
+			_ = n.forwardRPC(w, r, st, route, &up)
 		}))
 		return
 	}
@@ -159,26 +159,22 @@ func (n *Node) serveRPC(w http.ResponseWriter, r *http.Request) {
 	}
 	t := *c.target
 	t.Path, t.RawQuery = r.URL.Path, ""
-	if p := c.st.rpc.Validate(r, c.route); p != nil {
-		if len(p.Violations) > 0 || p.Code == problem.PayloadTooLarge {
-			// (A call without a message is one the transcoder could not
-			// decode; its own error says why.)
-			c.refused = p
-		}
-		p.Instance, p.RequestID = c.route.RPC.Path, t.RequestID
-		problem.Write(w, r, *p)
-		return
+	if p := n.forwardRPC(w, r, c.st, c.route, &t); p != nil && (len(p.Violations) > 0 || p.Code == problem.PayloadTooLarge) {
+		// Kept for REST callers. (A call without a message is one the
+		// transcoder could not decode; its own error says why.)
+		c.refused = p
 	}
-	n.fwd.Serve(w, r, &t)
 }
 
 // forwardRPC forwards a gRPC call of a service route once its request
-// passes the service's validation rules.
-func (n *Node) forwardRPC(w http.ResponseWriter, r *http.Request, st *state, route *snapshot.Route, t *proxy.Target) {
+// passes the service's validation rules. It returns the refusal it
+// answered instead, if the request did not pass.
+func (n *Node) forwardRPC(w http.ResponseWriter, r *http.Request, st *state, route *snapshot.Route, t *proxy.Target) *problem.Problem {
 	if p := st.rpc.Validate(r, route); p != nil {
 		p.Instance, p.RequestID = route.RPC.Path, t.RequestID
 		problem.Write(w, r, *p)
-		return
+		return p
 	}
 	n.fwd.Serve(w, r, t)
+	return nil
 }

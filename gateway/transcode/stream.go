@@ -39,8 +39,8 @@ import (
 // "error" event).
 
 // ServeServerStream answers a REST call of a server-streaming method of
-// route. params are the route's path variables, rawQuery the query the
-// upstream may see; upstream makes the gRPC call.
+// route. params are the route's path variables, rawQuery the query as
+// CheckQuery passed it; upstream makes the gRPC call.
 func ServeServerStream(w http.ResponseWriter, r *http.Request, route *snapshot.Route, params *router.Params, rawQuery string, upstream http.Handler) {
 	rpc := route.RPC
 	svc := rpc.Service
@@ -133,10 +133,6 @@ func buildRequest(r *http.Request, route *snapshot.Route, params *router.Params,
 	}
 	if rpc.Body != "" && rpc.Body != "*" {
 		bound = append(bound, []string{rpc.Body})
-	}
-	rawQuery, p := CheckQuery(route, rawQuery)
-	if p != nil {
-		return p
 	}
 	if rawQuery != "" && rpc.Body != "*" {
 		values, err := url.ParseQuery(rawQuery)
