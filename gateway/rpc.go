@@ -41,7 +41,7 @@ func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, rout
 		// only; the gateway streams JSON lines or events itself.
 		up := *t
 		up.Path, up.RawQuery = route.RPC.Path, ""
-		transcode.ServeServerStream(w, r, route, params, t.RawQuery, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st.rpc.ServeServerStream(w, r, route, params, t.RawQuery, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			_ = n.forwardRPC(w, r, st, route, &up)
 		}))
 		return

@@ -41,10 +41,9 @@ import (
 // ServeServerStream answers a REST call of a server-streaming method of
 // route. params are the route's path variables, rawQuery the query as
 // CheckQuery passed it; upstream makes the gRPC call.
-func ServeServerStream(w http.ResponseWriter, r *http.Request, route *snapshot.Route, params *router.Params, rawQuery string, upstream http.Handler) {
+func (s *Set) ServeServerStream(w http.ResponseWriter, r *http.Request, route *snapshot.Route, params *router.Params, rawQuery string, upstream http.Handler) {
 	rpc := route.RPC
-	svc := rpc.Service
-	res := resolver(svc.Files)
+	res := s.resolvers[rpc.Service.Index]
 	msg := dynamicpb.NewMessage(rpc.Method.Input())
 	if p := buildRequest(r, route, params, rawQuery, msg, res); p != nil {
 		problem.Write(w, r, *p)
@@ -73,17 +72,14 @@ func ServeServerStream(w http.ResponseWriter, r *http.Request, route *snapshot.R
 	sw := &streamWriter{
 		w: w, r: r, header: http.Header{},
 		sse:   strings.Contains(r.Header.Get("Accept"), "text/event-stream"),
-		codec: vanguard.NewJSONCodec(res), output: rpc.Method.Output(),
+		codec: s.codecs[rpc.Service.Index], output: rpc.Method.Output(),
 	}
-	if rb := responseBody(route); rb != "" {
+	if rb := rpc.ResponseBody; rb != "" {
 		sw.field = rpc.Method.Output().Fields().ByName(protoreflect.Name(rb))
 	}
 	upstream.ServeHTTP(sw, up)
 	sw.finish()
 }
-
-// responseBody is the response_body of route's binding, "" if none.
-func responseBody(route *snapshot.Route) string { return route.RPC.ResponseBody }
 
 // buildRequest fills msg from the call: the body (per the binding's
 // body), the path variables and the query parameters.

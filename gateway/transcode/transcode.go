@@ -27,8 +27,10 @@ import (
 
 // Set is the transcoders of one snapshot's services.
 type Set struct {
-	byService  []*vanguard.Transcoder // by Service.Index
-	validators []*validator           // by Service.Index; nil: not validated
+	byService  []*vanguard.Transcoder  // by Service.Index
+	validators []*validator            // by Service.Index; nil: not validated
+	resolvers  []vanguard.TypeResolver // by Service.Index
+	codecs     []*vanguard.JSONCodec   // by Service.Index: REST streams' JSON
 }
 
 // MaxMessageBytes bounds one message a transcoder buffers: a request
@@ -39,7 +41,12 @@ const MaxMessageBytes = 64 << 20
 // upstream. It fails if a service's descriptors cannot be served, which
 // snapshot.Compile has checked already.
 func New(services []*snapshot.Service, upstream http.Handler) (*Set, error) {
-	s := &Set{byService: make([]*vanguard.Transcoder, len(services)), validators: make([]*validator, len(services))}
+	s := &Set{
+		byService:  make([]*vanguard.Transcoder, len(services)),
+		validators: make([]*validator, len(services)),
+		resolvers:  make([]vanguard.TypeResolver, len(services)),
+		codecs:     make([]*vanguard.JSONCodec, len(services)),
+	}
 	for _, svc := range services {
 		if svc.Validate {
 			v, err := newValidator(svc)
@@ -49,6 +56,7 @@ func New(services []*snapshot.Service, upstream http.Handler) (*Set, error) {
 			s.validators[svc.Index] = v
 		}
 		res := resolver(svc.Files)
+		s.resolvers[svc.Index], s.codecs[svc.Index] = res, vanguard.NewJSONCodec(res)
 		strict := !svc.AllowUnknownFields
 		t, err := vanguard.NewTranscoder([]*vanguard.Service{
 			vanguard.NewServiceWithSchema(svc.Desc, upstream,
