@@ -146,7 +146,11 @@ func (f *Forwarder) roundTripFailed(w http.ResponseWriter, r *http.Request, t *T
 		return upstream.Canceled
 	case bodyErr != nil:
 		// Reading the client's body failed: bad chunking, a reset stream.
-		w.Header()["Connection"] = closeValue
+		// An HTTP/1 connection cannot be reused after a broken body; on
+		// HTTP/2, "close" would send the whole connection a GOAWAY.
+		if r.ProtoMajor == 1 {
+			w.Header()["Connection"] = closeValue
+		}
 		f.fail(w, r, t, problem.BadRequest, "malformed request body", nil)
 		return upstream.Canceled
 	case timedOut(ctx):
