@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"strings"
 
@@ -22,6 +23,8 @@ type rpcCall struct {
 	// refused is the gateway's own refusal of the call (validation), kept
 	// for REST callers: gRPC has no 413, and the problem says it best.
 	refused *problem.Problem
+	// body is the caller's request body, which the transcoder reads.
+	body io.ReadCloser
 }
 
 type rpcCallKey struct{}
@@ -36,6 +39,15 @@ func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, rout
 		return
 	}
 	t.RawQuery = q
+	p = transcode.CheckEncoding(w.Header(), r)
+	if p == nil && !route.RPC.REST() {
+		p = transcode.CheckMediaType(r)
+	}
+	if p != nil {
+		p.Instance, p.RequestID = t.Path, t.RequestID
+		problem.Write(w, r, *p)
+		return
+	}
 	if route.RPC.REST() && route.RPC.Method.IsStreamingServer() {
 		// A REST stream: the transcoder's REST streams are for HttpBody
 		// only; the gateway streams JSON lines or events itself.
@@ -46,7 +58,7 @@ func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, rout
 		}))
 		return
 	}
-	call := &rpcCall{route: route, target: t, st: st}
+	call := &rpcCall{route: route, target: t, st: st, body: r.Body}
 	ctx := context.WithValue(r.Context(), rpcCallKey{}, call)
 	r2 := r.WithContext(ctx)
 	// The transcoder routes by path again: give it the normalised path and
@@ -159,6 +171,7 @@ func (n *Node) serveRPC(w http.ResponseWriter, r *http.Request) {
 	}
 	t := *c.target
 	t.Path, t.RawQuery = r.URL.Path, ""
+	r.Body = transcode.UpstreamBody(r.Body, c.body)
 	if p := n.forwardRPC(w, r, c.st, c.route, &t); p != nil && (len(p.Violations) > 0 || p.Code == problem.PayloadTooLarge) {
 		// Kept for REST callers. (A call without a message is one the
 		// transcoder could not decode; its own error says why.)

@@ -37,6 +37,8 @@ const (
 	NoRoute             Code = "no_route"
 	MethodNotAllowed    Code = "method_not_allowed"
 	PayloadTooLarge     Code = "payload_too_large"
+	UnsupportedEncoding Code = "unsupported_encoding"
+	UnsupportedMedia    Code = "unsupported_media_type"
 	HeadersTooLarge     Code = "headers_too_large"
 	UpstreamError       Code = "upstream_error"
 	UpstreamUnavailable Code = "upstream_unavailable"
@@ -50,6 +52,7 @@ const TypeBase = "https://portico-gw.github.io/errors/"
 // gRPC status codes used by the mapping (google.golang.org/grpc/codes values,
 // spelled out to keep this package free of grpc-go).
 const (
+	grpcUnknown           = 2
 	grpcInvalidArgument   = 3
 	grpcDeadlineExceeded  = 4
 	grpcPermissionDenied  = 7
@@ -76,6 +79,8 @@ var specs = map[Code]spec{
 	NoRoute:             {http.StatusNotFound, "No route", grpcUnimplemented},
 	MethodNotAllowed:    {http.StatusMethodNotAllowed, "Method not allowed", grpcUnimplemented},
 	PayloadTooLarge:     {http.StatusRequestEntityTooLarge, "Payload too large", grpcResourceExhausted},
+	UnsupportedEncoding: {http.StatusUnsupportedMediaType, "Unsupported encoding", grpcUnimplemented},
+	UnsupportedMedia:    {http.StatusUnsupportedMediaType, "Unsupported media type", grpcUnknown},
 	HeadersTooLarge:     {http.StatusRequestHeaderFieldsTooLarge, "Request headers too large", grpcResourceExhausted},
 	UpstreamError:       {http.StatusBadGateway, "Upstream error", grpcUnavailable},
 	UpstreamUnavailable: {http.StatusServiceUnavailable, "Upstream unavailable", grpcUnavailable},

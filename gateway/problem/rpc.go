@@ -41,7 +41,7 @@ func ProtocolOf(r *http.Request) Protocol {
 		return GRPCWeb
 	case hasPrefixFold(ct, "application/connect+"):
 		return ConnectStream
-	case r.Header.Get("Connect-Protocol-Version") != "":
+	case r.Header.Get("Connect-Protocol-Version") != "" && (r.Method == http.MethodPost || r.Method == http.MethodGet):
 		return ConnectUnary
 	case r.Method == http.MethodGet && strings.Contains(r.URL.RawQuery, "connect=v1") && r.URL.Query().Get("connect") == "v1":
 		return ConnectUnary
@@ -112,7 +112,15 @@ func writeConnectUnary(w http.ResponseWriter, r *http.Request, p Problem) {
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(b.Len()))
 	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(connectHTTPStatus[p.Code.GRPCCode()])
+	status := connectHTTPStatus[p.Code.GRPCCode()]
+	if p.Code == NoRoute || p.Code == UnsupportedMedia {
+		// Refusals before the call is one keep their HTTP status, as
+		// connect-go answers them: an unknown procedure is a 404 (which
+		// Connect clients read as unimplemented, like the body's code), a
+		// body that is neither JSON nor proto a 415 (unknown).
+		status = p.Code.Status()
+	}
+	w.WriteHeader(status)
 	if r.Method != http.MethodHead {
 		_, _ = w.Write([]byte(b.String()))
 	}

@@ -1,0 +1,267 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	demov1 "github.com/portico-gw/portico/gen/portico/demo/v1"
+	"github.com/portico-gw/portico/gen/portico/demo/v1/demov1connect"
+	"github.com/portico-gw/portico/testing/gatewaytest"
+)
+
+// edgeOrders is a connect-go orders backend (served to the gateway as
+// gRPC over h2c) for the edge cases of transcoded streams: connect-go
+// checks how many messages a call carries.
+type edgeOrders struct{ connectOrders }
+
+// SyncOrders fails at the first request, with a response header, while
+// the caller still holds its side of the stream open.
+func (edgeOrders) SyncOrders(_ context.Context, s *connect.BidiStream[demov1.SyncOrdersRequest, demov1.SyncOrdersResponse]) error {
+	if _, err := s.Receive(); err != nil {
+		return err
+	}
+	s.ResponseHeader().Set("X-Custom-Header", "foo")
+	return connect.NewError(connect.CodeInternal, errors.New("sync failed"))
+}
+
+// ImportOrders reads every message.
+func (edgeOrders) ImportOrders(_ context.Context, s *connect.ClientStream[demov1.ImportOrdersRequest]) (*connect.Response[demov1.ImportOrdersResponse], error) {
+	for s.Receive() {
+	}
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&demov1.ImportOrdersResponse{}), nil
+}
+
+func startEdgeGateway(t *testing.T) *gatewaytest.Gateway {
+	t.Helper()
+	path, h := demov1connect.NewOrdersServiceHandler(edgeOrders{})
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	backend := httptest.NewUnstartedServer(mux)
+	backend.Config.Protocols = new(http.Protocols)
+	backend.Config.Protocols.SetUnencryptedHTTP2(true)
+	backend.Start()
+	t.Cleanup(backend.Close)
+	cfg := rpcSnapshot(t, backend.Listener.Addr().String())
+	// The backend checks the messages; the gateway's validation (which
+	// would refuse empty ones) stays out of the way.
+	cfg.Services[0].DisableValidation = true
+	return gatewaytest.Start(t, cfg, nil)
+}
+
+// TestRPCFullDuplexUpstreamError: a backend that ends a bidi stream with
+// an error while the caller keeps its side open. The caller gets the
+// error and the header at once in every protocol; through the transcoder
+// the call used to hang until its deadline (its request body's Close
+// waited for the caller's next message).
+func TestRPCFullDuplexUpstreamError(t *testing.T) {
+	t.Parallel()
+	g := startEdgeGateway(t)
+	for name, opt := range map[string]connect.ClientOption{
+		"grpc": connect.WithGRPC(), "grpc-web": connect.WithGRPCWeb(), "connect": connect.WithProtoJSON(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := demov1connect.NewOrdersServiceClient(gatewaytest.H2CClient(t), g.URL(), opt)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			s := c.SyncOrders(ctx)
+			if err := s.Send(&demov1.SyncOrdersRequest{OrderId: "o-1", Status: demov1.OrderStatus_ORDER_STATUS_PAID}); err != nil {
+				t.Fatal(err)
+			}
+			_, err := s.Receive()
+			if connect.CodeOf(err) != connect.CodeInternal || !strings.Contains(err.Error(), "sync failed") {
+				t.Fatalf("receive: %v, want internal \"sync failed\"", err)
+			}
+			if got := s.ResponseHeader().Get("X-Custom-Header"); got != "foo" {
+				t.Errorf("response header = %q, want foo", got)
+			}
+			_ = s.CloseRequest()
+			_ = s.CloseResponse()
+		})
+	}
+}
+
+// envelopes frames msgs as a gRPC, gRPC-Web or Connect stream body.
+func envelopes(msgs ...[]byte) []byte {
+	var b bytes.Buffer
+	for _, m := range msgs {
+		var hdr [5]byte
+		binary.BigEndian.PutUint32(hdr[1:], uint32(len(m)))
+		b.Write(hdr[:])
+		b.Write(m)
+	}
+	return b.Bytes()
+}
+
+// TestRPCMessageCount: a unary or server-streaming call must carry exactly
+// one request message, and the backend says so when it does not. Empty
+// messages (zero-length frames) included: the transcoder's reader used to
+// end the request after the first empty message, so two became one.
+func TestRPCMessageCount(t *testing.T) {
+	t.Parallel()
+	g := startEdgeGateway(t)
+	hc := gatewaytest.H2CClient(t)
+	call := func(path, contentType string, body []byte) (int, http.Header, []byte) {
+		req, _ := http.NewRequest("POST", g.URL()+path, bytes.NewReader(body))
+		req.Header.Set("Content-Type", contentType)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		for k, v := range resp.Trailer {
+			resp.Header[k] = v
+		}
+		return resp.StatusCode, resp.Header, b
+	}
+	const getOrder, watch = "/portico.demo.v1.OrdersService/GetOrder", "/portico.demo.v1.OrdersService/WatchOrders"
+	for _, tc := range []struct {
+		name, path, contentType string
+		body                    []byte
+	}{
+		{"grpc-web unary, two empty", getOrder, "application/grpc-web+proto", envelopes(nil, nil)},
+		{"grpc-web unary, none", getOrder, "application/grpc-web+proto", nil},
+		{"grpc unary, two empty", getOrder, "application/grpc", envelopes(nil, nil)},
+		{"connect server stream, two empty", watch, "application/connect+proto", envelopes(nil, nil)},
+		{"grpc-web server stream, two empty", watch, "application/grpc-web+proto", envelopes(nil, nil)},
+	} {
+		status, h, body := call(tc.path, tc.contentType, tc.body)
+		var code string
+		switch {
+		case strings.HasPrefix(tc.contentType, "application/connect"):
+			if i := bytes.Index(body, []byte(`"code":"`)); i >= 0 {
+				code = string(body[i+8:])
+				code = code[:strings.IndexByte(code, '"')]
+			}
+		case h.Get("Grpc-Status") != "":
+			code = h.Get("Grpc-Status")
+		default: // gRPC-Web trailers in the body
+			if i := bytes.Index(body, []byte("grpc-status: ")); i >= 0 {
+				code = strings.TrimSpace(strings.SplitN(string(body[i+13:]), "\r\n", 2)[0])
+			}
+		}
+		if status != 200 || (code != "12" && code != "unimplemented") {
+			t.Errorf("%s: %d code %q %q, want unimplemented (one request message required)", tc.name, status, code, body)
+		}
+	}
+}
+
+// TestRPCRefusalsByProtocol: what the gateway itself refuses of an RPC
+// call is answered as the caller's protocol expects it (the Connect
+// conformance suite's "unexpected requests"): an unknown compression is
+// unimplemented, with the encodings the gateway takes; a body neither JSON
+// nor proto 415; an unknown procedure a Connect 404; a Connect call with another method than POST
+// or GET an HTTP 405 Problem, which Connect clients read as unknown.
+func TestRPCRefusalsByProtocol(t *testing.T) {
+	t.Parallel()
+	g := startEdgeGateway(t)
+	hc := gatewaytest.H2CClient(t)
+	do := func(method, path string, header map[string]string, body []byte) (*http.Response, []byte) {
+		req, _ := http.NewRequest(method, g.URL()+path, bytes.NewReader(body))
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, b
+	}
+	const getOrder, watch = "/portico.demo.v1.OrdersService/GetOrder", "/portico.demo.v1.OrdersService/WatchOrders"
+
+	// Compression the gateway cannot read.
+	resp, b := do("POST", getOrder, map[string]string{"Content-Type": "application/proto", "Connect-Protocol-Version": "1", "Content-Encoding": "zstd"}, []byte{})
+	if resp.StatusCode != 501 || !strings.Contains(string(b), `"code":"unimplemented"`) || resp.Header.Get("Accept-Encoding") != "gzip" {
+		t.Errorf("Connect unary zstd: %d %s accept %q, want 501 unimplemented, Accept-Encoding gzip", resp.StatusCode, b, resp.Header.Get("Accept-Encoding"))
+	}
+	resp, b = do("POST", watch, map[string]string{"Content-Type": "application/connect+proto", "Connect-Content-Encoding": "br"}, envelopes(nil))
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"code":"unimplemented"`) || resp.Header.Get("Connect-Accept-Encoding") != "gzip" {
+		t.Errorf("Connect stream br: %d %q, want an unimplemented end of stream", resp.StatusCode, b)
+	}
+	resp, _ = do("POST", getOrder, map[string]string{"Content-Type": "application/grpc-web+proto", "Grpc-Encoding": "snappy"}, envelopes(nil))
+	if resp.Header.Get("Grpc-Status") != "12" || resp.Header.Get("Grpc-Accept-Encoding") != "gzip" {
+		t.Errorf("gRPC-Web snappy: grpc-status %q, want 12 with grpc-accept-encoding gzip", resp.Header.Get("Grpc-Status"))
+	}
+	// gzip is served.
+	resp, _ = do("POST", getOrder, map[string]string{"Content-Type": "application/grpc-web+proto", "Grpc-Encoding": "gzip"}, envelopes([]byte{10, 6, 'o', '-', '1', '0', '0', '1'}))
+	if resp.StatusCode != 200 || resp.Header.Get("Grpc-Status") != "" {
+		t.Errorf("gRPC-Web gzip (uncompressed frame): %d grpc-status %q, want an answer", resp.StatusCode, resp.Header.Get("Grpc-Status"))
+	}
+
+	// A body that is neither JSON nor proto.
+	resp, b = do("POST", getOrder, map[string]string{"Content-Type": "image/jpeg"}, []byte("12345678"))
+	if resp.StatusCode != 415 || !strings.Contains(string(b), "unsupported_media_type") {
+		t.Errorf("image/jpeg: %d %s, want a 415 problem", resp.StatusCode, b)
+	}
+	resp, b = do("POST", getOrder, map[string]string{"Content-Type": "application/foo", "Connect-Protocol-Version": "1"}, []byte("12345678"))
+	if resp.StatusCode != 415 || !strings.Contains(string(b), `"code":"unknown"`) {
+		t.Errorf("Connect application/foo: %d %s, want 415 and a Connect error unknown", resp.StatusCode, b)
+	}
+
+	// An unknown procedure, and a method Connect does not use.
+	resp, b = do("POST", "/portico.demo.v1.UnknownService/Nothing", map[string]string{"Content-Type": "application/proto", "Connect-Protocol-Version": "1"}, nil)
+	if resp.StatusCode != 404 || !strings.Contains(string(b), `"code":"unimplemented"`) {
+		t.Errorf("Connect unknown procedure: %d %s, want 404 unimplemented", resp.StatusCode, b)
+	}
+	resp, b = do("DELETE", getOrder, map[string]string{"Content-Type": "application/proto", "Connect-Protocol-Version": "1"}, nil)
+	if resp.StatusCode != 405 || resp.Header.Get("Content-Type") != "application/problem+json" || !strings.Contains(string(b), "method_not_allowed") {
+		t.Errorf("Connect DELETE: %d %s %s, want a 405 problem", resp.StatusCode, resp.Header.Get("Content-Type"), b)
+	}
+}
+
+// TestRPCBadBodyKeepsHTTP2Connection: a request body that breaks off
+// inside a message is a bad request, and on HTTP/2 only that stream ends:
+// "Connection: close" (right for HTTP/1.1) used to send the whole
+// connection a GOAWAY, failing the caller's other calls on it.
+func TestRPCBadBodyKeepsHTTP2Connection(t *testing.T) {
+	t.Parallel()
+	g := startEdgeGateway(t)
+	var dials atomic.Int32
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: p, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}
+	t.Cleanup(tr.CloseIdleConnections)
+	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+
+	// The prefix promises ten bytes; four follow. (JSON: the transcoder
+	// decodes the message and finds the body short.)
+	body := append([]byte{0, 0, 0, 0, 10}, `{"a"`...)
+	req, _ := http.NewRequest("POST", g.URL()+"/portico.demo.v1.OrdersService/ImportOrders", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/connect+json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `"code":"invalid_argument"`) && !strings.Contains(string(b), `"code":"internal"`) {
+		t.Errorf("incomplete message: %d %q, want invalid_argument or internal", resp.StatusCode, b)
+	}
+	c := demov1connect.NewOrdersServiceClient(hc, g.URL())
+	if _, err := c.GetOrder(context.Background(), connect.NewRequest(&demov1.GetOrderRequest{OrderId: "o-1"})); err != nil {
+		t.Fatal(err)
+	}
+	if n := dials.Load(); n != 1 {
+		t.Errorf("%d connections dialled, want 1: the bad body closed the connection", n)
+	}
+}
