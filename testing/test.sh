@@ -34,3 +34,6 @@ go run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 echo "== go test -race"
 go test -race -timeout 20m ./...
+
+echo "== Connect conformance suite through the gateway"
+./testing/conformance.sh

@@ -7,13 +7,15 @@
 // gateway's address on stdout. It runs until SIGTERM or SIGINT.
 //
 // Flags: -protos, the conformance module's proto directory;
-// -referenceserver, the reference server binary. Run by hand (not yet part
-// of the test command; results by suite in docs/operations.md):
+// -referenceserver, the reference server binary. testing/conformance.sh
+// builds the suite's runner and reference server (pinned in tools/go.mod)
+// and this command, and runs the suite; testing/test.sh runs that script.
+// By hand, one suite:
 //
-//	GOBIN=/tmp/cbin go install connectrpc.com/conformance/cmd/connectconformance@v1.0.7 connectrpc.com/conformance/cmd/referenceserver@v1.0.7
+//	go build -modfile=tools/go.mod -o /tmp/cbin/ connectrpc.com/conformance/cmd/connectconformance connectrpc.com/conformance/cmd/referenceserver
 //	go build -o /tmp/cgw ./testing/cmd/conformance-gateway
-//	/tmp/cbin/connectconformance --mode server --conf testing/cmd/conformance-gateway/config.yaml --run 'Basic/**' -- \
-//	    /tmp/cgw -protos $(go env GOMODCACHE)/connectrpc.com/conformance@v1.0.7/proto -referenceserver /tmp/cbin/referenceserver
+//	/tmp/cbin/connectconformance --mode server --conf testing/cmd/conformance-gateway/config.yaml --run 'Errors/**' -- \
+//	    /tmp/cgw -protos $(go list -modfile=tools/go.mod -m -f '{{.Dir}}' connectrpc.com/conformance)/proto -referenceserver /tmp/cbin/referenceserver
 package main
 
 import (
@@ -132,7 +134,7 @@ func run() error {
 		pemCert = pemBytes
 	}
 	node, err := gateway.New(gateway.Options{
-		Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 		Listeners: []gateway.Listener{l},
 	})
 	if err != nil {
