@@ -2,11 +2,13 @@ package gateway_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/grpc/interop"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/protobuf/proto"
@@ -50,27 +52,68 @@ func TestGRPCInterop(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	tc := testgrpc.NewTestServiceClient(conn)
-	for name, run := range map[string]func(ctx context.Context){
-		"empty_unary":                 func(ctx context.Context) { interop.DoEmptyUnaryCall(ctx, tc) },
-		"large_unary":                 func(ctx context.Context) { interop.DoLargeUnaryCall(ctx, tc) },
-		"client_streaming":            func(ctx context.Context) { interop.DoClientStreaming(ctx, tc) },
-		"server_streaming":            func(ctx context.Context) { interop.DoServerStreaming(ctx, tc) },
-		"ping_pong":                   func(ctx context.Context) { interop.DoPingPong(ctx, tc) },
-		"empty_stream":                func(ctx context.Context) { interop.DoEmptyStream(ctx, tc) },
-		"timeout_on_sleeping_server":  func(ctx context.Context) { interop.DoTimeoutOnSleepingServer(ctx, tc) },
-		"cancel_after_begin":          func(ctx context.Context) { interop.DoCancelAfterBegin(ctx, tc) },
-		"cancel_after_first_response": func(ctx context.Context) { interop.DoCancelAfterFirstResponse(ctx, tc) },
-		"custom_metadata":             func(ctx context.Context) { interop.DoCustomMetadata(ctx, tc) },
-		"status_code_and_message":     func(ctx context.Context) { interop.DoStatusCodeAndMessage(ctx, tc) },
-		"special_status_message":      func(ctx context.Context) { interop.DoSpecialStatusMessage(ctx, tc) },
-		"unimplemented_method":        func(ctx context.Context) { interop.DoUnimplementedMethod(ctx, conn) },
-		"unimplemented_service": func(ctx context.Context) {
+	cases := map[string]func(ctx context.Context, o ...grpc.CallOption){
+		"empty_unary":                 func(ctx context.Context, o ...grpc.CallOption) { interop.DoEmptyUnaryCall(ctx, tc, o...) },
+		"large_unary":                 func(ctx context.Context, o ...grpc.CallOption) { interop.DoLargeUnaryCall(ctx, tc, o...) },
+		"client_streaming":            func(ctx context.Context, o ...grpc.CallOption) { interop.DoClientStreaming(ctx, tc, o...) },
+		"server_streaming":            func(ctx context.Context, o ...grpc.CallOption) { interop.DoServerStreaming(ctx, tc, o...) },
+		"ping_pong":                   func(ctx context.Context, o ...grpc.CallOption) { interop.DoPingPong(ctx, tc, o...) },
+		"empty_stream":                func(ctx context.Context, o ...grpc.CallOption) { interop.DoEmptyStream(ctx, tc, o...) },
+		"timeout_on_sleeping_server":  func(ctx context.Context, o ...grpc.CallOption) { interop.DoTimeoutOnSleepingServer(ctx, tc, o...) },
+		"cancel_after_begin":          func(ctx context.Context, o ...grpc.CallOption) { interop.DoCancelAfterBegin(ctx, tc, o...) },
+		"cancel_after_first_response": func(ctx context.Context, o ...grpc.CallOption) { interop.DoCancelAfterFirstResponse(ctx, tc, o...) },
+		"custom_metadata":             func(ctx context.Context, o ...grpc.CallOption) { interop.DoCustomMetadata(ctx, tc, o...) },
+		"status_code_and_message":     func(ctx context.Context, o ...grpc.CallOption) { interop.DoStatusCodeAndMessage(ctx, tc, o...) },
+		"special_status_message":      func(ctx context.Context, o ...grpc.CallOption) { interop.DoSpecialStatusMessage(ctx, tc, o...) },
+		"unimplemented_method":        func(ctx context.Context, _ ...grpc.CallOption) { interop.DoUnimplementedMethod(ctx, conn) },
+		"unimplemented_service": func(ctx context.Context, _ ...grpc.CallOption) {
 			interop.DoUnimplementedService(ctx, testgrpc.NewUnimplementedServiceClient(conn))
 		},
-	} {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		run(ctx)
-		cancel()
-		t.Logf("%s: passed", name)
+		// The soak cases, short: large unary calls (271,828 bytes up,
+		// 314,159 down) from two workers, on the shared channel and on a
+		// fresh channel per call.
+		"rpc_soak": func(ctx context.Context, _ ...grpc.CallOption) {
+			interop.DoSoakTest(ctx, soakConfig(g.Addr, func() (*grpc.ClientConn, func()) { return conn, func() {} }))
+		},
+		"channel_soak": func(ctx context.Context, _ ...grpc.CallOption) {
+			interop.DoSoakTest(ctx, soakConfig(g.Addr, func() (*grpc.ClientConn, func()) {
+				cc, err := grpc.NewClient(g.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return cc, func() { _ = cc.Close() }
+			}))
+		},
+	}
+	// Every case plain, then the message cases again with gzip-compressed
+	// requests (the interop client's compressed variants).
+	for _, compressed := range []bool{false, true} {
+		for name, run := range cases {
+			var opts []grpc.CallOption
+			if compressed {
+				if strings.HasPrefix(name, "unimplemented") || strings.HasSuffix(name, "soak") {
+					continue
+				}
+				opts = append(opts, grpc.UseCompressor(gzip.Name))
+				name += "/gzip"
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			run(ctx, opts...)
+			cancel()
+			t.Logf("%s: passed", name)
+		}
+	}
+}
+
+// soakConfig is a short soak: 20 large unary calls from two workers, none
+// allowed to fail or to take longer than 5 s (the race detector's pace).
+func soakConfig(addr string, channel func() (*grpc.ClientConn, func())) interop.SoakTestConfig {
+	return interop.SoakTestConfig{
+		RequestSize: 271828, ResponseSize: 314159,
+		PerIterationMaxAcceptableLatency: 5 * time.Second,
+		OverallTimeout:                   25 * time.Second,
+		ServerAddr:                       addr,
+		NumWorkers:                       2, Iterations: 20, MaxFailures: 0,
+		ChannelForTest: channel,
 	}
 }
