@@ -208,23 +208,37 @@ func TestRPCValidation(t *testing.T) {
 		}
 	}
 
-	// A bidi stream: the first message passes, the second does not, and
-	// the stream fails without the backend seeing it.
-	c := demov1connect.NewOrdersServiceClient(hc, g.URL(), connect.WithGRPC())
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	bidi := c.SyncOrders(ctx)
-	if err := bidi.Send(&demov1.SyncOrdersRequest{OrderId: "o-1001", Status: demov1.OrderStatus_ORDER_STATUS_SHIPPED}); err != nil {
-		t.Fatal(err)
+	// Streams: the first message passes, the second does not; the stream
+	// fails with the refusal, the backend never sees the message.
+	for name, opts := range map[string][]connect.ClientOption{
+		"connect": nil, "grpc-web": {connect.WithGRPCWeb()}, "grpc": {connect.WithGRPC()},
+	} {
+		c := demov1connect.NewOrdersServiceClient(hc, g.URL(), opts...)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		bidi := c.SyncOrders(ctx)
+		if err := bidi.Send(&demov1.SyncOrdersRequest{OrderId: "o-1001", Status: demov1.OrderStatus_ORDER_STATUS_SHIPPED}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bidi.Receive(); err != nil {
+			t.Fatalf("%s: first message: %v", name, err)
+		}
+		_ = bidi.Send(&demov1.SyncOrdersRequest{OrderId: "o-1001"}) // status unspecified
+		_, err := bidi.Receive()
+		if connect.CodeOf(err) != connect.CodeInvalidArgument || !slices.Equal(badRequestOf(err), []string{"status enum.not_in"}) {
+			t.Errorf("%s: bidi, second message invalid: %v, details %v; want invalid_argument with status enum.not_in", name, err, badRequestOf(err))
+		}
+		_ = bidi.CloseResponse()
+
+		// A client stream: the refusal comes before any response.
+		cs := c.ImportOrders(ctx)
+		_ = cs.Send(&demov1.ImportOrdersRequest{Order: &demov1.Order{CustomerId: "c-1", Items: []*demov1.LineItem{{Sku: "SKU-1", Quantity: 1}}}})
+		_ = cs.Send(&demov1.ImportOrdersRequest{})
+		_, err = cs.CloseAndReceive()
+		if connect.CodeOf(err) != connect.CodeInvalidArgument || !slices.Equal(badRequestOf(err), []string{"order required"}) {
+			t.Errorf("%s: client stream, second message invalid: %v, details %v; want invalid_argument with order required", name, err, badRequestOf(err))
+		}
+		cancel()
 	}
-	if _, err := bidi.Receive(); err != nil {
-		t.Fatalf("first message: %v", err)
-	}
-	_ = bidi.Send(&demov1.SyncOrdersRequest{OrderId: "o-1001"}) // status unspecified
-	if _, err := bidi.Receive(); err == nil {
-		t.Errorf("second, invalid message: got a response, want the stream to fail")
-	}
-	_ = bidi.CloseResponse()
 }
 
 // TestRPCValidationLimits: messages over the validation buffer are

@@ -183,3 +183,22 @@ func FromStatusJSON(body []byte, httpStatus int) (p Problem, ok bool) {
 	}
 	return p, true
 }
+
+// Error is a Problem as an error: what a request body returns when the
+// gateway refuses a message in the middle of a stream (one that breaks
+// the service's rules), so that whoever forwards the body answers with
+// the Problem rather than a generic failure.
+type Error struct{ Problem Problem }
+
+func (e *Error) Error() string { return e.Problem.message() }
+
+// SetGRPCTrailers sets p as the gRPC status in the trailers of a response
+// that has started: grpc-status, grpc-message and, with details,
+// grpc-status-details-bin, each under http.TrailerPrefix.
+func SetGRPCTrailers(h http.Header, p Problem) {
+	h[http.TrailerPrefix+"Grpc-Status"] = []string{strconv.Itoa(p.Code.GRPCCode())}
+	h[http.TrailerPrefix+"Grpc-Message"] = []string{EncodeGRPCMessage(p.message())}
+	if d := p.statusDetails(); d != nil {
+		h[http.TrailerPrefix+"Grpc-Status-Details-Bin"] = []string{base64.RawStdEncoding.EncodeToString(d)}
+	}
+}

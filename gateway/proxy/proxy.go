@@ -130,7 +130,7 @@ func (f *Forwarder) Serve(w http.ResponseWriter, r *http.Request, t *Target) {
 	// mid-body; the endpoint's slot must be released then too, as a failure.
 	outcome := upstream.Failure
 	defer func() { ep.Done(outcome) }()
-	outcome = f.respond(w, r, t, ctx, resp, grpc, upstream.OutcomeOf(ctx, resp, nil))
+	outcome = f.respond(w, r, t, ctx, out, resp, grpc, upstream.OutcomeOf(ctx, resp, nil))
 }
 
 // roundTripFailed answers a request whose upstream exchange failed before
@@ -143,6 +143,12 @@ func (f *Forwarder) roundTripFailed(w http.ResponseWriter, r *http.Request, t *T
 		return upstream.Canceled
 	case r.Context().Err() != nil:
 		// The client is gone; nobody is listening for an answer.
+		return upstream.Canceled
+	case bodyErr != nil && refusal(bodyErr) != nil:
+		// The gateway refused a message of the body (validation).
+		p := refusal(bodyErr)
+		p.Instance, p.RequestID = t.Path, t.RequestID
+		problem.Write(w, r, *p)
 		return upstream.Canceled
 	case bodyErr != nil:
 		// Reading the client's body failed: bad chunking, a reset stream.
@@ -175,6 +181,17 @@ func (f *Forwarder) fail(w http.ResponseWriter, r *http.Request, t *Target, code
 		f.log.Warn("upstream request failed", "request_id", t.RequestID, "cluster", cluster, "code", string(code), "err", cause)
 	}
 	problem.Write(w, r, problem.Problem{Code: code, Detail: detail, Instance: t.Path, RequestID: t.RequestID})
+}
+
+// refusal is the Problem a request body's error carries, if the gateway
+// refused part of the body (a message that breaks the service's rules).
+func refusal(err error) *problem.Problem {
+	var pe *problem.Error
+	if errors.As(err, &pe) {
+		p := pe.Problem
+		return &p
+	}
+	return nil
 }
 
 // timedOut reports whether ctx's deadline has passed or is about to. A gRPC

@@ -15,7 +15,7 @@ import (
 
 // respond streams the upstream response to the client and returns the
 // outcome for the endpoint.
-func (f *Forwarder) respond(w http.ResponseWriter, r *http.Request, t *Target, ctx context.Context, resp *http.Response, grpc bool, outcome upstream.Outcome) upstream.Outcome {
+func (f *Forwarder) respond(w http.ResponseWriter, r *http.Request, t *Target, ctx context.Context, out *outbound, resp *http.Response, grpc bool, outcome upstream.Outcome) upstream.Outcome {
 	defer resp.Body.Close()
 
 	h := w.Header()
@@ -53,7 +53,7 @@ func (f *Forwarder) respond(w http.ResponseWriter, r *http.Request, t *Target, c
 		// The client stopped reading; the upstream is not to blame.
 		return upstream.Canceled
 	case copyErr != nil:
-		return f.abortStream(w, r, t, ctx, grpc, copyErr)
+		return f.abortStream(w, r, t, ctx, out, grpc, copyErr)
 	}
 	for k, vv := range resp.Trailer {
 		h[http.TrailerPrefix+k] = vv
@@ -65,8 +65,14 @@ func (f *Forwarder) respond(w http.ResponseWriter, r *http.Request, t *Target, c
 // The status is gone, so gRPC callers get an error status in the trailers
 // and everyone else a reset stream (or closed connection), never a response
 // that looks complete.
-func (f *Forwarder) abortStream(w http.ResponseWriter, r *http.Request, t *Target, ctx context.Context, grpc bool, err error) upstream.Outcome {
+func (f *Forwarder) abortStream(w http.ResponseWriter, r *http.Request, t *Target, ctx context.Context, out *outbound, grpc bool, err error) upstream.Outcome {
 	if r.Context().Err() != nil {
+		return upstream.Canceled
+	}
+	if _, bodyErr := out.body.failure(); grpc && refusal(bodyErr) != nil {
+		// The stream ended because the gateway refused a message of the
+		// request (it broke the service's rules): the caller hears why.
+		problem.SetGRPCTrailers(w.Header(), *refusal(bodyErr))
 		return upstream.Canceled
 	}
 	code := problem.UpstreamError

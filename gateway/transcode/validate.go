@@ -103,8 +103,9 @@ func (b *validatingBody) Read(p []byte) (int, error) {
 			b.err = err
 			if !errors.Is(err, io.EOF) {
 				// A message later in a stream broke the rules: the
-				// forward is aborted with the body's error.
-				b.err = fmt.Errorf("request message refused: %s", b.problem(err).Detail)
+				// forward is aborted with the body's error, which
+				// carries the refusal for the caller.
+				b.err = &problem.Error{Problem: *b.problem(err)}
 			}
 			return 0, b.err
 		}
