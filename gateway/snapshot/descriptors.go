@@ -18,6 +18,7 @@ import (
 	// know to keep them as fields rather than unknown bytes.
 	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
 	_ "google.golang.org/genproto/googleapis/api/annotations"
+	_ "google.golang.org/genproto/googleapis/api/httpbody"
 
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )

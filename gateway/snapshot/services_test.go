@@ -231,3 +231,34 @@ func mustMarshal(t *testing.T, m proto.Message) []byte {
 	}
 	return b
 }
+
+// TestServiceImportsGatewayFiles: sources may import the files the
+// gateway carries (google/api, the well-known types, buf/validate)
+// without listing them, wherever the snapshot is compiled: the control
+// plane links no transcoder that would bring google/api/httpbody.proto.
+func TestServiceImportsGatewayFiles(t *testing.T) {
+	t.Parallel()
+	const src = `syntax = "proto3";
+package acme.files.v1;
+import "google/api/annotations.proto";
+import "google/api/httpbody.proto";
+import "google/protobuf/field_mask.proto";
+import "google/protobuf/struct.proto";
+import "buf/validate/validate.proto";
+service Files {
+  rpc Get(GetRequest) returns (google.api.HttpBody) { option (google.api.http) = {get: "/v1/files/{name}"}; }
+}
+message GetRequest {
+  string name = 1 [(buf.validate.field).string.min_len = 1];
+  google.protobuf.FieldMask mask = 2;
+  google.protobuf.Struct meta = 3;
+}
+`
+	svc := &configv1.Service{Id: "files", Team: "orders", Name: "acme.files.v1.Files", Cluster: "orders",
+		Descriptors: &configv1.Descriptors{Source: &configv1.Descriptors_Sources{Sources: &configv1.ProtoSources{
+			Files: []*configv1.ProtoFile{{Name: "acme/files/v1/files.proto", Content: src}},
+		}}}}
+	if _, err := snapshot.Compile(withService(svc)); err != nil {
+		t.Fatal(err)
+	}
+}
