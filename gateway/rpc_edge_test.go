@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	demov1 "github.com/portico-gw/portico/gen/portico/demo/v1"
 	"github.com/portico-gw/portico/gen/portico/demo/v1/demov1connect"
@@ -34,6 +37,20 @@ func (edgeOrders) SyncOrders(_ context.Context, s *connect.BidiStream[demov1.Syn
 	}
 	s.ResponseHeader().Set("X-Custom-Header", "foo")
 	return connect.NewError(connect.CodeInternal, errors.New("sync failed"))
+}
+
+// WatchOrders sends two events, then fails with a detail.
+func (edgeOrders) WatchOrders(_ context.Context, r *connect.Request[demov1.WatchOrdersRequest], s *connect.ServerStream[demov1.WatchOrdersResponse]) error {
+	for i := range 2 {
+		if err := s.Send(&demov1.WatchOrdersResponse{Event: &demov1.OrderEvent{OrderId: "o-1", Sequence: uint64(i + 1)}}); err != nil {
+			return err
+		}
+	}
+	err := connect.NewError(connect.CodeUnavailable, errors.New("feed lost"))
+	if d, derr := connect.NewErrorDetail(&errdetails.RetryInfo{RetryDelay: durationpb.New(3 * time.Second)}); derr == nil {
+		err.AddDetail(d)
+	}
+	return err
 }
 
 // ImportOrders reads every message.
@@ -263,5 +280,35 @@ func TestRPCBadBodyKeepsHTTP2Connection(t *testing.T) {
 	}
 	if n := dials.Load(); n != 1 {
 		t.Errorf("%d connections dialled, want 1: the bad body closed the connection", n)
+	}
+}
+
+// TestRPCRESTStreamErrorMidway: a REST server stream whose call fails
+// after events were sent ends with a last line (NDJSON) or an "error"
+// event (SSE) holding the google.rpc.Status, details included: the status
+// line is gone by then.
+func TestRPCRESTStreamErrorMidway(t *testing.T) {
+	t.Parallel()
+	g := startEdgeGateway(t)
+	hc := gatewaytest.H2CClient(t)
+	resp, body := gatewaytest.Do(t, hc, "GET", g.URL()+"/v1/customers/c-1/orders:watch", "", nil)
+	lines := strings.Split(strings.TrimSpace(string(body)), "\n")
+	if resp.StatusCode != 200 || len(lines) != 3 {
+		t.Fatalf("NDJSON: %d %q", resp.StatusCode, body)
+	}
+	var last struct {
+		Error struct {
+			Code    int
+			Message string
+			Details []map[string]any
+		}
+	}
+	if err := json.Unmarshal([]byte(lines[2]), &last); err != nil || last.Error.Code != 14 || last.Error.Message != "feed lost" ||
+		len(last.Error.Details) != 1 || last.Error.Details[0]["@type"] != "type.googleapis.com/google.rpc.RetryInfo" || last.Error.Details[0]["retryDelay"] != "3s" {
+		t.Errorf("last line %s (%v), want the status with its RetryInfo", lines[2], err)
+	}
+	resp, body = gatewaytest.Do(t, hc, "GET", g.URL()+"/v1/customers/c-1/orders:watch", "", map[string]string{"Accept": "text/event-stream"})
+	if resp.StatusCode != 200 || strings.Count(string(body), "data: ") != 3 || !strings.Contains(string(body), "event: error\ndata: {\"error\":{\"code\":14") {
+		t.Errorf("SSE: %d %q", resp.StatusCode, body)
 	}
 }
