@@ -126,11 +126,11 @@ func (e *restErrors) Write(b []byte) (int, error) {
 	return e.ResponseWriter.Write(b)
 }
 
-func (e *restErrors) Flush() {
-	if e.status == 0 {
-		_ = http.NewResponseController(e.ResponseWriter).Flush()
-	}
-}
+// Flush does nothing: the transcoder serves REST unary calls only (REST
+// streams are the gateway's own), and flushing their one buffered message
+// made HTTP/1.1 answers chunked, in two writes, instead of one with a
+// Content-Length.
+func (e *restErrors) Flush() {}
 
 func (e *restErrors) Unwrap() http.ResponseWriter { return e.ResponseWriter }
 
