@@ -19,7 +19,7 @@ import (
 )
 
 // BenchmarkValidate is the edge validation of one 2 KB request message:
-// read the frame, decode it (dynamicpb), check its buf.validate rules, and
+// read the frame, decode it (hyperpb), check its buf.validate rules, and
 // hand the frame on.
 func BenchmarkValidate(b *testing.B) {
 	set, err := proto.Marshal(&descriptorpb.FileDescriptorSet{File: []*descriptorpb.FileDescriptorProto{
