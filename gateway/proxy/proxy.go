@@ -109,12 +109,18 @@ func (f *Forwarder) Serve(w http.ResponseWriter, r *http.Request, t *Target) {
 	// The route's timeout bounds the call here; the upstream hears of a
 	// deadline only when the caller set one (as grpc-timeout, the smaller
 	// of the caller's and the route's), as it would without a gateway.
+	// The gateway's own timer gives a caller's deadline callerSlack more:
+	// the header is rounded down to its unit and reaches the gateway a
+	// moment after the caller started its clock, so cutting the call at
+	// the header's value could answer just before the caller's own
+	// deadline, while the caller tears its side down (a Connect client
+	// then read a cut-off error body).
 	timeout := t.Timeout
 	var sendTimeout time.Duration
 	if grpc {
 		if d, ok := parseGRPCTimeout(headerValue(r.Header, "Grpc-Timeout")); ok {
-			timeout = min(timeout, d)
-			sendTimeout = timeout
+			sendTimeout = min(timeout, d)
+			timeout = min(timeout, d+callerSlack)
 		}
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
@@ -204,6 +210,11 @@ func timedOut(ctx context.Context) bool {
 	deadline, ok := ctx.Deadline()
 	return ok && time.Until(deadline) < deadlineSlack
 }
+
+// callerSlack is how much longer than a caller's deadline the gateway
+// lets a call run: more than the rounding of a timeout header (1 ms for
+// Connect) and the time the request takes to arrive.
+const callerSlack = 5 * time.Millisecond
 
 // deadlineSlack is how close to the deadline an upstream failure counts as a
 // timeout.
