@@ -109,16 +109,7 @@ func BenchmarkForward(b *testing.B) {
 // same run. Through the gateway, Connect and REST are transcoded to gRPC
 // (and the request validated); gRPC passes through (validated too).
 func BenchmarkRPC(b *testing.B) {
-	path, h := demov1connect.NewOrdersServiceHandler(connectOrders{})
-	mux := http.NewServeMux()
-	mux.Handle(path, h)
-	backend := httptest.NewUnstartedServer(mux)
-	backend.Config.Protocols = new(http.Protocols)
-	backend.Config.Protocols.SetHTTP1(true)
-	backend.Config.Protocols.SetUnencryptedHTTP2(true)
-	backend.Start()
-	b.Cleanup(backend.Close)
-	addr := strings.TrimPrefix(backend.URL, "http://")
+	addr := connectBackend(b, connectOrders{})
 
 	g := gatewaytest.Start(b, rpcSnapshot(b, addr), nil)
 	hc := gatewaytest.H2CClient(b)
@@ -137,9 +128,9 @@ func BenchmarkRPC(b *testing.B) {
 			})
 		}
 	}
-	b.Run("connect/direct", unary(backend.URL))
+	b.Run("connect/direct", unary("http://"+addr))
 	b.Run("connect/gateway", unary(g.URL()))
-	b.Run("grpc/direct", unary(backend.URL, connect.WithGRPC()))
+	b.Run("grpc/direct", unary("http://"+addr, connect.WithGRPC()))
 	b.Run("grpc/gateway", unary(g.URL(), connect.WithGRPC()))
 	b.Run("rest/gateway", func(b *testing.B) {
 		b.ReportAllocs()

@@ -63,17 +63,25 @@ func (edgeOrders) ImportOrders(_ context.Context, s *connect.ClientStream[demov1
 	return connect.NewResponse(&demov1.ImportOrdersResponse{}), nil
 }
 
-func startEdgeGateway(t *testing.T) *gatewaytest.Gateway {
-	t.Helper()
-	path, h := demov1connect.NewOrdersServiceHandler(edgeOrders{})
+// connectBackend serves impl with connect-go (Connect, gRPC and gRPC-Web)
+// over HTTP/1.1 and h2c, and returns its address.
+func connectBackend(tb testing.TB, impl demov1connect.OrdersServiceHandler) string {
+	tb.Helper()
+	path, h := demov1connect.NewOrdersServiceHandler(impl)
 	mux := http.NewServeMux()
 	mux.Handle(path, h)
 	backend := httptest.NewUnstartedServer(mux)
 	backend.Config.Protocols = new(http.Protocols)
+	backend.Config.Protocols.SetHTTP1(true)
 	backend.Config.Protocols.SetUnencryptedHTTP2(true)
 	backend.Start()
-	t.Cleanup(backend.Close)
-	cfg := rpcSnapshot(t, backend.Listener.Addr().String())
+	tb.Cleanup(backend.Close)
+	return backend.Listener.Addr().String()
+}
+
+func startEdgeGateway(t *testing.T) *gatewaytest.Gateway {
+	t.Helper()
+	cfg := rpcSnapshot(t, connectBackend(t, edgeOrders{}))
 	// The backend checks the messages; the gateway's validation (which
 	// would refuse empty ones) stays out of the way.
 	cfg.Services[0].DisableValidation = true
