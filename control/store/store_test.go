@@ -1,0 +1,30 @@
+package store_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/portico-gw/portico/control/store"
+	"github.com/portico-gw/portico/control/store/storetest"
+)
+
+// TestSQLite runs the conformance suite on SQLite files.
+func TestSQLite(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) storetest.Opener {
+		dsn := "sqlite:" + filepath.Join(t.TempDir(), "control.db")
+		return func(ctx context.Context) (*store.Store, error) { return store.Open(ctx, dsn) }
+	})
+}
+
+// TestOpenRefusesUnknownDSN: a DSN of no known database is a typed error.
+func TestOpenRefusesUnknownDSN(t *testing.T) {
+	t.Parallel()
+	for _, dsn := range []string{"", "mysql://x", "/var/lib/portico/control.db", "sqlite:"} {
+		if s, err := store.Open(context.Background(), dsn); err == nil {
+			_ = s.Close()
+			t.Errorf("Open(%q) succeeded", dsn)
+		}
+	}
+}
