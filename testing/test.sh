@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs Portico's whole test suite on a fresh machine: static checks, then
 # every test with the race detector. It installs or starts what the tests
-# need itself: beyond Go and the module proxy, that is redis-server, which
-# it installs from Debian's packages when it is missing (with sudo when not
-# root). The tests start their own redis-server processes
-# (testing/redistest); set CI=1 to make them fail, not skip, without it.
+# need itself: beyond Go and the module proxy, that is redis-server and
+# PostgreSQL, which it installs from Debian's packages when they are
+# missing (with sudo when not root). The tests start their own
+# redis-server and postgres processes (testing/redistest,
+# testing/pgtest); set CI=1 to make them fail, not skip, without them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +17,18 @@ if ! command -v redis-server >/dev/null 2>&1; then
 	fi
 	$sudo apt-get update
 	$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends redis-server
+fi
+
+# PostgreSQL for the control plane's store tests (testing/pgtest starts
+# its own server; it finds initdb on PATH or in /usr/lib/postgresql).
+if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+	echo "== installing postgresql"
+	sudo=""
+	if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then
+		sudo=sudo
+	fi
+	$sudo apt-get update
+	$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql
 fi
 
 export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
