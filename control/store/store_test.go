@@ -2,11 +2,13 @@ package store_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/portico-gw/portico/control/store"
 	"github.com/portico-gw/portico/control/store/storetest"
+	"github.com/portico-gw/portico/testing/pgtest"
 )
 
 // TestSQLite runs the conformance suite on SQLite files.
@@ -28,3 +30,16 @@ func TestOpenRefusesUnknownDSN(t *testing.T) {
 		}
 	}
 }
+
+// TestPostgres runs the conformance suite on a real PostgreSQL server,
+// a new database per test.
+func TestPostgres(t *testing.T) {
+	t.Parallel()
+	srv := pgtest.Start(t)
+	storetest.Run(t, func(t *testing.T) storetest.Opener {
+		dsn := srv.NewDatabase(t)
+		return func(ctx context.Context) (*store.Store, error) { return store.Open(ctx, dsn) }
+	})
+}
+
+func TestMain(m *testing.M) { os.Exit(pgtest.RunMain(m)) }

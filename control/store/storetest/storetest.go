@@ -221,11 +221,16 @@ func testRollback(t *testing.T, o Opener) {
 
 // testConcurrentWriters: two teams change the config at once, each
 // reading the newest version, adding its change and committing, again
-// after a conflict. Every change lands, versions are numbered without
-// gaps, and the last config holds all of them.
+// after a conflict. In every round both read before either commits, so
+// one of them must conflict. Every change lands, versions are numbered
+// without gaps, and the last config holds all of them.
 func testConcurrentWriters(t *testing.T, o Opener) {
 	const perTeam = 15
 	writers := []*store.Store{open(t, o), open(t, o)} // two connections, as two control planes
+	rounds := make([]sync.WaitGroup, perTeam)
+	for i := range rounds {
+		rounds[i].Add(2)
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	var conflicts sync.Map
@@ -233,6 +238,14 @@ func testConcurrentWriters(t *testing.T, o Opener) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// A writer that stops early still passes the barriers of the
+			// rounds it leaves, so the other never waits for it.
+			next := 0
+			defer func() {
+				for ; next < perTeam; next++ {
+					rounds[next].Done()
+				}
+			}()
 			s := writers[w]
 			for i := range perTeam {
 				for attempt := 0; ; attempt++ {
@@ -253,6 +266,12 @@ func testConcurrentWriters(t *testing.T, o Opener) {
 					} else if !errors.Is(err, store.ErrNotFound) {
 						errs <- err
 						return
+					}
+					if attempt == 0 {
+						// Both writers have read before either commits.
+						rounds[i].Done()
+						next = i + 1
+						rounds[i].Wait()
 					}
 					change := fmt.Sprintf("%s-%02d;", team, i)
 					_, err := s.Commit(ctx(t), prev, store.Commit{
@@ -305,7 +324,9 @@ func testConcurrentWriters(t *testing.T, o Opener) {
 	}
 	n := 0
 	conflicts.Range(func(_, v any) bool { n += *v.(*int); return true })
-	t.Logf("%d conflicts retried", n)
+	if n < perTeam {
+		t.Errorf("%d conflicts in %d rounds where both writers started from the same version: a commit must have overwritten the other's", n, perTeam)
+	}
 }
 
 func testAudit(t *testing.T, o Opener) {
