@@ -1,0 +1,251 @@
+package compile_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/types/descriptorpb"
+
+	"github.com/portico-gw/portico/control/compile"
+	"github.com/portico-gw/portico/gateway/snapshot"
+	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	demov1 "github.com/portico-gw/portico/gen/portico/demo/v1"
+)
+
+var reviewed = &configv1.RouteAuth{Public: true, Reviewer: "security"}
+
+func cluster(name string) *configv1.Cluster {
+	return &configv1.Cluster{Name: name, Protocol: configv1.Protocol_PROTOCOL_HTTP1, Endpoints: []*configv1.Endpoint{{Address: "127.0.0.1:1"}}}
+}
+
+func route(id, host, path, cluster string) *configv1.Route {
+	r := &configv1.Route{Id: id, Path: path, Cluster: cluster, Auth: reviewed}
+	if host != "" {
+		r.Hosts = []string{host}
+	}
+	return r
+}
+
+func demoSet(t *testing.T) []byte {
+	t.Helper()
+	b, err := proto.Marshal(&descriptorpb.FileDescriptorSet{File: []*descriptorpb.FileDescriptorProto{
+		protodesc.ToFileDescriptorProto(demov1.File_portico_demo_v1_orders_proto),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// valid is two teams' config that compiles: orders with hand-written
+// routes and the demo orders service from its descriptors, search with
+// a route of its own.
+func valid(t *testing.T) *adminv1.Config {
+	return &adminv1.Config{
+		Teams: []*adminv1.Team{
+			{Name: "orders", Owns: []*adminv1.Ownership{
+				{Host: "api.example.com", PathPrefix: "/v1/orders"},
+				{Host: "api.example.com", PathPrefix: "/v1/customers"},
+				{Host: "api.example.com", PathPrefix: "/portico.demo.v1.OrdersService"},
+			}},
+			{Name: "search", Owns: []*adminv1.Ownership{{Host: "api.example.com", PathPrefix: "/v1/search"}}},
+		},
+		TeamConfigs: []*adminv1.TeamConfig{
+			{Team: "search", Clusters: []*configv1.Cluster{cluster("search")},
+				Routes: []*configv1.Route{route("search.query", "api.example.com", "/v1/search/{q}", "search")}},
+			{Team: "orders",
+				Clusters: []*configv1.Cluster{cluster("orders-legacy"),
+					{Name: "orders", Protocol: configv1.Protocol_PROTOCOL_GRPC, Endpoints: []*configv1.Endpoint{{Address: "127.0.0.1:2"}}}},
+				Routes: []*configv1.Route{
+					route("orders.export", "api.example.com", "/v1/orders/export/**", "orders-legacy"),
+					route("orders.report", "api.example.com", "/v1/orders:report", "orders-legacy"),
+				},
+				Services: []*configv1.Service{{Id: "orders", Name: "portico.demo.v1.OrdersService", Cluster: "orders",
+					Hosts: []string{"api.example.com"}, Auth: reviewed,
+					Descriptors: &configv1.Descriptors{Source: &configv1.Descriptors_FileDescriptorSet{FileDescriptorSet: demoSet(t)}}}},
+			},
+		},
+		Platform: &adminv1.Platform{
+			Products: []*configv1.Product{{Name: "orders-api"}},
+			Scopes:   []*configv1.Scope{{Name: "orders:read"}},
+		},
+	}
+}
+
+func TestCompile(t *testing.T) {
+	t.Parallel()
+	res, err := compile.Compile(valid(t), "v7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range res.Snapshot.GetRoutes() {
+		ids = append(ids, r.GetTeam()+"/"+r.GetId())
+	}
+	if want := []string{"orders/orders.export", "orders/orders.report", "search/search.query"}; !slices.Equal(ids, want) {
+		t.Errorf("routes %v, want %v (sorted by team, then id; team filled in)", ids, want)
+	}
+	if res.Snapshot.GetVersion() != "v7" || res.Snapshot.GetSha256() != res.SHA256 || len(res.SHA256) != 64 {
+		t.Errorf("version %q sha256 %q / %q", res.Snapshot.GetVersion(), res.Snapshot.GetSha256(), res.SHA256)
+	}
+	// The bytes are what a node receives: it compiles them to the same
+	// snapshot, sha256 checked.
+	var got configv1.Snapshot
+	if err := proto.Unmarshal(res.Bytes, &got); err != nil {
+		t.Fatal(err)
+	}
+	node, err := snapshot.Compile(&got)
+	if err != nil || node.SHA256 != res.SHA256 {
+		t.Fatalf("a node compiling the bytes: %v, sha256 %q, want %q", err, node.SHA256, res.SHA256)
+	}
+	if len(node.Services) != 1 || got.GetServices()[0].GetTeam() != "orders" {
+		t.Errorf("services %v", node.Services)
+	}
+}
+
+// TestCompileDeterministic: the same config, its lists in another order,
+// compiles to the same bytes.
+func TestCompileDeterministic(t *testing.T) {
+	t.Parallel()
+	a, err := compile.Compile(valid(t), "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := valid(t)
+	slices.Reverse(cfg.TeamConfigs)
+	slices.Reverse(cfg.Teams)
+	for _, tc := range cfg.TeamConfigs {
+		slices.Reverse(tc.Routes)
+		slices.Reverse(tc.Clusters)
+	}
+	b, err := compile.Compile(cfg, "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.SHA256 != b.SHA256 || string(a.Bytes) != string(b.Bytes) {
+		t.Errorf("reordered input: sha256 %s, want %s", b.SHA256, a.SHA256)
+	}
+	if c, _ := compile.Compile(valid(t), "v2"); c == nil || c.SHA256 == a.SHA256 {
+		t.Error("another version name gave the same sha256")
+	}
+}
+
+// TestCompileRefusals: a config with many problems is refused with every
+// one of them, each located in the config teams write.
+func TestCompileRefusals(t *testing.T) {
+	t.Parallel()
+	cfg := valid(t)
+	orders, search := cfg.TeamConfigs[1], cfg.TeamConfigs[0]
+	orders.Routes = append(orders.Routes,
+		route("orders.stray", "api.example.com", "/v1/search/mine", "orders-legacy"),    // search's space
+		route("orders.wide", "api.example.com", "/v1/{anything}", "orders-legacy"),      // wider than owned
+		route("orders.otherhost", "admin.example.com", "/v1/orders/x", "orders-legacy"), // host not owned
+		route("orders.everyhost", "", "/v1/orders/y", "orders-legacy"),                  // every host: not owned
+		route("orders.theirs", "api.example.com", "/v1/orders/z", "search"),             // search's cluster
+	)
+	orders.Routes = append(orders.Routes, &configv1.Route{Id: "orders.mislabelled", Team: "search", Hosts: []string{"api.example.com"}, Path: "/v1/orders/m", Cluster: "orders-legacy", Auth: reviewed})
+	search.Clusters = append(search.Clusters, cluster("orders-legacy")) // declared twice
+	cfg.TeamConfigs = append(cfg.TeamConfigs, &adminv1.TeamConfig{Team: "ghosts"})
+	cfg.Teams = append(cfg.Teams, &adminv1.Team{Name: "squatters", Owns: []*adminv1.Ownership{{Host: "api.example.com", PathPrefix: "/v1/orders/special"}}})
+
+	_, err := compile.Compile(cfg, "v9")
+	var cerr *compile.Error
+	if !errors.As(err, &cerr) {
+		t.Fatalf("Compile: %v, want *compile.Error", err)
+	}
+	want := []string{
+		`teams[squatters].owns[0]: host "api.example.com" path "/v1/orders/special" overlaps team "orders"'s "/v1/orders"`,
+		`team ghosts: no such team`,
+		`team search: clusters[orders-legacy]: cluster "orders-legacy" is already declared by team "orders"`,
+		`team orders: routes[orders.stray]: path "/v1/search/mine" on host "api.example.com" is outside team "orders"'s`,
+		`team orders: routes[orders.wide]: path "/v1/{anything}" on host "api.example.com" is outside`,
+		`team orders: routes[orders.otherhost]: path "/v1/orders/x" on host "admin.example.com" is outside`,
+		`team orders: routes[orders.everyhost]: path "/v1/orders/y" on every host is outside`,
+		`team orders: routes[orders.theirs].cluster: cluster "search" belongs to team "search"`,
+		`team orders: routes[orders.mislabelled].team: the route says team "search" in team "orders"'s config`,
+	}
+	checkViolations(t, cerr, want)
+}
+
+// TestCompileNodeChecksTranslated: what the node's own compiler refuses
+// comes back located in the team's config.
+func TestCompileNodeChecksTranslated(t *testing.T) {
+	t.Parallel()
+	cfg := valid(t)
+	orders := cfg.TeamConfigs[1]
+	nocluster := route("orders.nowhere", "api.example.com", "/v1/orders/nowhere", "nope")
+	closed := route("orders.closed", "api.example.com", "/v1/orders/closed", "orders-legacy")
+	closed.Auth = &configv1.RouteAuth{Scopes: []string{"orders:nonexistent"}}
+	orders.Routes = append(orders.Routes, nocluster, closed)
+	_, err := compile.Compile(cfg, "v9")
+	var cerr *compile.Error
+	if !errors.As(err, &cerr) {
+		t.Fatalf("Compile: %v, want *compile.Error", err)
+	}
+	checkViolations(t, cerr, []string{
+		`team orders: routes[orders.nowhere].cluster: `,
+		`team orders: routes[orders.closed].auth.scopes[0]: `,
+	})
+}
+
+// TestCompileServiceOutsideOwnership: routes derived from a service's
+// descriptors must lie in its team's space too.
+func TestCompileServiceOutsideOwnership(t *testing.T) {
+	t.Parallel()
+	cfg := valid(t)
+	cfg.Teams[0].Owns = cfg.Teams[0].Owns[:2] // orders no longer owns the gRPC path
+	_, err := compile.Compile(cfg, "v9")
+	var cerr *compile.Error
+	if !errors.As(err, &cerr) {
+		t.Fatalf("Compile: %v, want *compile.Error", err)
+	}
+	checkViolations(t, cerr, []string{
+		`team orders: services[orders]: 6 routes of the service are outside the team's space: "/portico.demo.v1.OrdersService/GetOrder" on host "api.example.com" is outside team "orders"'s`,
+	})
+}
+
+func TestCompileSchema(t *testing.T) {
+	t.Parallel()
+	cfg := valid(t)
+	cfg.Teams[0].Name = "Orders Team"
+	cfg.Teams[1].Owns[0].PathPrefix = "v1/search"
+	_, err := compile.Compile(cfg, "v9")
+	var cerr *compile.Error
+	if !errors.As(err, &cerr) {
+		t.Fatalf("Compile: %v, want *compile.Error", err)
+	}
+	// With them, what follows from them: no team "orders" exists, and
+	// search's route lies outside the prefix it no longer owns.
+	checkViolations(t, cerr, []string{"teams[0].name: ", "teams[1].owns[0].path_prefix: ",
+		"team orders: no such team", `team search: routes[search.query]: path "/v1/search/{q}" on host "api.example.com" is outside`})
+}
+
+// checkViolations wants each of want to start one violation, and no
+// other violations.
+func checkViolations(t *testing.T, err *compile.Error, want []string) {
+	t.Helper()
+	var got []string
+	for _, v := range err.Violations {
+		got = append(got, v.String())
+	}
+	for _, w := range want {
+		found := false
+		for _, g := range got {
+			if strings.HasPrefix(g, w) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("no violation %q", w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("%d violations, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
+	}
+}
