@@ -1,0 +1,201 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/portico-gw/portico/control/compile"
+	"github.com/portico-gw/portico/control/store"
+	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
+)
+
+// commitAttempts bounds how often a change is recomputed after losing a
+// race with another writer.
+const commitAttempts = 8
+
+// current returns the newest version (Number 0 if there is none) and its
+// config.
+func (s *Service) current(ctx context.Context) (store.Version, *adminv1.Config, error) {
+	v, err := s.store.Latest(ctx)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Version{}, &adminv1.Config{}, nil
+	}
+	if err != nil {
+		return store.Version{}, nil, err
+	}
+	cfg, err := s.config(ctx, v)
+	return v, cfg, err
+}
+
+// config returns the config of version v.
+func (s *Service) config(ctx context.Context, v store.Version) (*adminv1.Config, error) {
+	b, err := s.store.Blob(ctx, v.ConfigSHA256)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &adminv1.Config{}
+	if err := proto.Unmarshal(b, cfg); err != nil {
+		return nil, fmt.Errorf("version %d: the stored config does not decode: %w", v.Number, err)
+	}
+	return cfg, nil
+}
+
+// change is one write.
+type change struct {
+	by      caller
+	team    string // "" for the platform's objects
+	action  string // "routes.put"
+	object  string // "route orders.get"
+	message string
+	dryRun  bool
+	// apply edits the config in place; an error (a connect error: not
+	// found, failed precondition) refuses the change.
+	apply func(cfg *adminv1.Config) error
+}
+
+// commit applies ch to the newest config, compiles the result, and stores
+// it as a new version; after losing a race it starts again from the new
+// newest version. A change that changes nothing creates no version.
+func (s *Service) commit(ctx context.Context, ch change) (*adminv1.Change, error) {
+	for range commitAttempts {
+		prev, cfg, err := s.current(ctx)
+		if err != nil {
+			return nil, s.storeFailed(ctx, ch.action, err)
+		}
+		next := proto.CloneOf(cfg)
+		if err := ch.apply(next); err != nil {
+			s.audit(ctx, &store.AuditEntry{Actor: ch.by.id, Team: ch.team, Action: ch.action, Object: ch.object,
+				Outcome: connect.CodeOf(err).String(), Detail: err.Error()})
+			return nil, err
+		}
+		diff := Diff(cfg, next)
+		if diff == "" || ch.dryRun {
+			return &adminv1.Change{Version: versionProto(prev), Changed: false, Diff: diff}, s.dryRunCompile(ctx, ch, next, prev.Number)
+		}
+		res, err := compile.Compile(next, "v"+strconv.FormatInt(prev.Number+1, 10))
+		if err != nil {
+			return nil, s.refuse(ctx, ch, err)
+		}
+		cfgBytes, err := proto.MarshalOptions{Deterministic: true}.Marshal(next)
+		if err != nil {
+			return nil, s.storeFailed(ctx, ch.action, err)
+		}
+		v, err := s.store.Commit(ctx, prev.Number, store.Commit{
+			Config: cfgBytes, Snapshot: res.Bytes, CreatedBy: ch.by.id, Message: ch.message, Diff: diff,
+			Audit: store.AuditEntry{Actor: ch.by.id, Team: ch.team, Action: ch.action, Object: ch.object, Detail: ch.message},
+		})
+		if errors.Is(err, store.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return nil, s.storeFailed(ctx, ch.action, err)
+		}
+		if s.onCommit != nil {
+			s.onCommit(v.Number)
+		}
+		return &adminv1.Change{Version: versionProto(v), Changed: true, Diff: diff}, nil
+	}
+	return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("%s: other changes kept landing first; try again", ch.action))
+}
+
+// dryRunCompile compiles a dry run's config, so that it is refused as the
+// real change would be; a change that changes nothing needs no compile.
+func (s *Service) dryRunCompile(ctx context.Context, ch change, next *adminv1.Config, prev int64) error {
+	if !ch.dryRun {
+		return nil
+	}
+	if _, err := compile.Compile(next, "v"+strconv.FormatInt(prev+1, 10)); err != nil {
+		return s.refuse(ctx, ch, err)
+	}
+	return nil
+}
+
+// refuse answers a config that does not compile, and audits the refusal.
+func (s *Service) refuse(ctx context.Context, ch change, err error) error {
+	var cerr *compile.Error
+	if !errors.As(err, &cerr) {
+		s.log.ErrorContext(ctx, "compiling a change failed", "action", ch.action, "err", err)
+		return connect.NewError(connect.CodeInternal, errors.New(ch.action+": compiling the config failed"))
+	}
+	if !ch.dryRun {
+		s.audit(ctx, &store.AuditEntry{Actor: ch.by.id, Team: ch.team, Action: ch.action, Object: ch.object,
+			Outcome: "invalid_argument", Detail: cerr.Error()})
+	}
+	return refusedConfig(cerr)
+}
+
+func versionProto(v store.Version) *adminv1.Version {
+	if v.Number == 0 {
+		return nil
+	}
+	return &adminv1.Version{
+		Number: v.Number, Sha256: v.SnapshotSHA256, CreatedBy: v.CreatedBy, CreatedAt: timestamppb.New(v.CreatedAt),
+		Message: v.Message, Diff: v.Diff, RollbackOf: v.RollbackOf,
+	}
+}
+
+// teamConfig returns team's config in cfg, added if create and missing;
+// nil if missing.
+func teamConfig(cfg *adminv1.Config, team string, create bool) *adminv1.TeamConfig {
+	for _, tc := range cfg.GetTeamConfigs() {
+		if tc.GetTeam() == team {
+			return tc
+		}
+	}
+	if !create {
+		return nil
+	}
+	tc := &adminv1.TeamConfig{Team: team}
+	cfg.TeamConfigs = append(cfg.TeamConfigs, tc)
+	return tc
+}
+
+// dropEmptyTeamConfig removes team's config from cfg when it holds
+// nothing, so that deleting a team's last object leaves no trace.
+func dropEmptyTeamConfig(cfg *adminv1.Config, team string) {
+	for i, tc := range cfg.GetTeamConfigs() {
+		if tc.GetTeam() == team && len(tc.GetRoutes())+len(tc.GetClusters())+len(tc.GetServices()) == 0 {
+			cfg.TeamConfigs = append(cfg.TeamConfigs[:i], cfg.TeamConfigs[i+1:]...)
+			return
+		}
+	}
+}
+
+// put replaces the element of list whose key is key(x), or appends x.
+func put[T any](list []T, x T, key func(T) string) []T {
+	for i, y := range list {
+		if key(y) == key(x) {
+			list[i] = x
+			return list
+		}
+	}
+	return append(list, x)
+}
+
+// remove deletes the element with key k from list; ok is false if there
+// was none.
+func remove[T any](list []T, k string, key func(T) string) ([]T, bool) {
+	for i, y := range list {
+		if key(y) == k {
+			return append(list[:i], list[i+1:]...), true
+		}
+	}
+	return list, false
+}
+
+// find returns the element with key k.
+func find[T any](list []T, k string, key func(T) string) (T, bool) {
+	for _, y := range list {
+		if key(y) == k {
+			return y, true
+		}
+	}
+	var zero T
+	return zero, false
+}
