@@ -19,6 +19,8 @@ package compile
 
 import (
 	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -38,8 +40,9 @@ import (
 type Result struct {
 	// Snapshot is the snapshot to distribute, its version and sha256 set.
 	Snapshot *configv1.Snapshot
-	// Bytes is Snapshot deterministically marshalled; SHA256 is theirs
-	// (hex), which is also Snapshot.Sha256.
+	// Bytes is Snapshot deterministically marshalled without its sha256
+	// field; SHA256 is their hex SHA-256, the snapshot's digest, which is
+	// also Snapshot.Sha256.
 	Bytes  []byte
 	SHA256 string
 	// Compiled is the snapshot as a node holds it.
@@ -146,13 +149,17 @@ func Compile(cfg *adminv1.Config, version string) (*Result, error) {
 	if len(errs.Violations) > 0 {
 		return nil, errs
 	}
-	// The digest is of the snapshot without its sha256 field (see
-	// gateway/snapshot); the bytes carry it.
-	snap.Sha256 = compiled.SHA256
+	// The bytes leave the sha256 field out: they are what the digest is
+	// of (see gateway/snapshot), so their SHA-256 is the snapshot's name
+	// wherever it is stored or sent, and a node checks it by hashing them.
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(snap)
 	if err != nil {
 		return nil, fmt.Errorf("compile: marshalling the snapshot: %w", err)
 	}
+	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != compiled.SHA256 {
+		return nil, fmt.Errorf("compile: the snapshot's bytes hash to %x, its digest is %s", sum, compiled.SHA256)
+	}
+	snap.Sha256 = compiled.SHA256
 	return &Result{Snapshot: snap, Bytes: b, SHA256: compiled.SHA256, Compiled: compiled}, nil
 }
 

@@ -1,0 +1,65 @@
+// Package control wires the control plane together: the admin API, the
+// distribution streams, and the store under both. `portico control` and
+// `portico dev` serve its Handler.
+package control
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/portico-gw/portico/control/admin"
+	"github.com/portico-gw/portico/control/distribution"
+	"github.com/portico-gw/portico/control/store"
+)
+
+// Options configures a Plane.
+type Options struct {
+	// Store holds the versions; the caller opens and closes it.
+	Store *store.Store
+	// BootstrapToken, if set, is made a platform-admin token (see
+	// admin.Bootstrap).
+	BootstrapToken string
+	Logger         *slog.Logger
+}
+
+// Plane is a running control plane.
+type Plane struct {
+	Admin        *admin.Service
+	Distribution *distribution.Server
+	// Handler serves both APIs; it needs HTTP/2 (h2c or TLS) for the
+	// distribution streams.
+	Handler http.Handler
+}
+
+// New returns a control plane over opts.Store that distributes every
+// version the admin API commits, starting with the newest stored one.
+func New(ctx context.Context, opts Options) (*Plane, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if opts.BootstrapToken != "" {
+		if err := admin.Bootstrap(ctx, opts.Store, opts.BootstrapToken); err != nil {
+			return nil, err
+		}
+	}
+	dist := distribution.New(opts.Store, distribution.Options{Logger: log})
+	p := &Plane{Distribution: dist}
+	p.Admin = admin.New(opts.Store, admin.Options{Logger: log, OnCommit: func(v int64) {
+		// The version is stored; a failure to publish it leaves the fleet
+		// on the one before, and the next start publishes it.
+		if err := dist.Publish(context.WithoutCancel(ctx), v); err != nil {
+			log.Error("publishing a version failed", "version", v, "err", err)
+		}
+	}})
+	if err := dist.PublishLatest(ctx); err != nil {
+		return nil, fmt.Errorf("control: publishing the newest version: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(p.Admin.Handler())
+	mux.Handle(dist.Handler())
+	p.Handler = mux
+	return p, nil
+}

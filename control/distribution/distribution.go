@@ -1,0 +1,355 @@
+// Package distribution serves portico.distribution.v1: the streams over
+// which gateway nodes receive the snapshot they should run and answer
+// with an ACK or a NACK.
+//
+// The server knows every connected node (id, pool, region, labels, the
+// snapshot it runs, its last NACK) and the version the fleet should run:
+// the newest version published. A node that connects, or a version that is
+// published, gets the snapshot at once; a node already running it gets
+// just its name (content addressing: a snapshot is never sent to a node
+// that has it). A NACK halts the version: no further node is sent it (a
+// node that connects meanwhile gets the last version before it), and the
+// nodes that refused it keep the snapshot they had, until a newer version
+// is published.
+package distribution
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"buf.build/go/protovalidate"
+	"connectrpc.com/connect"
+
+	"github.com/portico-gw/portico/control/store"
+	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
+	"github.com/portico-gw/portico/gen/portico/distribution/v1/distributionv1connect"
+)
+
+// Options configures a Server. The zero value works, with a Store.
+type Options struct {
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+// Server is the control plane's side of the distribution streams. It is
+// safe for concurrent use.
+type Server struct {
+	store *store.Store
+	log   *slog.Logger
+	now   func() time.Time
+
+	mu     sync.Mutex
+	nodes  map[string]*node
+	target *target // nil until a version is published
+	// changed is closed and replaced whenever a node's state changes, for
+	// waiters.
+	changed chan struct{}
+}
+
+// target is the version the fleet should run.
+type target struct {
+	version int64
+	sha256  string
+	data    []byte
+	// halted is set by the first NACK: who refused it and why.
+	halted *NACK
+	// previous is the last version published before this one that was
+	// not halted: what nodes get while this one is.
+	previous *target
+}
+
+// NACK is a node's refusal of a version.
+type NACK struct {
+	Node    string
+	Version int64
+	SHA256  string
+	Error   string
+	At      time.Time
+}
+
+// node is one connected node.
+type node struct {
+	NodeStatus
+	send chan *distributionv1.StreamResponse // buffered 1; the newest push replaces an unsent one
+	done chan struct{}                       // closed when the stream ends
+}
+
+// NodeStatus is what the control plane knows of a connected node.
+type NodeStatus struct {
+	ID, Pool, Region string
+	Labels           map[string]string
+	ConnectedAt      time.Time
+	// SHA256 is the snapshot the node runs, as it last said (its Hello or
+	// its last ACK); Version its number, 0 if unknown.
+	SHA256  string
+	Version int64
+	// LastNACK is the node's last refusal, if any.
+	LastNACK *NACK
+}
+
+// New returns a distribution server over st.
+func New(st *store.Store, opts Options) *Server {
+	s := &Server{store: st, log: opts.Logger, now: opts.Now, nodes: map[string]*node{}, changed: make(chan struct{})}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	return s
+}
+
+// Handler returns the service's path and HTTP handler.
+func (s *Server) Handler() (string, http.Handler) {
+	return distributionv1connect.NewDistributionServiceHandler(s)
+}
+
+// PublishLatest publishes the store's newest version, if any: what a
+// control plane does when it starts.
+func (s *Server) PublishLatest(ctx context.Context) error {
+	v, err := s.store.Latest(ctx)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return s.Publish(ctx, v.Number)
+}
+
+// Publish makes version the one every node should run and sends it to
+// the connected nodes. Publishing a version older than the current target
+// is a rollback and works the same way.
+func (s *Server) Publish(ctx context.Context, version int64) error {
+	v, err := s.store.Get(ctx, version)
+	if err != nil {
+		return fmt.Errorf("distribution: publishing version %d: %w", version, err)
+	}
+	data, err := s.store.Blob(ctx, v.SnapshotSHA256)
+	if err != nil {
+		return fmt.Errorf("distribution: publishing version %d: %w", version, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next := &target{version: v.Number, sha256: v.SnapshotSHA256, data: data}
+	if old := s.target; old != nil {
+		next.previous = old
+		if old.halted != nil {
+			next.previous = old.previous
+		}
+		if next.previous != nil {
+			// One version back is all a halt needs: the chain (and the
+			// snapshots it holds) stays two long.
+			next.previous.previous = nil
+		}
+	}
+	s.target = next
+	for _, n := range s.nodes {
+		s.pushLocked(n)
+	}
+	s.notifyLocked()
+	return nil
+}
+
+// pushLocked sends n the target; while the target is halted, the last
+// version before it that was not (a node that runs the halted one already
+// keeps it).
+func (s *Server) pushLocked(n *node) {
+	t := s.target
+	if t != nil && t.halted != nil && n.SHA256 != t.sha256 {
+		t = t.previous
+	}
+	if t == nil {
+		return
+	}
+	msg := &distributionv1.Snapshot{Version: t.version, Sha256: t.sha256}
+	if n.SHA256 != t.sha256 {
+		msg.Data = t.data
+	}
+	// (A node that has the snapshot is sent just its name, so that it
+	// knows its number.)
+	resp := &distributionv1.StreamResponse{Message: &distributionv1.StreamResponse_Snapshot{Snapshot: msg}}
+	// The channel holds one message: a push not yet sent is replaced by
+	// the newer one.
+	select {
+	case <-n.send:
+	default:
+	}
+	n.send <- resp
+}
+
+// versionLocked is the number of the published version whose snapshot is
+// sha256, or 0.
+func (s *Server) versionLocked(sha256 string) int64 {
+	for t := s.target; t != nil && sha256 != ""; t = t.previous {
+		if t.sha256 == sha256 {
+			return t.version
+		}
+	}
+	return 0
+}
+
+func (s *Server) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Stream serves one node's stream.
+func (s *Server) Stream(ctx context.Context, stream *connect.BidiStream[distributionv1.StreamRequest, distributionv1.StreamResponse]) error {
+	first, err := stream.Receive()
+	if err != nil {
+		return err
+	}
+	hello := first.GetHello()
+	if hello == nil {
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("the stream starts with a hello"))
+	}
+	if err := protovalidate.Validate(first); err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("hello: %w", err))
+	}
+	n := &node{
+		NodeStatus: NodeStatus{ID: hello.GetNodeId(), Pool: hello.GetPool(), Region: hello.GetRegion(), Labels: hello.GetLabels(),
+			ConnectedAt: s.now(), SHA256: hello.GetSha256()},
+		send: make(chan *distributionv1.StreamResponse, 1),
+		done: make(chan struct{}),
+	}
+	s.register(n)
+	defer s.unregister(n)
+
+	// Sending runs beside receiving: a node's ACKs never wait for a push.
+	sendErr := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				sendErr <- ctx.Err()
+				return
+			case <-n.done:
+				sendErr <- nil
+				return
+			case msg := <-n.send:
+				if err := stream.Send(msg); err != nil {
+					sendErr <- err
+					return
+				}
+			}
+		}
+	}()
+	for {
+		req, err := stream.Receive()
+		if err != nil {
+			close(n.done)
+			<-sendErr
+			if errors.Is(err, context.Canceled) || connect.CodeOf(err) == connect.CodeCanceled {
+				return nil
+			}
+			return err
+		}
+		if err := protovalidate.Validate(req); err != nil {
+			close(n.done)
+			<-sendErr
+			return connect.NewError(connect.CodeInvalidArgument, err)
+		}
+		if ack := req.GetAck(); ack != nil {
+			s.ack(n, ack)
+		}
+	}
+}
+
+func (s *Server) register(n *node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := s.nodes[n.ID]; old != nil {
+		// The same node again (a reconnect the old stream has not noticed
+		// yet): the new stream replaces it.
+		s.log.Info("node reconnected", "node", n.ID)
+	}
+	s.nodes[n.ID] = n
+	n.Version = s.versionLocked(n.SHA256)
+	s.pushLocked(n)
+	s.notifyLocked()
+}
+
+func (s *Server) unregister(n *node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nodes[n.ID] == n {
+		delete(s.nodes, n.ID)
+	}
+	s.notifyLocked()
+}
+
+func (s *Server) ack(n *node, a *distributionv1.Ack) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.target
+	if a.GetError() == "" {
+		n.SHA256 = a.GetSha256()
+		n.Version = s.versionLocked(n.SHA256)
+	} else {
+		nack := &NACK{Node: n.ID, SHA256: a.GetSha256(), Error: a.GetError(), At: s.now()}
+		if t != nil && t.sha256 == a.GetSha256() {
+			nack.Version = t.version
+			if t.halted == nil {
+				t.halted = nack
+				s.log.Warn("version halted: a node refused it", "version", t.version, "node", n.ID, "error", a.GetError())
+			}
+		}
+		n.LastNACK = nack
+	}
+	s.notifyLocked()
+}
+
+// Status is the fleet's state.
+type Status struct {
+	// Version and SHA256 are what the fleet should run (0, "" before the
+	// first version).
+	Version int64
+	SHA256  string
+	// Halted is the NACK that stopped the version, if one did.
+	Halted *NACK
+	// Nodes are the connected nodes, by id.
+	Nodes []NodeStatus
+}
+
+// Status returns the fleet's state.
+func (s *Server) Status() Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var st Status
+	if t := s.target; t != nil {
+		st.Version, st.SHA256 = t.version, t.sha256
+		if t.halted != nil {
+			h := *t.halted
+			st.Halted = &h
+		}
+	}
+	for _, n := range s.nodes {
+		st.Nodes = append(st.Nodes, n.NodeStatus)
+	}
+	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].ID < st.Nodes[j].ID })
+	return st
+}
+
+// Wait waits until cond holds of the fleet's status, or ctx ends.
+func (s *Server) Wait(ctx context.Context, cond func(Status) bool) error {
+	for {
+		s.mu.Lock()
+		ch := s.changed
+		s.mu.Unlock()
+		if cond(s.Status()) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}

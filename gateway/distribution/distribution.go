@@ -1,0 +1,274 @@
+// Package distribution is a gateway node's side of
+// portico.distribution.v1: it holds a stream to the control plane, runs
+// the snapshots it is sent, answers each with an ACK or a NACK, and keeps
+// the last one it ran on local disk, so that a node restarted while the
+// control plane is unreachable serves the same version again.
+//
+// Traffic never waits for the control plane: the node serves whatever it
+// runs while the stream is down, and reconnects with jittered exponential
+// backoff.
+package distribution
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
+	"github.com/portico-gw/portico/gen/portico/distribution/v1/distributionv1connect"
+)
+
+// Options configures a Client.
+type Options struct {
+	// URL is the control plane's base URL ("http://control:7000").
+	URL string
+	// HTTPClient must speak HTTP/2 (h2c for an http URL): the stream is
+	// bidirectional.
+	HTTPClient connect.HTTPClient
+	// NodeID names the node, stably across restarts; Pool, Region and
+	// Labels describe it to the control plane's rollouts.
+	NodeID, Pool, Region string
+	Labels               map[string]string
+	// CacheFile keeps the last snapshot the node ran; empty: none.
+	CacheFile string
+	// Apply runs a snapshot (gateway.Node.Apply). It returns an error, and
+	// changes nothing, for a snapshot the node refuses.
+	Apply func(*configv1.Snapshot) error
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+	// MinBackoff and MaxBackoff bound the wait between reconnects
+	// (defaults 200 ms and 15 s); each wait is a random fraction of the
+	// current bound, which doubles per failure.
+	MinBackoff, MaxBackoff time.Duration
+}
+
+// Client is a node's distribution client.
+type Client struct {
+	opts Options
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	running string // sha256 of the snapshot the node runs
+	version int64  // its control plane version number, 0 if unknown
+}
+
+// New returns a client; Boot and Run use it.
+func New(opts Options) *Client {
+	if opts.MinBackoff <= 0 {
+		opts.MinBackoff = 200 * time.Millisecond
+	}
+	if opts.MaxBackoff < opts.MinBackoff {
+		opts.MaxBackoff = max(15*time.Second, opts.MinBackoff)
+	}
+	c := &Client{opts: opts, log: opts.Logger}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	return c
+}
+
+// Running returns the sha256 and version number of the snapshot the node
+// runs, as far as this client knows.
+func (c *Client) Running() (sha256 string, version int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.running, c.version
+}
+
+// Boot runs the cached snapshot, if there is one: before the node serves,
+// so that it serves the last version it ran even with no control plane.
+// It reports whether there was one.
+func (c *Client) Boot() (bool, error) {
+	if c.opts.CacheFile == "" {
+		return false, nil
+	}
+	b, err := os.ReadFile(c.opts.CacheFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("distribution: reading the cached snapshot: %w", err)
+	}
+	cfg, err := decode(b)
+	if err != nil {
+		return false, fmt.Errorf("distribution: the cached snapshot %s: %w", c.opts.CacheFile, err)
+	}
+	if err := c.opts.Apply(cfg); err != nil {
+		return false, fmt.Errorf("distribution: the cached snapshot %s: %w", c.opts.CacheFile, err)
+	}
+	c.mu.Lock()
+	c.running = cfg.GetSha256()
+	c.mu.Unlock()
+	return true, nil
+}
+
+// Run holds the stream until ctx ends, reconnecting after every failure.
+// It returns nil when ctx ends.
+func (c *Client) Run(ctx context.Context) error {
+	client := distributionv1connect.NewDistributionServiceClient(c.opts.HTTPClient, c.opts.URL)
+	bound := c.opts.MinBackoff
+	for {
+		start := time.Now()
+		err := c.session(ctx, client)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if time.Since(start) > c.opts.MaxBackoff {
+			bound = c.opts.MinBackoff // it had been up a while: start again small
+		}
+		wait := time.Duration(rand.Int64N(int64(bound)) + 1)
+		c.log.Warn("control plane stream ended; reconnecting", "err", err, "in", wait.Round(time.Millisecond))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		bound = min(2*bound, c.opts.MaxBackoff)
+	}
+}
+
+// session is one stream: hello, then snapshots and their answers.
+func (c *Client) session(ctx context.Context, client distributionv1connect.DistributionServiceClient) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream := client.Stream(ctx)
+	// Ending the request side is what ends a stream blocked in Receive:
+	// the HTTP/2 transport does not abort a response body read on the
+	// context while the request body is still open.
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-stopped:
+		}
+		_ = stream.CloseRequest()
+	}()
+	defer func() { _ = stream.CloseResponse() }()
+	running, _ := c.Running()
+	err := stream.Send(&distributionv1.StreamRequest{Message: &distributionv1.StreamRequest_Hello{Hello: &distributionv1.Hello{
+		NodeId: c.opts.NodeID, Pool: c.opts.Pool, Region: c.opts.Region, Labels: c.opts.Labels, Sha256: running,
+	}}})
+	if err != nil {
+		return err
+	}
+	for {
+		resp, err := stream.Receive()
+		if err != nil {
+			return err
+		}
+		snap := resp.GetSnapshot()
+		if snap == nil {
+			continue
+		}
+		ack := &distributionv1.Ack{Sha256: snap.GetSha256()}
+		if err := c.run(snap); err != nil {
+			ack.Error = err.Error()
+			c.log.Warn("snapshot refused", "version", snap.GetVersion(), "sha256", snap.GetSha256(), "err", err)
+		} else {
+			c.log.Info("snapshot running", "version", snap.GetVersion(), "sha256", snap.GetSha256())
+		}
+		if err := stream.Send(&distributionv1.StreamRequest{Message: &distributionv1.StreamRequest_Ack{Ack: ack}}); err != nil {
+			return err
+		}
+	}
+}
+
+// run makes the node run snap, and caches it.
+func (c *Client) run(snap *distributionv1.Snapshot) error {
+	running, _ := c.Running()
+	if len(snap.GetData()) == 0 {
+		if snap.GetSha256() != running {
+			return fmt.Errorf("sent no data for snapshot %s, which the node does not run", snap.GetSha256())
+		}
+		c.mu.Lock()
+		c.version = snap.GetVersion()
+		c.mu.Unlock()
+		return nil
+	}
+	cfg, err := decode(snap.GetData())
+	if err != nil {
+		return err
+	}
+	if cfg.GetSha256() != snap.GetSha256() {
+		return fmt.Errorf("the snapshot's bytes hash to %s, not to the %s it was sent as", cfg.GetSha256(), snap.GetSha256())
+	}
+	if err := c.opts.Apply(cfg); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.running, c.version = snap.GetSha256(), snap.GetVersion()
+	c.mu.Unlock()
+	if c.opts.CacheFile != "" {
+		if err := writeFile(c.opts.CacheFile, snap.GetData()); err != nil {
+			// The node runs the snapshot; only a restart without a
+			// control plane would miss it.
+			c.log.Error("caching the snapshot failed", "file", c.opts.CacheFile, "err", err)
+		}
+	}
+	return nil
+}
+
+// decode decodes a snapshot as the control plane sends it: its bytes
+// without its sha256 field, which is their SHA-256. The field is set, so
+// that compiling the snapshot checks it against the content again.
+func decode(data []byte) (*configv1.Snapshot, error) {
+	cfg := &configv1.Snapshot{}
+	if err := proto.Unmarshal(data, cfg); err != nil {
+		return nil, fmt.Errorf("the snapshot does not decode: %w", err)
+	}
+	if cfg.GetSha256() != "" {
+		return nil, errors.New("the snapshot's bytes carry a sha256 field; they are hashed without it")
+	}
+	sum := sha256.Sum256(data)
+	cfg.Sha256 = hex.EncodeToString(sum[:])
+	return cfg, nil
+}
+
+// writeFile replaces path with data atomically: a crash leaves the old
+// file or the new one, never half of one.
+func writeFile(path string, data []byte) error {
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		return nil
+	}
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, ".snapshot-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		_ = d.Close()
+	}
+	return nil
+}
