@@ -21,7 +21,11 @@ import (
 func runGateway(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("portico gateway", flag.ContinueOnError)
 	var (
-		configPath = fs.String("config", "", "snapshot config file (YAML or JSON); reloaded on change and on SIGHUP")
+		configPath = fs.String("config", "", "snapshot config file (YAML or JSON); reloaded on change and on SIGHUP (or -control)")
+		controlURL = fs.String("control", "", "the control plane's URL (http://host:7000) to take snapshots from (or -config)")
+		cacheFile  = fs.String("snapshot-cache", "portico-snapshot.binpb", "with -control: the last snapshot run, served at start when the control plane is unreachable")
+		region     = fs.String("region", "", "with -control: this node's region, for staged rollouts")
+		labels     labelFlag
 		plain      listenFlag
 		secure     listenFlag
 		trusted    prefixFlag
@@ -36,16 +40,17 @@ func runGateway(ctx context.Context, args []string) error {
 		headroom   = fs.Int("gc-headroom-mib", defaultGCHeadroomMiB, "heap growth allowed between garbage collections, in MiB (0: Go's default pacing; GOGC in the environment wins)")
 		redisAddrs = fs.String("redis", "", "Redis for the rate limit sync: host:port, or several comma-separated seed addresses of a Redis Cluster (empty: this node's buckets are the whole truth)")
 		redisPass  = fs.String("redis-password-file", "", "file holding the Redis password (AUTH), if any")
-		nodeID     = fs.String("node-id", "", "this node's id in the rate limit sync (default: hostname and process id)")
+		nodeID     = fs.String("node-id", "", "this node's id in the rate limit sync (default: hostname and process id) and, stable across restarts, to the control plane (default: hostname)")
 	)
 	fs.Var(&plain, "listen", "pool=addr to serve cleartext HTTP/1.1 and h2c on (repeatable; default public=:8080)")
 	fs.Var(&secure, "tls-listen", "pool=addr to serve HTTP/2 and HTTP/1.1 over TLS on (repeatable)")
+	fs.Var(&labels, "label", "with -control: key=value describing this node to rollouts (repeatable)")
 	fs.Var(&trusted, "trusted-proxy", "CIDR of a proxy in front of the gateway whose X-Forwarded-For is kept (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *configPath == "" {
-		return fmt.Errorf("gateway: -config is required")
+	if (*configPath == "") == (*controlURL == "") {
+		return fmt.Errorf("gateway: one of -config and -control is required")
 	}
 	log, err := newLogger(*logLevel)
 	if err != nil {
@@ -73,13 +78,6 @@ func runGateway(ctx context.Context, args []string) error {
 		return err
 	}
 
-	reload := make(chan struct{}, 1)
-	w := &configfile.Watcher{Path: *configPath, Reload: reload, Logger: log}
-	// A bad file at start is fatal: there is nothing older to keep serving.
-	cfg, err := w.Load()
-	if err != nil {
-		return err
-	}
 	rl, closeRedis, err := rateLimitOptions(*redisAddrs, *redisPass, *nodeID)
 	if err != nil {
 		return err
@@ -98,14 +96,29 @@ func runGateway(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := node.Apply(cfg); err != nil {
-		node.Close()
-		return err
+	if *controlURL != "" {
+		if err := followControl(ctx, node, *controlURL, *cacheFile, *nodeID, ls, *region, labels, log); err != nil {
+			node.Close()
+			return err
+		}
+	} else {
+		reload := make(chan struct{}, 1)
+		w := &configfile.Watcher{Path: *configPath, Reload: reload, Logger: log}
+		// A bad file at start is fatal: there is nothing older to keep
+		// serving.
+		cfg, err := w.Load()
+		if err != nil {
+			node.Close()
+			return err
+		}
+		if err := node.Apply(cfg); err != nil {
+			node.Close()
+			return err
+		}
+		w.Apply = node.Apply
+		go w.Run(ctx)
+		go forwardSIGHUP(ctx, reload)
 	}
-
-	w.Apply = node.Apply
-	go w.Run(ctx)
-	go forwardSIGHUP(ctx, reload)
 
 	for i, a := range node.Addrs() {
 		log.Info("listening", "pool", ls[i].Pool, "addr", a.String(), "tls", ls[i].TLS != nil)

@@ -1,5 +1,6 @@
-// Command portico runs Portico roles: `portico gateway --config FILE` runs a
-// gateway node; `portico dev` runs everything in one process on embedded
+// Command portico runs Portico roles: `portico gateway` runs a gateway node
+// (fed from a config file or by the control plane); `portico control` the
+// control plane; `portico dev` everything in one process on embedded
 // defaults, with demo backends, and prints how to call it.
 package main
 
@@ -17,7 +18,8 @@ const usage = `usage: portico <role> [flags]
 
 roles:
   dev       every role in one process on embedded defaults, with demo backends
-  gateway   a gateway node serving a snapshot from --config FILE
+  gateway   a gateway node serving a snapshot from -config FILE or from -control URL
+  control   the control plane: the admin API and the nodes' snapshot streams
 
 Run "portico <role> -h" for the role's flags.
 `
@@ -36,6 +38,8 @@ func main() {
 		err = runDev(ctx, args)
 	case "gateway":
 		err = runGateway(ctx, args)
+	case "control":
+		err = runControl(ctx, args)
 	case "-h", "-help", "--help", "help":
 		fmt.Print(usage)
 		return

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/portico-gw/portico/control"
+	"github.com/portico-gw/portico/control/store"
+)
+
+func runControl(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("portico control", flag.ContinueOnError)
+	var (
+		listen    = fs.String("listen", ":7000", "addr to serve the admin API and the nodes' streams on (cleartext HTTP/1.1 and h2c, or TLS with -tls-cert)")
+		dsn       = fs.String("store", "sqlite:portico-control.db", "the store: postgres://user@host/db or sqlite:PATH")
+		bootstrap = fs.String("bootstrap-token-file", "", "file holding a platform-admin token (ptk_...) to create if missing: how the first admin gets in")
+		certFile  = fs.String("tls-cert", "", "PEM certificate (chain) to serve TLS with")
+		keyFile   = fs.String("tls-key", "", "PEM private key for -tls-cert")
+		logLevel  = fs.String("log-level", "info", "debug, info, warn or error")
+	)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log, err := newLogger(*logLevel)
+	if err != nil {
+		return err
+	}
+	var token string
+	if *bootstrap != "" {
+		b, err := os.ReadFile(*bootstrap)
+		if err != nil {
+			return fmt.Errorf("control: -bootstrap-token-file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	st, err := store.Open(ctx, *dsn)
+	if err != nil {
+		return fmt.Errorf("control: %w", err)
+	}
+	defer st.Close()
+	plane, err := control.New(ctx, control.Options{Store: st, BootstrapToken: token, Logger: log})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("control: %w", err)
+	}
+	log.Info("control plane listening", "addr", ln.Addr().String(), "store", st.Driver())
+	return serveControl(ctx, ln, plane.Handler, *certFile, *keyFile)
+}
+
+// serveControl serves h on ln until ctx ends: TLS (HTTP/2 and 1.1) with a
+// certificate, else cleartext HTTP/1.1 and h2c, which the nodes' streams
+// need.
+func serveControl(ctx context.Context, ln net.Listener, h http.Handler, certFile, keyFile string) error {
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	if certFile != "" {
+		protocols.SetHTTP2(true)
+	} else {
+		protocols.SetUnencryptedHTTP2(true)
+	}
+	srv := &http.Server{Handler: h, Protocols: protocols, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() {
+		if certFile != "" {
+			errc <- srv.ServeTLS(ln, certFile, keyFile)
+		} else {
+			errc <- srv.Serve(ln)
+		}
+	}()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	// The nodes' streams never end by themselves: close them after a
+	// short grace; nodes reconnect to the next control plane.
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	_ = srv.Close()
+	return nil
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/portico-gw/portico/gateway"
+	"github.com/portico-gw/portico/gateway/distribution"
+)
+
+// followControl makes node run the snapshots the control plane at url
+// sends: first the cached one, if any, then the stream, held until ctx
+// ends.
+func followControl(ctx context.Context, node *gateway.Node, url, cacheFile, nodeID string, ls []gateway.Listener, region string, labels labelFlag, log *slog.Logger) error {
+	if nodeID == "" {
+		host, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("gateway: -node-id is needed with -control: %w", err)
+		}
+		nodeID = host
+	}
+	// The node's pool, for rollouts: its listeners' (the first's).
+	pool := ""
+	if len(ls) > 0 {
+		pool = ls[0].Pool
+	}
+	// The stream needs HTTP/2: h2c with prior knowledge for an http URL
+	// (with HTTP/1.1 allowed, the transport would use it), else TLS.
+	protocols := new(http.Protocols)
+	if strings.HasPrefix(url, "http://") {
+		protocols.SetUnencryptedHTTP2(true)
+	} else {
+		protocols.SetHTTP2(true)
+	}
+	client := distribution.New(distribution.Options{
+		URL: url, HTTPClient: &http.Client{Transport: &http.Transport{Protocols: protocols, IdleConnTimeout: time.Minute}},
+		NodeID: nodeID, Pool: pool, Region: region, Labels: labels,
+		CacheFile: cacheFile, Apply: node.Apply, Logger: log,
+	})
+	booted, err := client.Boot()
+	if err != nil {
+		// A cache that cannot be run is no reason not to start: the
+		// control plane sends the current snapshot.
+		log.Warn("not serving the cached snapshot", "err", err)
+	}
+	if booted {
+		sha, _ := client.Running()
+		log.Info("serving the cached snapshot until the control plane answers", "sha256", sha)
+	}
+	go func() { _ = client.Run(ctx) }()
+	return nil
+}
+
+// labelFlag collects key=value labels.
+type labelFlag map[string]string
+
+func (f *labelFlag) String() string {
+	var parts []string
+	for k, v := range *f {
+		parts = append(parts, k+"="+v)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (f *labelFlag) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want key=value, got %q", v)
+	}
+	if *f == nil {
+		*f = labelFlag{}
+	}
+	(*f)[k] = val
+	return nil
+}
