@@ -1,0 +1,29 @@
+// Command porticoctl is the admin CLI of Portico, a Connect client of the
+// control plane's admin API. A team applies its directory of route,
+// cluster and service files:
+//
+//	porticoctl diff -f teams/orders/     # what would change
+//	porticoctl apply -f teams/orders/    # change it: a new version
+//	porticoctl versions                  # the newest versions
+//	porticoctl rollback 41               # a new version equal to 41
+//
+// The server and token come from -server and -token-file, or from
+// PORTICO_SERVER and PORTICO_TOKEN. Exit status: 0 done, 1 refused or
+// failed (problems listed with their field paths), 2 bad usage; a team's
+// CI can gate on it. -output json prints the answers as JSON for scripts.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
+	"github.com/portico-gw/portico/gen/portico/admin/v1/adminv1connect"
+)
+
+const usage = `usage: porticoctl [global flags] <command> [flags]
+
+commands:
+  apply -f DIR [-m MESSAGE]   replace the team's routes, clusters and services with DIR's
+  diff -f DIR                 what apply would change, without changing it
+  versions [-limit N]         the newest versions
+  rollback N [-m MESSAGE]     a new version equal to version N (platform admins)
+
+global flags:
+  -server URL        the control plane (default $PORTICO_SERVER, else http://localhost:7000)
+  -token-file FILE   the admin token (default $PORTICO_TOKEN)
+  -output text|json  how to print answers (default text)
+`
+
+// Exit statuses.
+const (
+	exitOK      = 0
+	exitFailed  = 1
+	exitUsage   = 2
+	callTimeout = 2 * time.Minute
+)
+
+// cli is one invocation.
+type cli struct {
+	stdout, stderr io.Writer
+	admin          adminv1connect.AdminServiceClient
+	json           bool
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	fs := flag.NewFlagSet("porticoctl", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	server := fs.String("server", "", "")
+	tokenFile := fs.String("token-file", "", "")
+	output := fs.String("output", "text", "")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if *output != "text" && *output != "json" {
+		fmt.Fprintf(stderr, "porticoctl: -output is text or json, not %q\n", *output)
+		return exitUsage
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	if *server == "" {
+		*server = getenv("PORTICO_SERVER")
+	}
+	if *server == "" {
+		*server = "http://localhost:7000"
+	}
+	token := getenv("PORTICO_TOKEN")
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "porticoctl: -token-file: %v\n", err)
+			return exitUsage
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	c := &cli{stdout: stdout, stderr: stderr, json: *output == "json",
+		admin: adminv1connect.NewAdminServiceClient(&http.Client{Transport: bearer{token: token}, Timeout: callTimeout}, strings.TrimRight(*server, "/"))}
+
+	cmd, rest := fs.Arg(0), fs.Args()[1:]
+	switch cmd {
+	case "apply", "diff":
+		return c.apply(ctx, cmd, rest)
+	case "versions":
+		return c.versions(ctx, rest)
+	case "rollback":
+		return c.rollback(ctx, rest)
+	default:
+		fmt.Fprintf(stderr, "porticoctl: unknown command %q\n\n%s", cmd, usage)
+		return exitUsage
+	}
+}
+
+// bearer sends the admin token with every call.
+type bearer struct{ token string }
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	if b.token != "" {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+b.token)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func (c *cli) apply(ctx context.Context, cmd string, args []string) int {
+	fs := flag.NewFlagSet("porticoctl "+cmd, flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	dir := fs.String("f", "", "the team's directory")
+	msg := fs.String("m", "", "why, for the version list")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if *dir == "" || fs.NArg() > 0 {
+		fmt.Fprintf(c.stderr, "porticoctl %s: -f DIR is required, and nothing else\n", cmd)
+		return exitUsage
+	}
+	tc, err := loadTeamDir(*dir)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "porticoctl %s: %v\n", cmd, err)
+		return exitFailed
+	}
+	resp, err := c.admin.ApplyTeam(ctx, connect.NewRequest(&adminv1.ApplyTeamRequest{Config: tc, Message: *msg, DryRun: cmd == "diff"}))
+	if err != nil {
+		return c.failed(cmd, err)
+	}
+	ch := resp.Msg.GetChange()
+	if c.json {
+		return c.printJSON(resp.Msg)
+	}
+	switch {
+	case ch.GetDiff() == "":
+		fmt.Fprintf(c.stdout, "no change for team %s\n", tc.GetTeam())
+	case cmd == "diff":
+		fmt.Fprintln(c.stdout, ch.GetDiff())
+	default:
+		fmt.Fprintf(c.stdout, "version %d (sha256 %s)\n%s\n", ch.GetVersion().GetNumber(), ch.GetVersion().GetSha256(), ch.GetDiff())
+	}
+	return exitOK
+}
+
+func (c *cli) versions(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("porticoctl versions", flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	limit := fs.Int("limit", 20, "how many")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	resp, err := c.admin.ListVersions(ctx, connect.NewRequest(&adminv1.ListVersionsRequest{Limit: int32(min(max(*limit, 0), 1000))}))
+	if err != nil {
+		return c.failed("versions", err)
+	}
+	if c.json {
+		return c.printJSON(resp.Msg)
+	}
+	for _, v := range resp.Msg.GetVersions() {
+		line := fmt.Sprintf("%d\t%s\t%s\t%s\t%s", v.GetNumber(), v.GetCreatedAt().AsTime().Format(time.RFC3339), v.GetCreatedBy(), v.GetSha256()[:12], v.GetMessage())
+		fmt.Fprintln(c.stdout, strings.TrimRight(line, "\t"))
+	}
+	return exitOK
+}
+
+func (c *cli) rollback(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("porticoctl rollback", flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	msg := fs.String("m", "", "why")
+	if len(args) == 0 {
+		fmt.Fprintln(c.stderr, "porticoctl rollback: which version? porticoctl rollback N [-m MESSAGE]")
+		return exitUsage
+	}
+	n, err := strconv.ParseInt(args[0], 10, 64)
+	if err != nil || n <= 0 {
+		fmt.Fprintf(c.stderr, "porticoctl rollback: %q is not a version number\n", args[0])
+		return exitUsage
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return exitUsage
+	}
+	resp, err := c.admin.Rollback(ctx, connect.NewRequest(&adminv1.RollbackRequest{To: n, Message: *msg}))
+	if err != nil {
+		return c.failed("rollback", err)
+	}
+	if c.json {
+		return c.printJSON(resp.Msg)
+	}
+	ch := resp.Msg.GetChange()
+	if !ch.GetChanged() {
+		fmt.Fprintf(c.stdout, "version %d already runs version %d's snapshot\n", ch.GetVersion().GetNumber(), n)
+		return exitOK
+	}
+	fmt.Fprintf(c.stdout, "version %d = version %d\n%s\n", ch.GetVersion().GetNumber(), n, ch.GetDiff())
+	return exitOK
+}
+
+// failed prints a refused or failed call: its code and message, and each
+// problem with its field path.
+func (c *cli) failed(cmd string, err error) int {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		fmt.Fprintf(c.stderr, "porticoctl %s: %v\n", cmd, err)
+		return exitFailed
+	}
+	var problems []string
+	for _, d := range ce.Details() {
+		m, derr := d.Value()
+		if br, ok := m.(*errdetails.BadRequest); derr == nil && ok {
+			for _, v := range br.GetFieldViolations() {
+				problems = append(problems, v.GetField()+": "+v.GetDescription())
+			}
+		}
+	}
+	if len(problems) > 0 {
+		fmt.Fprintf(c.stderr, "porticoctl %s: refused (%s), %d problems:\n", cmd, ce.Code(), len(problems))
+		for _, p := range problems {
+			fmt.Fprintln(c.stderr, "  "+p)
+		}
+		return exitFailed
+	}
+	fmt.Fprintf(c.stderr, "porticoctl %s: %s: %s\n", cmd, ce.Code(), ce.Message())
+	return exitFailed
+}
+
+func (c *cli) printJSON(m proto.Message) int {
+	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(m)
+	if err != nil {
+		fmt.Fprintf(c.stderr, "porticoctl: %v\n", err)
+		return exitFailed
+	}
+	fmt.Fprintln(c.stdout, string(b))
+	return exitOK
+}

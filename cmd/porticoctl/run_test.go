@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/portico-gw/portico/control"
+	"github.com/portico-gw/portico/control/store"
+	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
+	"github.com/portico-gw/portico/gen/portico/admin/v1/adminv1connect"
+)
+
+const platformToken = "ptk_porticoctl-test-platform-token-0123456789"
+
+// server runs a control plane with teams orders and search declared, and
+// returns its URL and a team-admin token of orders.
+func server(t *testing.T) (string, string) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := store.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "control.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	p, err := control.New(ctx, control.Options{Store: st, BootstrapToken: platformToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(p.Handler)
+	t.Cleanup(srv.Close)
+	admin := adminv1connect.NewAdminServiceClient(&http.Client{Transport: bearer{platformToken}, Timeout: 30 * time.Second}, srv.URL)
+	for team, prefixes := range map[string][]string{"orders": {"/v1/orders", "/v1/customers", "/portico.demo.v1.OrdersService"}, "search": {"/v1/search"}} {
+		var owns []*adminv1.Ownership
+		for _, p := range prefixes {
+			owns = append(owns, &adminv1.Ownership{PathPrefix: p})
+		}
+		if _, err := admin.PutTeam(ctx, connect.NewRequest(&adminv1.PutTeamRequest{Team: &adminv1.Team{Name: team, Owns: owns}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tok, err := admin.CreateToken(ctx, connect.NewRequest(&adminv1.CreateTokenRequest{Team: "orders", Role: adminv1.Role_ROLE_TEAM_ADMIN}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srv.URL, tok.Msg.GetToken()
+}
+
+// ctl runs porticoctl with the environment env.
+func ctl(t *testing.T, env map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), args, &stdout, &stderr, func(k string) string { return env[k] })
+	return code, stdout.String(), stderr.String()
+}
+
+func writeDir(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+const teamYAML = `team: orders
+clusters:
+  - name: orders
+    protocol: PROTOCOL_GRPC
+    endpoints: [{address: "127.0.0.1:9"}]
+  - name: orders-legacy
+    protocol: PROTOCOL_HTTP1
+    endpoints: [{address: "127.0.0.1:9"}]
+routes:
+  - id: orders.export
+    path: /v1/orders/export/**
+    cluster: orders-legacy
+    auth: {public: true, reviewer: security}
+`
+
+const servicesYAML = `team: orders
+services:
+  - id: orders
+    name: portico.demo.v1.OrdersService
+    cluster: orders
+    auth: {public: true, reviewer: security}
+    descriptors:
+      sources:
+        files: [{name: orders.proto}]
+`
+
+func TestApplyDiffVersionsRollback(t *testing.T) {
+	t.Parallel()
+	url, token := server(t)
+	env := map[string]string{"PORTICO_SERVER": url, "PORTICO_TOKEN": token}
+	proto, err := os.ReadFile("../../proto/portico/demo/v1/orders.proto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := writeDir(t, map[string]string{"team.yaml": teamYAML, "services.yaml": servicesYAML, "orders.proto": string(proto)})
+
+	code, out, errOut := ctl(t, env, "diff", "-f", dir)
+	if code != 0 || out != "+ orders cluster orders\n+ orders cluster orders-legacy\n+ orders route orders.export\n+ orders service orders\n" {
+		t.Fatalf("diff = %d %q %q", code, out, errOut)
+	}
+	code, out, errOut = ctl(t, env, "apply", "-f", dir, "-m", "orders from its directory")
+	if code != 0 || !strings.HasPrefix(out, "version 3 (sha256 ") {
+		t.Fatalf("apply = %d %q %q", code, out, errOut)
+	}
+	if code, out, _ = ctl(t, env, "diff", "-f", dir); code != 0 || out != "no change for team orders\n" {
+		t.Errorf("diff after apply = %d %q", code, out)
+	}
+	code, out, _ = ctl(t, env, "versions")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 3 || !strings.HasPrefix(lines[0], "3\t") || !strings.HasSuffix(lines[0], "orders from its directory") {
+		t.Errorf("versions = %d %q", code, out)
+	}
+	code, out, _ = ctl(t, env, "-output", "json", "versions", "-limit", "1")
+	var js struct {
+		Versions []struct{ Number string } `json:"versions"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &js) != nil || len(js.Versions) != 1 || js.Versions[0].Number != "3" {
+		t.Errorf("versions -output json = %d %q", code, out)
+	}
+	// Rollback is the platform's.
+	if code, _, errOut = ctl(t, env, "rollback", "2"); code != 1 || !strings.Contains(errOut, "permission_denied") {
+		t.Errorf("team rollback = %d %q, want 1 and permission_denied", code, errOut)
+	}
+	platform := map[string]string{"PORTICO_SERVER": url, "PORTICO_TOKEN": platformToken}
+	if code, out, errOut = ctl(t, platform, "rollback", "2", "-m", "undo"); code != 0 || !strings.HasPrefix(out, "version 4 = version 2\n") {
+		t.Errorf("rollback = %d %q %q", code, out, errOut)
+	}
+}
+
+func TestApplyRefusedListsProblems(t *testing.T) {
+	t.Parallel()
+	url, token := server(t)
+	env := map[string]string{"PORTICO_SERVER": url, "PORTICO_TOKEN": token}
+	dir := writeDir(t, map[string]string{"team.yaml": teamYAML + `  - id: orders.stray
+    path: /v1/search/mine
+    cluster: orders-legacy
+    auth: {public: true, reviewer: security}
+  - id: orders.v2
+    path: /v2/orders
+    cluster: orders-legacy
+    auth: {public: true, reviewer: security}
+`})
+	code, out, errOut := ctl(t, env, "apply", "-f", dir)
+	if code != 1 || out != "" || !strings.Contains(errOut, "refused (invalid_argument), 2 problems:") ||
+		!strings.Contains(errOut, "  team orders: routes[orders.stray]: ") || !strings.Contains(errOut, "  team orders: routes[orders.v2]: ") {
+		t.Errorf("apply = %d %q\n%s", code, out, errOut)
+	}
+}
+
+func TestUsageAndLocalErrors(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"PORTICO_SERVER": "http://127.0.0.1:1"}
+	for name, tc := range map[string]struct {
+		args []string
+		code int
+		want string
+	}{
+		"no command":        {nil, 2, "usage: porticoctl"},
+		"unknown command":   {[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		"apply without -f":  {[]string{"apply"}, 2, "-f DIR is required"},
+		"bad output":        {[]string{"-output", "xml", "versions"}, 2, "-output is text or json"},
+		"rollback nonsense": {[]string{"rollback", "latest"}, 2, "not a version number"},
+		"empty directory":   {[]string{"apply", "-f", t.TempDir()}, 1, "no .yaml, .yml or .json files"},
+		"two teams":         {[]string{"apply", "-f", writeDir(t, map[string]string{"a.yaml": "team: orders\n", "b.yaml": "team: search\n"})}, 1, `team "search", but the directory is team "orders"'s`},
+		"unknown field":     {[]string{"apply", "-f", writeDir(t, map[string]string{"a.yaml": "team: orders\nroutez: []\n"})}, 1, "routez"},
+		"missing source":    {[]string{"apply", "-f", writeDir(t, map[string]string{"a.yaml": servicesYAML})}, 1, `source "orders.proto"`},
+		"server down":       {[]string{"versions"}, 1, "porticoctl versions: unavailable"},
+	} {
+		code, _, errOut := ctl(t, env, tc.args...)
+		if code != tc.code || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%s: %d %q, want %d and %q", name, code, errOut, tc.code, tc.want)
+		}
+	}
+}
