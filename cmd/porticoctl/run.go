@@ -28,6 +28,8 @@ commands:
   diff -f DIR                 what apply would change, without changing it
   versions [-limit N]         the newest versions
   rollback N [-m MESSAGE]     a new version equal to version N (platform admins)
+  team put NAME -own [HOST]/PREFIX ...
+                              declare a team and the space it owns (platform admins)
 
 global flags:
   -server URL        the control plane (default $PORTICO_SERVER, else http://localhost:7000)
@@ -94,6 +96,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return c.versions(ctx, rest)
 	case "rollback":
 		return c.rollback(ctx, rest)
+	case "team":
+		return c.team(ctx, rest)
 	default:
 		fmt.Fprintf(stderr, "porticoctl: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage
@@ -197,6 +201,44 @@ func (c *cli) rollback(ctx context.Context, args []string) int {
 		return exitOK
 	}
 	fmt.Fprintf(c.stdout, "version %d = version %d\n%s\n", ch.GetVersion().GetNumber(), n, ch.GetDiff())
+	return exitOK
+}
+
+// team declares a team: porticoctl team put NAME -own api.example.com/v1/orders -own /internal/orders.
+func (c *cli) team(ctx context.Context, args []string) int {
+	if len(args) < 2 || args[0] != "put" {
+		fmt.Fprintln(c.stderr, "porticoctl team: porticoctl team put NAME -own [HOST]/PREFIX ... [-m MESSAGE]")
+		return exitUsage
+	}
+	name := args[1]
+	fs := flag.NewFlagSet("porticoctl team put", flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	var owns []*adminv1.Ownership
+	fs.Func("own", "HOST/PREFIX the team owns, or /PREFIX on every host (repeatable)", func(v string) error {
+		i := strings.IndexByte(v, '/')
+		if i < 0 {
+			return fmt.Errorf("%q: want HOST/PREFIX or /PREFIX", v)
+		}
+		owns = append(owns, &adminv1.Ownership{Host: v[:i], PathPrefix: v[i:]})
+		return nil
+	})
+	msg := fs.String("m", "", "why")
+	if err := fs.Parse(args[2:]); err != nil {
+		return exitUsage
+	}
+	resp, err := c.admin.PutTeam(ctx, connect.NewRequest(&adminv1.PutTeamRequest{Team: &adminv1.Team{Name: name, Owns: owns}, Message: *msg}))
+	if err != nil {
+		return c.failed("team put", err)
+	}
+	if c.json {
+		return c.printJSON(resp.Msg)
+	}
+	ch := resp.Msg.GetChange()
+	if !ch.GetChanged() {
+		fmt.Fprintf(c.stdout, "no change for team %s\n", name)
+		return exitOK
+	}
+	fmt.Fprintf(c.stdout, "version %d\n%s\n", ch.GetVersion().GetNumber(), ch.GetDiff())
 	return exitOK
 }
 

@@ -132,12 +132,20 @@ func TestApplyDiffVersionsRollback(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &js) != nil || len(js.Versions) != 1 || js.Versions[0].Number != "3" {
 		t.Errorf("versions -output json = %d %q", code, out)
 	}
+	// Teams are the platform's to declare.
+	if code, _, errOut = ctl(t, env, "team", "put", "payments", "-own", "/v1/payments"); code != 1 || !strings.Contains(errOut, "permission_denied") {
+		t.Errorf("team put by a team = %d %q", code, errOut)
+	}
+	if code, out, errOut = ctl(t, map[string]string{"PORTICO_SERVER": url, "PORTICO_TOKEN": platformToken},
+		"team", "put", "payments", "-own", "api.example.com/v1/payments", "-own", "/internal/payments"); code != 0 || !strings.HasSuffix(out, "+ team payments\n") {
+		t.Errorf("team put = %d %q %q", code, out, errOut)
+	}
 	// Rollback is the platform's.
 	if code, _, errOut = ctl(t, env, "rollback", "2"); code != 1 || !strings.Contains(errOut, "permission_denied") {
 		t.Errorf("team rollback = %d %q, want 1 and permission_denied", code, errOut)
 	}
 	platform := map[string]string{"PORTICO_SERVER": url, "PORTICO_TOKEN": platformToken}
-	if code, out, errOut = ctl(t, platform, "rollback", "2", "-m", "undo"); code != 0 || !strings.HasPrefix(out, "version 4 = version 2\n") {
+	if code, out, errOut = ctl(t, platform, "rollback", "2", "-m", "undo"); code != 0 || !strings.HasPrefix(out, "version 5 = version 2\n") {
 		t.Errorf("rollback = %d %q %q", code, out, errOut)
 	}
 }
@@ -175,6 +183,8 @@ func TestUsageAndLocalErrors(t *testing.T) {
 		"apply without -f":  {[]string{"apply"}, 2, "-f DIR is required"},
 		"bad output":        {[]string{"-output", "xml", "versions"}, 2, "-output is text or json"},
 		"rollback nonsense": {[]string{"rollback", "latest"}, 2, "not a version number"},
+		"team without put":  {[]string{"team", "payments"}, 2, "porticoctl team put NAME"},
+		"team bad own":      {[]string{"team", "put", "payments", "-own", "payments"}, 2, "want HOST/PREFIX"},
 		"empty directory":   {[]string{"apply", "-f", t.TempDir()}, 1, "no .yaml, .yml or .json files"},
 		"two teams":         {[]string{"apply", "-f", writeDir(t, map[string]string{"a.yaml": "team: orders\n", "b.yaml": "team: search\n"})}, 1, `team "search", but the directory is team "orders"'s`},
 		"unknown field":     {[]string{"apply", "-f", writeDir(t, map[string]string{"a.yaml": "team: orders\nroutez: []\n"})}, 1, "routez"},
@@ -185,5 +195,15 @@ func TestUsageAndLocalErrors(t *testing.T) {
 		if code != tc.code || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%s: %d %q, want %d and %q", name, code, errOut, tc.code, tc.want)
 		}
+	}
+}
+
+// TestExampleTeamDirectory: the README's example directory applies.
+func TestExampleTeamDirectory(t *testing.T) {
+	t.Parallel()
+	url, _ := server(t)
+	env := map[string]string{"PORTICO_SERVER": url, "PORTICO_TOKEN": platformToken}
+	if code, out, errOut := ctl(t, env, "apply", "-f", "../../docs/examples/teams/orders/", "-m", "first routes"); code != 0 || !strings.Contains(out, "+ orders route orders.read") {
+		t.Errorf("apply the example = %d %q %q", code, out, errOut)
 	}
 }
