@@ -37,6 +37,7 @@ import (
 	"github.com/portico-gw/portico/gateway/internal/framing"
 	"github.com/portico-gw/portico/gateway/proxy"
 	"github.com/portico-gw/portico/gateway/ratelimit"
+	"github.com/portico-gw/portico/gateway/routestats"
 	"github.com/portico-gw/portico/gateway/ratelimit/redissync"
 	"github.com/portico-gw/portico/gateway/upstream"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
@@ -115,6 +116,8 @@ type Node struct {
 
 	state   atomic.Pointer[state]
 	applyMu sync.Mutex // serialises Apply
+	// stats counts each route's calls, kept across snapshots by route id.
+	stats routestats.Registry
 
 	pools     []*pool
 	servers   []*http.Server
@@ -122,6 +125,11 @@ type Node struct {
 	ran       atomic.Bool
 	closeOnce sync.Once
 }
+
+// RouteStats calls fn with every route's counters (calls, server-side
+// failures, latencies) since the node started: what the node reports to
+// the control plane for its rollouts.
+func (n *Node) RouteStats(fn func(routeID string, c routestats.Counts)) { n.stats.Each(fn) }
 
 // pool is the per-pool part of the request chain.
 type pool struct {

@@ -144,6 +144,7 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		TLS:            p.tls,
 		TrustForwarded: trusted,
 		Identity:       ident,
+		Stats:          st.stats[route.Index],
 	}
 	if route.RequestHeaders != nil {
 		t.EditRequest = route.RequestHeaders

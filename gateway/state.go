@@ -7,6 +7,7 @@ import (
 
 	"github.com/portico-gw/portico/gateway/auth/keytable"
 	"github.com/portico-gw/portico/gateway/router"
+	"github.com/portico-gw/portico/gateway/routestats"
 	"github.com/portico-gw/portico/gateway/snapshot"
 	"github.com/portico-gw/portico/gateway/transcode"
 	"github.com/portico-gw/portico/gateway/upstream"
@@ -25,6 +26,8 @@ type state struct {
 	// rpc transcodes the calls of the snapshot's services; nil without
 	// services.
 	rpc *transcode.Set
+	// stats are the routes' counters, by route index.
+	stats []*routestats.Route
 }
 
 // releaseDelay is how long a replaced state's upstream clusters are kept:
@@ -58,6 +61,13 @@ func (n *Node) Apply(cfg *configv1.Snapshot) error {
 	}
 	n.auth.SetKeys(keys)
 	n.limits.SetExpectedNodes(st.snap.RateLimiting.ExpectedNodes)
+	// The counters of the routes this snapshot has, kept by id; the others
+	// are forgotten, now that nothing else can fail.
+	ids := make([]string, len(st.snap.Routes))
+	for i := range st.snap.Routes {
+		ids[i] = st.snap.Routes[i].ID
+	}
+	st.stats = n.stats.Routes(ids)
 	old := n.state.Swap(st)
 	if old != nil {
 		time.AfterFunc(releaseDelay, old.set.Release)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/portico-gw/portico/gateway/auth"
 	"github.com/portico-gw/portico/gateway/problem"
+	"github.com/portico-gw/portico/gateway/routestats"
 	"github.com/portico-gw/portico/gateway/upstream"
 )
 
@@ -53,6 +54,12 @@ type Target struct {
 	// and identity headers are dropped and before the gateway's own are
 	// set; EditResponse edits the upstream's response headers. Nil: none.
 	EditRequest, EditResponse HeaderEditor
+	// Stats, if set, counts the call: its latency to the end of the
+	// response, and whether the server side failed it.
+	Stats *routestats.Route
+
+	// status is the HTTP status Serve wrote (0 until it writes one).
+	status int
 }
 
 // HeaderEditor edits a header map (an http.Header) in place.
@@ -89,6 +96,10 @@ var errBodyTooLarge = errors.New("request body exceeds the route's limit")
 // itself when the request fails before the upstream's response headers
 // arrive. w's X-Request-Id is expected to be set by the caller.
 func (f *Forwarder) Serve(w http.ResponseWriter, r *http.Request, t *Target) {
+	if t.Stats != nil {
+		start := time.Now()
+		defer func() { t.Stats.Observe(serverFailed(t.status, w.Header()), time.Since(start)) }()
+	}
 	grpc := problem.IsGRPC(headerValue(r.Header, "Content-Type"))
 	if r.ContentLength > t.MaxBody {
 		f.fail(w, r, t, problem.PayloadTooLarge, "request body exceeds the route's limit", nil)
@@ -148,12 +159,15 @@ func (f *Forwarder) roundTripFailed(w http.ResponseWriter, r *http.Request, t *T
 		f.fail(w, r, t, problem.PayloadTooLarge, "request body exceeds the route's limit", nil)
 		return upstream.Canceled
 	case r.Context().Err() != nil:
-		// The client is gone; nobody is listening for an answer.
+		// The client is gone; nobody is listening for an answer. (499,
+		// "client closed request": not the server's failure.)
+		t.status = 499
 		return upstream.Canceled
 	case bodyErr != nil && refusal(bodyErr) != nil:
 		// The gateway refused a message of the body (validation).
 		p := refusal(bodyErr)
 		p.Instance, p.RequestID = t.Path, t.RequestID
+		t.status = p.Code.Status()
 		problem.Write(w, r, *p)
 		return upstream.Canceled
 	case bodyErr != nil:
@@ -186,7 +200,30 @@ func (f *Forwarder) fail(w http.ResponseWriter, r *http.Request, t *Target, code
 		}
 		f.log.Warn("upstream request failed", "request_id", t.RequestID, "cluster", cluster, "code", string(code), "err", cause)
 	}
+	t.status = code.Status()
 	problem.Write(w, r, problem.Problem{Code: code, Detail: detail, Instance: t.Path, RequestID: t.RequestID})
+}
+
+// serverFailed reports whether an answer is a server-side failure: an
+// HTTP 5xx (or none written: the handler was aborted), or a gRPC status
+// UNKNOWN, DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE or DATA_LOSS, in the
+// trailers or the headers of a trailers-only answer.
+func serverFailed(status int, h http.Header) bool {
+	if status == 0 || status >= 500 {
+		return true
+	}
+	v := h[http.TrailerPrefix+"Grpc-Status"]
+	if len(v) == 0 {
+		v = h["Grpc-Status"]
+	}
+	if len(v) == 0 {
+		return false
+	}
+	switch v[0] {
+	case "2", "4", "13", "14", "15":
+		return true
+	}
+	return false
 }
 
 // refusal is the Problem a request body's error carries, if the gateway

@@ -43,6 +43,7 @@ func (f *Forwarder) respond(w http.ResponseWriter, r *http.Request, t *Target, c
 	}
 	// Never flush the header before the first body byte: a gRPC
 	// trailers-only response must leave as one HEADERS frame.
+	t.status = resp.StatusCode
 	w.WriteHeader(resp.StatusCode)
 
 	flush := grpc || resp.ContentLength < 0 || isEventStream(resp.Header)
@@ -81,6 +82,7 @@ func (f *Forwarder) abortStream(w http.ResponseWriter, r *http.Request, t *Targe
 	}
 	f.log.Warn("upstream response failed mid-stream", "request_id", t.RequestID, "cluster", t.Cluster.Name(), "code", string(code), "err", err)
 	if !grpc {
+		t.status = 0 // the answer is cut off: a failure, whatever its status said
 		panic(http.ErrAbortHandler)
 	}
 	h := w.Header()
