@@ -37,8 +37,8 @@ import (
 	"github.com/portico-gw/portico/gateway/internal/framing"
 	"github.com/portico-gw/portico/gateway/proxy"
 	"github.com/portico-gw/portico/gateway/ratelimit"
-	"github.com/portico-gw/portico/gateway/routestats"
 	"github.com/portico-gw/portico/gateway/ratelimit/redissync"
+	"github.com/portico-gw/portico/gateway/routestats"
 	"github.com/portico-gw/portico/gateway/upstream"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
