@@ -40,7 +40,7 @@ func followControl(ctx context.Context, node *gateway.Node, url, cacheFile, node
 	client := distribution.New(distribution.Options{
 		URL: url, HTTPClient: &http.Client{Transport: &http.Transport{Protocols: protocols, IdleConnTimeout: time.Minute}},
 		NodeID: nodeID, Pool: pool, Region: region, Labels: labels,
-		CacheFile: cacheFile, Apply: node.Apply, Logger: log,
+		CacheFile: cacheFile, Apply: node.Apply, Logger: log, Stats: node.RouteStats,
 	})
 	booted, err := client.Boot()
 	if err != nil {

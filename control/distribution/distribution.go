@@ -27,6 +27,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/portico-gw/portico/control/store"
+	"github.com/portico-gw/portico/gateway/routestats"
 	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
 	"github.com/portico-gw/portico/gen/portico/distribution/v1/distributionv1connect"
 )
@@ -76,6 +77,9 @@ type NACK struct {
 // node is one connected node.
 type node struct {
 	NodeStatus
+	// routes are the node's last reported counters, by route id
+	// (cumulative since the node started).
+	routes map[string]routestats.Counts
 	send chan *distributionv1.StreamResponse // buffered 1; the newest push replaces an unsent one
 	done chan struct{}                       // closed when the stream ends
 }
@@ -91,6 +95,8 @@ type NodeStatus struct {
 	Version int64
 	// LastNACK is the node's last refusal, if any.
 	LastNACK *NACK
+	// ReportedAt is when the node last reported its route counters.
+	ReportedAt time.Time
 }
 
 // New returns a distribution server over st.
@@ -259,6 +265,9 @@ func (s *Server) Stream(ctx context.Context, stream *connect.BidiStream[distribu
 		if ack := req.GetAck(); ack != nil {
 			s.ack(n, ack)
 		}
+		if rep := req.GetReport(); rep != nil {
+			s.report(n, rep)
+		}
 	}
 }
 
@@ -304,6 +313,33 @@ func (s *Server) ack(n *node, a *distributionv1.Ack) {
 		n.LastNACK = nack
 	}
 	s.notifyLocked()
+}
+
+func (s *Server) report(n *node, rep *distributionv1.Report) {
+	routes := make(map[string]routestats.Counts, len(rep.GetRoutes()))
+	for _, r := range rep.GetRoutes() {
+		c := routestats.Counts{Requests: r.GetRequests(), Errors: r.GetErrors()}
+		copy(c.Buckets[:], r.GetLatencyBuckets())
+		routes[r.GetRouteId()] = c
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n.routes = routes
+	n.ReportedAt = s.now()
+	s.notifyLocked()
+}
+
+// RouteCounts returns the route counters node last reported (cumulative
+// since it started), and when; nil if it is not connected or has not
+// reported. The map must not be modified.
+func (s *Server) RouteCounts(node string) (map[string]routestats.Counts, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.nodes[node]
+	if n == nil {
+		return nil, time.Time{}
+	}
+	return n.routes, n.ReportedAt
 }
 
 // Status is the fleet's state.

@@ -26,6 +26,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/portico-gw/portico/gateway/routestats"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
 	"github.com/portico-gw/portico/gen/portico/distribution/v1/distributionv1connect"
@@ -49,6 +50,11 @@ type Options struct {
 	Apply func(*configv1.Snapshot) error
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+	// Stats, if set, reports the node's route counters
+	// (gateway.Node.RouteStats) to the control plane every ReportInterval
+	// (default 5 s), for its rollouts.
+	Stats          func(fn func(routeID string, c routestats.Counts))
+	ReportInterval time.Duration
 	// MinBackoff and MaxBackoff bound the wait between reconnects
 	// (defaults 200 ms and 15 s); each wait is a random fraction of the
 	// current bound, which doubles per failure.
@@ -69,6 +75,9 @@ type Client struct {
 func New(opts Options) *Client {
 	if opts.MinBackoff <= 0 {
 		opts.MinBackoff = 200 * time.Millisecond
+	}
+	if opts.ReportInterval <= 0 {
+		opts.ReportInterval = 5 * time.Second
 	}
 	if opts.MaxBackoff < opts.MinBackoff {
 		opts.MaxBackoff = max(15*time.Second, opts.MinBackoff)
@@ -160,12 +169,23 @@ func (c *Client) session(ctx context.Context, client distributionv1connect.Distr
 		_ = stream.CloseRequest()
 	}()
 	defer func() { _ = stream.CloseResponse() }()
+	// Sends come from here (hello, ACKs) and from the reporter: one at a
+	// time.
+	var sendMu sync.Mutex
+	send := func(m *distributionv1.StreamRequest) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return stream.Send(m)
+	}
 	running, _ := c.Running()
-	err := stream.Send(&distributionv1.StreamRequest{Message: &distributionv1.StreamRequest_Hello{Hello: &distributionv1.Hello{
+	err := send(&distributionv1.StreamRequest{Message: &distributionv1.StreamRequest_Hello{Hello: &distributionv1.Hello{
 		NodeId: c.opts.NodeID, Pool: c.opts.Pool, Region: c.opts.Region, Labels: c.opts.Labels, Sha256: running,
 	}}})
 	if err != nil {
 		return err
+	}
+	if c.opts.Stats != nil {
+		go c.report(ctx, stopped, send)
 	}
 	for {
 		resp, err := stream.Receive()
@@ -183,8 +203,33 @@ func (c *Client) session(ctx context.Context, client distributionv1connect.Distr
 		} else {
 			c.log.Info("snapshot running", "version", snap.GetVersion(), "sha256", snap.GetSha256())
 		}
-		if err := stream.Send(&distributionv1.StreamRequest{Message: &distributionv1.StreamRequest_Ack{Ack: ack}}); err != nil {
+		if err := send(&distributionv1.StreamRequest{Message: &distributionv1.StreamRequest_Ack{Ack: ack}}); err != nil {
 			return err
+		}
+	}
+}
+
+// report sends the route counters every ReportInterval until the session
+// ends.
+func (c *Client) report(ctx context.Context, stopped <-chan struct{}, send func(*distributionv1.StreamRequest) error) {
+	t := time.NewTicker(c.opts.ReportInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-stopped:
+			return
+		case <-t.C:
+		}
+		rep := &distributionv1.Report{}
+		c.opts.Stats(func(id string, n routestats.Counts) {
+			rep.Routes = append(rep.Routes, &distributionv1.RouteCounts{
+				RouteId: id, Requests: n.Requests, Errors: n.Errors, LatencyBuckets: n.Buckets[:],
+			})
+		})
+		if err := send(&distributionv1.StreamRequest{Message: &distributionv1.StreamRequest_Report{Report: rep}}); err != nil {
+			return // the session is ending; it reports why
 		}
 	}
 }

@@ -84,8 +84,10 @@ func startNode(t *testing.T, url, id, cacheFile string) *gatewayNode {
 	n.refuse.Store("")
 	n.gw = gatewaytest.Start(t, nil, nil)
 	n.client = gwdist.New(gwdist.Options{
-		URL: url, HTTPClient: gatewaytest.H2CClient(t), NodeID: id, Pool: "public", Region: "local",
+		Stats: n.gw.Node.RouteStats,
+		URL:   url, HTTPClient: gatewaytest.H2CClient(t), NodeID: id, Pool: "public", Region: "local",
 		CacheFile: cacheFile, Logger: gatewaytest.Logger(), MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
+		ReportInterval: 20 * time.Millisecond,
 		Apply: func(cfg *configv1.Snapshot) error {
 			if r := n.refuse.Load().(string); r != "" && cfg.GetVersion() == r {
 				return errors.New("refusing " + r + " (test)")
@@ -204,6 +206,16 @@ func TestChangeReachesEveryNode(t *testing.T) {
 			t.Errorf("node %d: %d %q", i, st, body)
 		}
 	}
+	// Each node reports what it counted: here, one call of the route.
+	waitFleet(t, cp, "the nodes' reports", func(distribution.Status) bool {
+		for i := range nodes {
+			counts, _ := cp.Distribution.RouteCounts(fmt.Sprintf("node-%d", i))
+			if c := counts["orders.list"]; c.Requests != 1 || c.Errors != 0 {
+				return false
+			}
+		}
+		return true
+	})
 	late := startNode(t, cp.url, "node-late", "")
 	waitFleet(t, cp, "the late node", allRun(4, v))
 	if st, _ := late.get(t, "/v1/orders"); st != 200 {

@@ -23,13 +23,14 @@ const (
 )
 
 // StreamRequest is a node's message: first a Hello, then an Ack per
-// snapshot received.
+// snapshot received, and a Report every few seconds.
 type StreamRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Message:
 	//
 	//	*StreamRequest_Hello
 	//	*StreamRequest_Ack
+	//	*StreamRequest_Report
 	Message       isStreamRequest_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -90,6 +91,15 @@ func (x *StreamRequest) GetAck() *Ack {
 	return nil
 }
 
+func (x *StreamRequest) GetReport() *Report {
+	if x != nil {
+		if x, ok := x.Message.(*StreamRequest_Report); ok {
+			return x.Report
+		}
+	}
+	return nil
+}
+
 type isStreamRequest_Message interface {
 	isStreamRequest_Message()
 }
@@ -102,9 +112,135 @@ type StreamRequest_Ack struct {
 	Ack *Ack `protobuf:"bytes,2,opt,name=ack,proto3,oneof"`
 }
 
+type StreamRequest_Report struct {
+	Report *Report `protobuf:"bytes,3,opt,name=report,proto3,oneof"`
+}
+
 func (*StreamRequest_Hello) isStreamRequest_Message() {}
 
 func (*StreamRequest_Ack) isStreamRequest_Message() {}
+
+func (*StreamRequest_Report) isStreamRequest_Message() {}
+
+// Report is what the node counted of each route's calls since it started
+// (cumulative: the control plane takes differences, so a lost report
+// loses nothing).
+type Report struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Routes        []*RouteCounts         `protobuf:"bytes,1,rep,name=routes,proto3" json:"routes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Report) Reset() {
+	*x = Report{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Report) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Report) ProtoMessage() {}
+
+func (x *Report) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Report.ProtoReflect.Descriptor instead.
+func (*Report) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Report) GetRoutes() []*RouteCounts {
+	if x != nil {
+		return x.Routes
+	}
+	return nil
+}
+
+// RouteCounts are one route's counters.
+type RouteCounts struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	RouteId  string                 `protobuf:"bytes,1,opt,name=route_id,json=routeId,proto3" json:"route_id,omitempty"`
+	Requests uint64                 `protobuf:"varint,2,opt,name=requests,proto3" json:"requests,omitempty"`
+	// Errors are the calls the server side failed: HTTP 5xx, gRPC UNKNOWN,
+	// DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE, DATA_LOSS.
+	Errors uint64 `protobuf:"varint,3,opt,name=errors,proto3" json:"errors,omitempty"`
+	// LatencyBuckets count calls by latency: up to 1 ms, 2 ms, 4 ms, ...
+	// 8192 ms, and slower (15 buckets).
+	LatencyBuckets []uint64 `protobuf:"varint,4,rep,packed,name=latency_buckets,json=latencyBuckets,proto3" json:"latency_buckets,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RouteCounts) Reset() {
+	*x = RouteCounts{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteCounts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteCounts) ProtoMessage() {}
+
+func (x *RouteCounts) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteCounts.ProtoReflect.Descriptor instead.
+func (*RouteCounts) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RouteCounts) GetRouteId() string {
+	if x != nil {
+		return x.RouteId
+	}
+	return ""
+}
+
+func (x *RouteCounts) GetRequests() uint64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
+func (x *RouteCounts) GetErrors() uint64 {
+	if x != nil {
+		return x.Errors
+	}
+	return 0
+}
+
+func (x *RouteCounts) GetLatencyBuckets() []uint64 {
+	if x != nil {
+		return x.LatencyBuckets
+	}
+	return nil
+}
 
 // Hello introduces a node.
 type Hello struct {
@@ -123,7 +259,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[1]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -135,7 +271,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[1]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -148,7 +284,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{1}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Hello) GetNodeId() string {
@@ -199,7 +335,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[2]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -211,7 +347,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[2]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -224,7 +360,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{2}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Ack) GetSha256() string {
@@ -254,7 +390,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[3]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -266,7 +402,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[3]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -279,7 +415,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{3}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *StreamResponse) GetMessage() isStreamResponse_Message {
@@ -325,7 +461,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[4]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -337,7 +473,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[4]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -350,7 +486,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{4}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Snapshot) GetVersion() int64 {
@@ -378,11 +514,20 @@ var File_portico_distribution_v1_distribution_proto protoreflect.FileDescriptor
 
 const file_portico_distribution_v1_distribution_proto_rawDesc = "" +
 	"\n" +
-	"*portico/distribution/v1/distribution.proto\x12\x17portico.distribution.v1\x1a\x1bbuf/validate/validate.proto\"\x8b\x01\n" +
+	"*portico/distribution/v1/distribution.proto\x12\x17portico.distribution.v1\x1a\x1bbuf/validate/validate.proto\"\xc6\x01\n" +
 	"\rStreamRequest\x126\n" +
 	"\x05hello\x18\x01 \x01(\v2\x1e.portico.distribution.v1.HelloH\x00R\x05hello\x120\n" +
-	"\x03ack\x18\x02 \x01(\v2\x1c.portico.distribution.v1.AckH\x00R\x03ackB\x10\n" +
-	"\amessage\x12\x05\xbaH\x02\b\x01\"\xc5\x02\n" +
+	"\x03ack\x18\x02 \x01(\v2\x1c.portico.distribution.v1.AckH\x00R\x03ack\x129\n" +
+	"\x06report\x18\x03 \x01(\v2\x1f.portico.distribution.v1.ReportH\x00R\x06reportB\x10\n" +
+	"\amessage\x12\x05\xbaH\x02\b\x01\"R\n" +
+	"\x06Report\x12H\n" +
+	"\x06routes\x18\x01 \x03(\v2$.portico.distribution.v1.RouteCountsB\n" +
+	"\xbaH\a\x92\x01\x04\x10\xc0\x9a\fR\x06routes\"\x98\x01\n" +
+	"\vRouteCounts\x12\"\n" +
+	"\broute_id\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\arouteId\x12\x1a\n" +
+	"\brequests\x18\x02 \x01(\x04R\brequests\x12\x16\n" +
+	"\x06errors\x18\x03 \x01(\x04R\x06errors\x121\n" +
+	"\x0flatency_buckets\x18\x04 \x03(\x04B\b\xbaH\x05\x92\x01\x02\x10\x0fR\x0elatencyBuckets\"\xc5\x02\n" +
 	"\x05Hello\x12C\n" +
 	"\anode_id\x18\x01 \x01(\tB*\xbaH'r%2#^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$R\x06nodeId\x12\x1b\n" +
 	"\x04pool\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x18@R\x04pool\x12\x1f\n" +
@@ -417,27 +562,31 @@ func file_portico_distribution_v1_distribution_proto_rawDescGZIP() []byte {
 	return file_portico_distribution_v1_distribution_proto_rawDescData
 }
 
-var file_portico_distribution_v1_distribution_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_portico_distribution_v1_distribution_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_portico_distribution_v1_distribution_proto_goTypes = []any{
 	(*StreamRequest)(nil),  // 0: portico.distribution.v1.StreamRequest
-	(*Hello)(nil),          // 1: portico.distribution.v1.Hello
-	(*Ack)(nil),            // 2: portico.distribution.v1.Ack
-	(*StreamResponse)(nil), // 3: portico.distribution.v1.StreamResponse
-	(*Snapshot)(nil),       // 4: portico.distribution.v1.Snapshot
-	nil,                    // 5: portico.distribution.v1.Hello.LabelsEntry
+	(*Report)(nil),         // 1: portico.distribution.v1.Report
+	(*RouteCounts)(nil),    // 2: portico.distribution.v1.RouteCounts
+	(*Hello)(nil),          // 3: portico.distribution.v1.Hello
+	(*Ack)(nil),            // 4: portico.distribution.v1.Ack
+	(*StreamResponse)(nil), // 5: portico.distribution.v1.StreamResponse
+	(*Snapshot)(nil),       // 6: portico.distribution.v1.Snapshot
+	nil,                    // 7: portico.distribution.v1.Hello.LabelsEntry
 }
 var file_portico_distribution_v1_distribution_proto_depIdxs = []int32{
-	1, // 0: portico.distribution.v1.StreamRequest.hello:type_name -> portico.distribution.v1.Hello
-	2, // 1: portico.distribution.v1.StreamRequest.ack:type_name -> portico.distribution.v1.Ack
-	5, // 2: portico.distribution.v1.Hello.labels:type_name -> portico.distribution.v1.Hello.LabelsEntry
-	4, // 3: portico.distribution.v1.StreamResponse.snapshot:type_name -> portico.distribution.v1.Snapshot
-	0, // 4: portico.distribution.v1.DistributionService.Stream:input_type -> portico.distribution.v1.StreamRequest
-	3, // 5: portico.distribution.v1.DistributionService.Stream:output_type -> portico.distribution.v1.StreamResponse
-	5, // [5:6] is the sub-list for method output_type
-	4, // [4:5] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	3, // 0: portico.distribution.v1.StreamRequest.hello:type_name -> portico.distribution.v1.Hello
+	4, // 1: portico.distribution.v1.StreamRequest.ack:type_name -> portico.distribution.v1.Ack
+	1, // 2: portico.distribution.v1.StreamRequest.report:type_name -> portico.distribution.v1.Report
+	2, // 3: portico.distribution.v1.Report.routes:type_name -> portico.distribution.v1.RouteCounts
+	7, // 4: portico.distribution.v1.Hello.labels:type_name -> portico.distribution.v1.Hello.LabelsEntry
+	6, // 5: portico.distribution.v1.StreamResponse.snapshot:type_name -> portico.distribution.v1.Snapshot
+	0, // 6: portico.distribution.v1.DistributionService.Stream:input_type -> portico.distribution.v1.StreamRequest
+	5, // 7: portico.distribution.v1.DistributionService.Stream:output_type -> portico.distribution.v1.StreamResponse
+	7, // [7:8] is the sub-list for method output_type
+	6, // [6:7] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_portico_distribution_v1_distribution_proto_init() }
@@ -448,8 +597,9 @@ func file_portico_distribution_v1_distribution_proto_init() {
 	file_portico_distribution_v1_distribution_proto_msgTypes[0].OneofWrappers = []any{
 		(*StreamRequest_Hello)(nil),
 		(*StreamRequest_Ack)(nil),
+		(*StreamRequest_Report)(nil),
 	}
-	file_portico_distribution_v1_distribution_proto_msgTypes[3].OneofWrappers = []any{
+	file_portico_distribution_v1_distribution_proto_msgTypes[5].OneofWrappers = []any{
 		(*StreamResponse_Snapshot)(nil),
 	}
 	type x struct{}
@@ -458,7 +608,7 @@ func file_portico_distribution_v1_distribution_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_portico_distribution_v1_distribution_proto_rawDesc), len(file_portico_distribution_v1_distribution_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
