@@ -80,8 +80,8 @@ type node struct {
 	// routes are the node's last reported counters, by route id
 	// (cumulative since the node started).
 	routes map[string]routestats.Counts
-	send chan *distributionv1.StreamResponse // buffered 1; the newest push replaces an unsent one
-	done chan struct{}                       // closed when the stream ends
+	send   chan *distributionv1.StreamResponse // buffered 1; the newest push replaces an unsent one
+	done   chan struct{}                       // closed when the stream ends
 }
 
 // NodeStatus is what the control plane knows of a connected node.
