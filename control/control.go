@@ -22,6 +22,9 @@ type Options struct {
 	// admin.Bootstrap).
 	BootstrapToken string
 	Logger         *slog.Logger
+	// Rollout stages new versions (see distribution.RolloutOptions); the
+	// zero value sends each version to every node at once.
+	Rollout distribution.RolloutOptions
 }
 
 // Plane is a running control plane.
@@ -32,6 +35,10 @@ type Plane struct {
 	// distribution streams.
 	Handler http.Handler
 }
+
+// Close stops the control plane's background work (a rollout in
+// progress stays where it is).
+func (p *Plane) Close() { p.Distribution.Close() }
 
 // New returns a control plane over opts.Store that distributes every
 // version the admin API commits, starting with the newest stored one.
@@ -45,7 +52,7 @@ func New(ctx context.Context, opts Options) (*Plane, error) {
 			return nil, err
 		}
 	}
-	dist := distribution.New(opts.Store, distribution.Options{Logger: log})
+	dist := distribution.New(opts.Store, distribution.Options{Logger: log, Rollout: opts.Rollout})
 	p := &Plane{Distribution: dist}
 	p.Admin = admin.New(opts.Store, admin.Options{Logger: log, OnCommit: func(v int64) {
 		// The version is stored; a failure to publish it leaves the fleet

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/portico-gw/portico/control"
+	"github.com/portico-gw/portico/control/distribution"
 	"github.com/portico-gw/portico/control/store"
 )
 
@@ -24,6 +25,9 @@ func runControl(ctx context.Context, args []string) error {
 		certFile  = fs.String("tls-cert", "", "PEM certificate (chain) to serve TLS with")
 		keyFile   = fs.String("tls-key", "", "PEM private key for -tls-cert")
 		logLevel  = fs.String("log-level", "info", "debug, info, warn or error")
+		bake      = fs.Duration("rollout-bake", time.Minute, "how long each rollout stage (canaries, 10 %, a region, all) runs before the changed routes are compared with nodes on the old version; 0 sends every version to every node at once")
+		minCalls  = fs.Uint64("rollout-min-requests", 20, "calls of a changed route the new version must serve in a stage to be judged")
+		maxErrInc = fs.Float64("rollout-max-error-increase", 0.05, "how much higher the new version's share of failed calls of a changed route may be (0.05: five points)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -45,10 +49,13 @@ func runControl(ctx context.Context, args []string) error {
 		return fmt.Errorf("control: %w", err)
 	}
 	defer st.Close()
-	plane, err := control.New(ctx, control.Options{Store: st, BootstrapToken: token, Logger: log})
+	plane, err := control.New(ctx, control.Options{Store: st, BootstrapToken: token, Logger: log, Rollout: distribution.RolloutOptions{
+		Bake: *bake, MinRequests: *minCalls, MaxErrorRateIncrease: *maxErrInc,
+	}})
 	if err != nil {
 		return err
 	}
+	defer plane.Close()
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("control: %w", err)

@@ -36,6 +36,10 @@ import (
 type Options struct {
 	Logger *slog.Logger
 	Now    func() time.Time
+	// Rollout stages new versions through the fleet and reverts them on
+	// a regression; the zero value sends every version everywhere at
+	// once.
+	Rollout RolloutOptions
 }
 
 // Server is the control plane's side of the distribution streams. It is
@@ -44,6 +48,7 @@ type Server struct {
 	store *store.Store
 	log   *slog.Logger
 	now   func() time.Time
+	opts  Options
 
 	mu     sync.Mutex
 	nodes  map[string]*node
@@ -51,6 +56,12 @@ type Server struct {
 	// changed is closed and replaced whenever a node's state changes, for
 	// waiters.
 	changed chan struct{}
+	// rollout is the newest staged rollout, nil before one.
+	rollout *rollout
+	// ranEverywhere holds the snapshots every node was sent (rollouts
+	// that finished, versions sent at once): going back to one of them is
+	// not staged.
+	ranEverywhere map[string]bool
 }
 
 // target is the version the fleet should run.
@@ -101,7 +112,11 @@ type NodeStatus struct {
 
 // New returns a distribution server over st.
 func New(st *store.Store, opts Options) *Server {
-	s := &Server{store: st, log: opts.Logger, now: opts.Now, nodes: map[string]*node{}, changed: make(chan struct{})}
+	if opts.Rollout.Bake > 0 {
+		opts.Rollout = opts.Rollout.withDefaults()
+	}
+	s := &Server{store: st, log: opts.Logger, now: opts.Now, opts: opts, nodes: map[string]*node{}, changed: make(chan struct{}),
+		ranEverywhere: map[string]bool{}}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -150,12 +165,24 @@ func (s *Server) Publish(ctx context.Context, version int64) error {
 			next.previous = old.previous
 		}
 		if next.previous != nil {
-			// One version back is all a halt needs: the chain (and the
-			// snapshots it holds) stays two long.
+			// One version back is all a halt or a revert needs: the chain
+			// (and the snapshots it holds) stays two long.
 			next.previous.previous = nil
 		}
 	}
 	s.target = next
+	if s.opts.Rollout.Bake > 0 && next.previous != nil && !s.ranEverywhere[next.sha256] {
+		// A new version: staged, judged, reverted on a regression.
+		s.startRolloutLocked(next, next.previous)
+	} else {
+		// The first version, or one that ran everywhere before (a
+		// rollback): every node at once.
+		if ro := s.rollout; ro != nil && (ro.state == RolloutRunning || ro.state == RolloutPaused) {
+			ro.state = RolloutReplaced
+			ro.cancel()
+		}
+		s.ranEverywhere[next.sha256] = true
+	}
 	for _, n := range s.nodes {
 		s.pushLocked(n)
 	}
@@ -168,6 +195,12 @@ func (s *Server) Publish(ctx context.Context, version int64) error {
 // keeps it).
 func (s *Server) pushLocked(n *node) {
 	t := s.target
+	if ro := s.rollout; ro != nil && t == ro.next && !ro.reached[n.ID] &&
+		(ro.state == RolloutRunning || ro.state == RolloutPaused || ro.state == RolloutHalted) {
+		// A node the rollout has not reached yet stays on the version
+		// before.
+		t = ro.previous
+	}
 	if t != nil && t.halted != nil && n.SHA256 != t.sha256 {
 		t = t.previous
 	}
@@ -352,6 +385,8 @@ type Status struct {
 	Halted *NACK
 	// Nodes are the connected nodes, by id.
 	Nodes []NodeStatus
+	// Rollout is the newest staged rollout, if any.
+	Rollout *RolloutStatus
 }
 
 // Status returns the fleet's state.
@@ -369,6 +404,7 @@ func (s *Server) Status() Status {
 	for _, n := range s.nodes {
 		st.Nodes = append(st.Nodes, n.NodeStatus)
 	}
+	st.Rollout = s.rolloutStatusLocked()
 	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].ID < st.Nodes[j].ID })
 	return st
 }

@@ -39,15 +39,21 @@ type controlPlane struct {
 
 func startControl(t *testing.T, dsn string) *controlPlane {
 	t.Helper()
+	return startControlWith(t, dsn, distribution.RolloutOptions{})
+}
+
+func startControlWith(t *testing.T, dsn string, rollout distribution.RolloutOptions) *controlPlane {
+	t.Helper()
 	st, err := store.Open(context.Background(), dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	p, err := control.New(context.Background(), control.Options{Store: st, BootstrapToken: platformToken, Logger: gatewaytest.Logger()})
+	p, err := control.New(context.Background(), control.Options{Store: st, BootstrapToken: platformToken, Logger: gatewaytest.Logger(), Rollout: rollout})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(p.Close)
 	srv := httptest.NewUnstartedServer(p.Handler)
 	srv.Config.Protocols = new(http.Protocols)
 	srv.Config.Protocols.SetHTTP1(true)
@@ -79,6 +85,11 @@ type gatewayNode struct {
 }
 
 func startNode(t *testing.T, url, id, cacheFile string) *gatewayNode {
+	t.Helper()
+	return startNodeWith(t, url, id, cacheFile, "local", nil)
+}
+
+func startNodeWith(t *testing.T, url, id, cacheFile, region string, labels map[string]string) *gatewayNode {
 	t.Helper()
 	n := &gatewayNode{done: make(chan struct{})}
 	n.refuse.Store("")

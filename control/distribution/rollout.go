@@ -1,0 +1,486 @@
+package distribution
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/portico-gw/portico/gateway/routestats"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+)
+
+// RolloutOptions stage a new version through the fleet. The zero value
+// turns staging off: every version goes to every node at once.
+type RolloutOptions struct {
+	// Bake is how long each stage runs before the control plane compares
+	// the new version with the old; 0 turns staging off.
+	Bake time.Duration
+	// AckTimeout bounds the wait for a stage's nodes to run the version
+	// (default 30 s); a stage that does not get there stops the rollout.
+	AckTimeout time.Duration
+	// MinRequests is how many calls of a changed route the new version's
+	// nodes must have served in a stage for it to be judged (default 20).
+	MinRequests uint64
+	// MaxErrorRateIncrease is how much higher the new version's share of
+	// failed calls may be than the old one's (default 0.05: five points).
+	MaxErrorRateIncrease float64
+	// MaxLatencyRatio and MinLatencyIncrease: the new version's p99 may not
+	// exceed the old one's by both this factor and this much (defaults
+	// 2 and 50 ms).
+	MaxLatencyRatio    float64
+	MinLatencyIncrease time.Duration
+}
+
+func (o RolloutOptions) withDefaults() RolloutOptions {
+	if o.AckTimeout <= 0 {
+		o.AckTimeout = 30 * time.Second
+	}
+	if o.MinRequests == 0 {
+		o.MinRequests = 20
+	}
+	if o.MaxErrorRateIncrease <= 0 {
+		o.MaxErrorRateIncrease = 0.05
+	}
+	if o.MaxLatencyRatio <= 0 {
+		o.MaxLatencyRatio = 2
+	}
+	if o.MinLatencyIncrease <= 0 {
+		o.MinLatencyIncrease = 50 * time.Millisecond
+	}
+	return o
+}
+
+// The stages, in order; each adds nodes to the ones before.
+var stageNames = []string{"canary", "10%", "region", "all"}
+
+// Rollout states.
+const (
+	RolloutRunning  = "running"
+	RolloutPaused   = "paused"
+	RolloutDone     = "done"
+	RolloutReverted = "reverted" // a regression: the previous version is back everywhere
+	RolloutHalted   = "halted"   // a NACK, or a stage's nodes did not take it
+	RolloutAborted  = "aborted"  // by an operator: the previous version is back everywhere
+	RolloutReplaced = "replaced" // a newer version was published
+)
+
+// rollout is one version on its way through the stages.
+type rollout struct {
+	next, previous *target
+	changed        routeMatcher
+	reached        map[string]bool // nodes assigned next
+	stage          int
+	state          string
+	evidence       string
+	cancel         context.CancelFunc
+	resume         chan struct{} // closed on resume while paused
+}
+
+// RolloutStatus is the state of the newest staged rollout.
+type RolloutStatus struct {
+	Version  int64
+	Previous int64
+	Stage    string
+	State    string
+	// Evidence says why a rollout was reverted or halted.
+	Evidence string
+	// Reached is how many nodes were assigned the version.
+	Reached int
+}
+
+// startRolloutLocked stages next, replacing the fleet's version previous.
+func (s *Server) startRolloutLocked(next, previous *target) {
+	if ro := s.rollout; ro != nil && (ro.state == RolloutRunning || ro.state == RolloutPaused) {
+		ro.state = RolloutReplaced
+		ro.cancel()
+	}
+	changed, err := changedRoutes(previous.data, next.data)
+	if err != nil {
+		s.log.Error("rollout: comparing versions failed; judging every route", "err", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ro := &rollout{next: next, previous: previous, changed: changed, reached: map[string]bool{}, state: RolloutRunning, cancel: cancel}
+	s.rollout = ro
+	go s.runRollout(ctx, ro)
+}
+
+// runRollout takes ro through the stages.
+func (s *Server) runRollout(ctx context.Context, ro *rollout) {
+	opts := s.opts.Rollout
+	for i := range stageNames {
+		s.mu.Lock()
+		if ro.state != RolloutRunning && ro.state != RolloutPaused {
+			s.mu.Unlock()
+			return
+		}
+		ro.stage = i
+		for _, id := range s.stageNodesLocked(i) {
+			ro.reached[id] = true
+		}
+		for _, n := range s.nodes {
+			s.pushLocked(n)
+		}
+		s.notifyLocked()
+		s.mu.Unlock()
+
+		// The stage's nodes run the version (or one refuses it).
+		wctx, cancel := context.WithTimeout(ctx, opts.AckTimeout)
+		err := s.Wait(wctx, func(Status) bool { return s.stageSettled(ro) })
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		s.mu.Lock()
+		if ro.next.halted != nil {
+			ro.state, ro.evidence = RolloutHalted, fmt.Sprintf("node %s refused it: %s", ro.next.halted.Node, ro.next.halted.Error)
+			s.notifyLocked()
+			s.mu.Unlock()
+			return
+		}
+		if err != nil {
+			ro.state, ro.evidence = RolloutHalted, fmt.Sprintf("stage %s: not every node ran it within %v", stageNames[i], opts.AckTimeout)
+			s.notifyLocked()
+			s.mu.Unlock()
+			return
+		}
+		if stageNames[i] == "all" {
+			// Every node runs it: going back to it later is not staged.
+			s.ranEverywhere[ro.next.sha256] = true
+		}
+		before := s.countsLocked()
+		s.mu.Unlock()
+
+		// Bake, then judge the changed routes, new nodes against old.
+		t := time.NewTimer(opts.Bake)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if !s.waitWhilePaused(ctx, ro) {
+			return
+		}
+		s.mu.Lock()
+		if evidence := s.judgeLocked(ro, before, s.countsLocked()); evidence != "" {
+			ro.state, ro.evidence = RolloutReverted, fmt.Sprintf("stage %s: %s", stageNames[i], evidence)
+			s.log.Warn("rollout reverted", "version", ro.next.version, "to", ro.previous.version, "evidence", ro.evidence)
+			s.revertLocked(ro)
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	ro.state = RolloutDone
+	s.ranEverywhere[ro.next.sha256] = true
+	s.notifyLocked()
+	s.mu.Unlock()
+}
+
+// waitWhilePaused returns once ro is not paused; false if ctx ended.
+func (s *Server) waitWhilePaused(ctx context.Context, ro *rollout) bool {
+	for {
+		s.mu.Lock()
+		paused, resume := ro.state == RolloutPaused, ro.resume
+		s.mu.Unlock()
+		if !paused {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-resume:
+		}
+	}
+}
+
+// revertLocked puts every node back on ro's previous version at once.
+func (s *Server) revertLocked(ro *rollout) {
+	back := &target{version: ro.previous.version, sha256: ro.previous.sha256, data: ro.previous.data}
+	s.target = back
+	ro.cancel()
+	for _, n := range s.nodes {
+		s.pushLocked(n)
+	}
+	s.notifyLocked()
+}
+
+// stageSettled reports whether every node ro reached runs its version,
+// or the version is halted.
+func (s *Server) stageSettled(ro *rollout) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ro.next.halted != nil {
+		return true
+	}
+	for id := range ro.reached {
+		if n := s.nodes[id]; n != nil && n.SHA256 != ro.next.sha256 {
+			return false
+		}
+	}
+	return true
+}
+
+// stageNodesLocked lists the nodes stage i assigns (cumulative): the
+// canaries (nodes labelled canary=true, else the first by id, two per
+// region), 10 % of the fleet, the canaries' first region, everyone.
+func (s *Server) stageNodesLocked(i int) []string {
+	var all []*node
+	for _, n := range s.nodes {
+		all = append(all, n)
+	}
+	sort.Slice(all, func(a, b int) bool { return all[a].ID < all[b].ID })
+	var canaries []string
+	perRegion := map[string]int{}
+	for _, labelled := range []bool{true, false} {
+		for _, n := range all {
+			if (n.Labels["canary"] == "true") != labelled || perRegion[n.Region] >= 2 || slices.Contains(canaries, n.ID) {
+				continue
+			}
+			if !labelled && anyLabelled(all, n.Region) {
+				continue // the region has labelled canaries: only those
+			}
+			canaries = append(canaries, n.ID)
+			perRegion[n.Region]++
+		}
+	}
+	out := slices.Clone(canaries)
+	add := func(id string) {
+		if !slices.Contains(out, id) {
+			out = append(out, id)
+		}
+	}
+	switch stageNames[i] {
+	case "canary":
+	case "10%":
+		want := int(math.Ceil(0.1 * float64(len(all))))
+		for _, n := range all {
+			if len(out) >= want {
+				break
+			}
+			add(n.ID)
+		}
+	case "region":
+		region := ""
+		if len(canaries) > 0 {
+			region = s.nodes[canaries[0]].Region
+		}
+		for _, n := range all {
+			if n.Region == region {
+				add(n.ID)
+			}
+		}
+	default:
+		for _, n := range all {
+			add(n.ID)
+		}
+	}
+	return out
+}
+
+func anyLabelled(all []*node, region string) bool {
+	for _, n := range all {
+		if n.Region == region && n.Labels["canary"] == "true" {
+			return true
+		}
+	}
+	return false
+}
+
+// countsLocked copies every node's latest route counters.
+func (s *Server) countsLocked() map[string]map[string]routestats.Counts {
+	out := make(map[string]map[string]routestats.Counts, len(s.nodes))
+	for id, n := range s.nodes {
+		out[id] = n.routes
+	}
+	return out
+}
+
+// judgeLocked compares, for each changed route, the calls nodes on the new
+// version served during the bake with those nodes still on the old one
+// served; it returns the evidence of a regression, or "".
+func (s *Server) judgeLocked(ro *rollout, before, after map[string]map[string]routestats.Counts) string {
+	opts := s.opts.Rollout
+	sums := map[string]*[2]routestats.Counts{} // route → [old, new]
+	for id, now := range after {
+		onNew := ro.reached[id]
+		if n := s.nodes[id]; n == nil || (onNew && n.SHA256 != ro.next.sha256) {
+			continue
+		}
+		for route, c := range now {
+			if !ro.changed.match(route) {
+				continue
+			}
+			d := c
+			if prev, ok := before[id][route]; ok && prev.Requests <= c.Requests {
+				d = c.Sub(prev)
+			}
+			if sums[route] == nil {
+				sums[route] = &[2]routestats.Counts{}
+			}
+			if onNew {
+				sums[route][1] = sums[route][1].Add(d)
+			} else {
+				sums[route][0] = sums[route][0].Add(d)
+			}
+		}
+	}
+	routes := make([]string, 0, len(sums))
+	for r := range sums {
+		routes = append(routes, r)
+	}
+	slices.Sort(routes)
+	for _, r := range routes {
+		old, nw := sums[r][0], sums[r][1]
+		if nw.Requests < opts.MinRequests {
+			continue
+		}
+		rateNew := float64(nw.Errors) / float64(nw.Requests)
+		rateOld := 0.0
+		if old.Requests >= opts.MinRequests {
+			rateOld = float64(old.Errors) / float64(old.Requests)
+		}
+		if rateNew-rateOld > opts.MaxErrorRateIncrease {
+			return fmt.Sprintf("route %s failed %d of %d calls (%.1f%%) on version %d, %d of %d (%.1f%%) on version %d",
+				r, nw.Errors, nw.Requests, 100*rateNew, ro.next.version, old.Errors, old.Requests, 100*rateOld, ro.previous.version)
+		}
+		if old.Requests >= opts.MinRequests {
+			pNew, pOld := nw.Quantile(0.99), old.Quantile(0.99)
+			if float64(pNew) > opts.MaxLatencyRatio*float64(pOld) && pNew-pOld >= opts.MinLatencyIncrease {
+				return fmt.Sprintf("route %s p99 %v on version %d, %v on version %d", r, pNew, ro.next.version, pOld, ro.previous.version)
+			}
+		}
+	}
+	return ""
+}
+
+// routeMatcher selects the routes a change touched: by id, or by the
+// prefix of the routes a service derives ("<service id>.").
+type routeMatcher struct {
+	all      bool
+	ids      map[string]bool
+	prefixes []string
+}
+
+func (m routeMatcher) match(route string) bool {
+	if m.all || m.ids[route] {
+		return true
+	}
+	for _, p := range m.prefixes {
+		if strings.HasPrefix(route, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// changedRoutes compares two snapshots: the routes that are new or
+// differ, those whose cluster differs, and the routes of services that
+// are new, differ or whose cluster differs.
+func changedRoutes(prevData, nextData []byte) (routeMatcher, error) {
+	var prev, next configv1.Snapshot
+	if err := proto.Unmarshal(prevData, &prev); err != nil {
+		return routeMatcher{all: true}, err
+	}
+	if err := proto.Unmarshal(nextData, &next); err != nil {
+		return routeMatcher{all: true}, err
+	}
+	clusters := map[string]*configv1.Cluster{}
+	for _, c := range prev.GetClusters() {
+		clusters[c.GetName()] = c
+	}
+	changedCluster := map[string]bool{}
+	for _, c := range next.GetClusters() {
+		if !proto.Equal(clusters[c.GetName()], c) {
+			changedCluster[c.GetName()] = true
+		}
+	}
+	m := routeMatcher{ids: map[string]bool{}}
+	routes := map[string]*configv1.Route{}
+	for _, r := range prev.GetRoutes() {
+		routes[r.GetId()] = r
+	}
+	for _, r := range next.GetRoutes() {
+		if !proto.Equal(routes[r.GetId()], r) || changedCluster[r.GetCluster()] {
+			m.ids[r.GetId()] = true
+		}
+	}
+	services := map[string]*configv1.Service{}
+	for _, svc := range prev.GetServices() {
+		services[svc.GetId()] = svc
+	}
+	for _, svc := range next.GetServices() {
+		if !proto.Equal(services[svc.GetId()], svc) || changedCluster[svc.GetCluster()] {
+			m.prefixes = append(m.prefixes, svc.GetId()+".")
+		}
+	}
+	return m, nil
+}
+
+// Close stops the rollout in progress, if any, where it is: nodes keep
+// what they run.
+func (s *Server) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ro := s.rollout; ro != nil {
+		ro.cancel()
+	}
+}
+
+// Pause stops the rollout in progress from going past its current stage.
+func (s *Server) Pause() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ro := s.rollout
+	if ro == nil || ro.state != RolloutRunning {
+		return false
+	}
+	ro.state, ro.resume = RolloutPaused, make(chan struct{})
+	s.notifyLocked()
+	return true
+}
+
+// Resume lets a paused rollout go on.
+func (s *Server) Resume() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ro := s.rollout
+	if ro == nil || ro.state != RolloutPaused {
+		return false
+	}
+	ro.state = RolloutRunning
+	close(ro.resume)
+	s.notifyLocked()
+	return true
+}
+
+// Abort stops the rollout in progress and puts every node back on the
+// version before it.
+func (s *Server) Abort() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ro := s.rollout
+	if ro == nil || (ro.state != RolloutRunning && ro.state != RolloutPaused) {
+		return false
+	}
+	ro.state, ro.evidence = RolloutAborted, "aborted by an operator"
+	s.revertLocked(ro)
+	return true
+}
+
+// rolloutStatusLocked describes the newest rollout; nil if none.
+func (s *Server) rolloutStatusLocked() *RolloutStatus {
+	ro := s.rollout
+	if ro == nil {
+		return nil
+	}
+	return &RolloutStatus{Version: ro.next.version, Previous: ro.previous.version, Stage: stageNames[ro.stage],
+		State: ro.state, Evidence: ro.evidence, Reached: len(ro.reached)}
+}
