@@ -54,7 +54,7 @@ func New(ctx context.Context, opts Options) (*Plane, error) {
 	}
 	dist := distribution.New(opts.Store, distribution.Options{Logger: log, Rollout: opts.Rollout})
 	p := &Plane{Distribution: dist}
-	p.Admin = admin.New(opts.Store, admin.Options{Logger: log, OnCommit: func(v int64) {
+	p.Admin = admin.New(opts.Store, admin.Options{Logger: log, Fleet: dist, OnCommit: func(v int64) {
 		// The version is stored; a failure to publish it leaves the fleet
 		// on the one before, and the next start publishes it.
 		if err := dist.Publish(context.WithoutCancel(ctx), v); err != nil {

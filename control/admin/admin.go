@@ -36,6 +36,9 @@ type Options struct {
 	// OnCommit, if set, is called after every new version is stored, with
 	// its number (the distribution server's cue to push it).
 	OnCommit func(version int64)
+	// Fleet, if set, is what GetRollout reports and the rollout calls
+	// steer.
+	Fleet Fleet
 }
 
 // Service implements adminv1connect.AdminServiceHandler over a store.
@@ -44,13 +47,14 @@ type Service struct {
 	log      *slog.Logger
 	now      func() time.Time
 	onCommit func(int64)
+	fleetOf  Fleet
 }
 
 var _ adminv1connect.AdminServiceHandler = (*Service)(nil)
 
 // New returns the admin service over st.
 func New(st *store.Store, opts Options) *Service {
-	s := &Service{store: st, log: opts.Logger, now: opts.Now, onCommit: opts.OnCommit}
+	s := &Service{store: st, log: opts.Logger, now: opts.Now, onCommit: opts.OnCommit, fleetOf: opts.Fleet}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

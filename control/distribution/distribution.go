@@ -91,8 +91,10 @@ type node struct {
 	// routes are the node's last reported counters, by route id
 	// (cumulative since the node started).
 	routes map[string]routestats.Counts
-	send   chan *distributionv1.StreamResponse // buffered 1; the newest push replaces an unsent one
-	done   chan struct{}                       // closed when the stream ends
+	// sent is the snapshot last pushed to the node.
+	sent string
+	send chan *distributionv1.StreamResponse // buffered 1; the newest push replaces an unsent one
+	done chan struct{}                       // closed when the stream ends
 }
 
 // NodeStatus is what the control plane knows of a connected node.
@@ -207,12 +209,17 @@ func (s *Server) pushLocked(n *node) {
 	if t == nil {
 		return
 	}
+	if n.sent == t.sha256 {
+		return // sent already; its answer is on the way
+	}
 	msg := &distributionv1.Snapshot{Version: t.version, Sha256: t.sha256}
-	if n.SHA256 != t.sha256 {
+	// A node that runs the snapshot is sent just its name, so that it
+	// knows its number; unless a push to it is unanswered, when what it
+	// runs is not known for sure.
+	if n.SHA256 != t.sha256 || (n.sent != "" && n.sent != n.SHA256) {
 		msg.Data = t.data
 	}
-	// (A node that has the snapshot is sent just its name, so that it
-	// knows its number.)
+	n.sent = t.sha256
 	resp := &distributionv1.StreamResponse{Message: &distributionv1.StreamResponse_Snapshot{Snapshot: msg}}
 	// The channel holds one message: a push not yet sent is replaced by
 	// the newer one.

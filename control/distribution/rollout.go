@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/portico-gw/portico/control/store"
 	"github.com/portico-gw/portico/gateway/routestats"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
@@ -141,12 +142,14 @@ func (s *Server) runRollout(ctx context.Context, ro *rollout) {
 			ro.state, ro.evidence = RolloutHalted, fmt.Sprintf("node %s refused it: %s", ro.next.halted.Node, ro.next.halted.Error)
 			s.notifyLocked()
 			s.mu.Unlock()
+			s.record("rollout.halt", ro)
 			return
 		}
 		if err != nil {
 			ro.state, ro.evidence = RolloutHalted, fmt.Sprintf("stage %s: not every node ran it within %v", stageNames[i], opts.AckTimeout)
 			s.notifyLocked()
 			s.mu.Unlock()
+			s.record("rollout.halt", ro)
 			return
 		}
 		if stageNames[i] == "all" {
@@ -173,6 +176,7 @@ func (s *Server) runRollout(ctx context.Context, ro *rollout) {
 			s.log.Warn("rollout reverted", "version", ro.next.version, "to", ro.previous.version, "evidence", ro.evidence)
 			s.revertLocked(ro)
 			s.mu.Unlock()
+			s.record("rollout.revert", ro)
 			return
 		}
 		s.mu.Unlock()
@@ -182,6 +186,18 @@ func (s *Server) runRollout(ctx context.Context, ro *rollout) {
 	s.ranEverywhere[ro.next.sha256] = true
 	s.notifyLocked()
 	s.mu.Unlock()
+}
+
+// record keeps what happened to a rollout in the audit log, with its
+// evidence: the version's lasting record of why it did not go everywhere.
+func (s *Server) record(action string, ro *rollout) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := s.store.AppendAudit(ctx, &store.AuditEntry{Actor: "system", Action: action,
+		Object: fmt.Sprintf("version %d", ro.next.version), Outcome: "ok", Detail: ro.evidence, Version: ro.next.version})
+	if err != nil {
+		s.log.Error("recording a rollout in the audit log failed", "action", action, "version", ro.next.version, "err", err)
+	}
 }
 
 // waitWhilePaused returns once ro is not paused; false if ctx ended.

@@ -96,7 +96,7 @@ func startNodeWith(t *testing.T, url, id, cacheFile, region string, labels map[s
 	n.gw = gatewaytest.Start(t, nil, nil)
 	n.client = gwdist.New(gwdist.Options{
 		Stats: n.gw.Node.RouteStats,
-		URL:   url, HTTPClient: gatewaytest.H2CClient(t), NodeID: id, Pool: "public", Region: "local",
+		URL:   url, HTTPClient: gatewaytest.H2CClient(t), NodeID: id, Pool: "public", Region: region, Labels: labels,
 		CacheFile: cacheFile, Logger: gatewaytest.Logger(), MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 		ReportInterval: 20 * time.Millisecond,
 		Apply: func(cfg *configv1.Snapshot) error {

@@ -20,8 +20,8 @@ import (
 )
 
 // stagedFleet is a control plane that stages versions (bake 300 ms) and
-// ten nodes in two regions, nodes 00 and 01 labelled canaries; traffic
-// flows to /v1/orders on every node until the test ends.
+// ten nodes in two regions, eu (00-04) and us (05-09), two labelled
+// canaries in each (00, 01, 05, 06).
 func stagedFleet(t *testing.T) (*controlPlane, []*gatewayNode) {
 	t.Helper()
 	cp := startControlWith(t, "sqlite:"+filepath.Join(t.TempDir(), "control.db"), distribution.RolloutOptions{
@@ -34,7 +34,7 @@ func stagedFleet(t *testing.T) (*controlPlane, []*gatewayNode) {
 			region = "us"
 		}
 		var labels map[string]string
-		if i < 2 {
+		if i%5 < 2 {
 			labels = map[string]string{"canary": "true"}
 		}
 		nodes = append(nodes, startNodeWith(t, cp.url, fmt.Sprintf("node-%02d", i), "", region, labels))
@@ -103,13 +103,74 @@ func TestRolloutRevertsRegression(t *testing.T) {
 		t.Errorf("rollout %+v, want version %d reverted at the canary stage for orders.list", st.Rollout, bad)
 	}
 	waitFleet(t, cp, "every node back on the version before", allRun(10, v1))
-	if st.Rollout.Reached > 2 {
-		t.Errorf("the bad version reached %d nodes, want only the 2 canaries", st.Rollout.Reached)
+	if st.Rollout.Reached > 4 {
+		t.Errorf("the bad version reached %d nodes, want only the 4 canaries", st.Rollout.Reached)
 	}
 	for i, n := range nodes {
 		if code, _ := n.get(t, "/v1/orders"); code != 200 {
 			t.Errorf("node %d after the revert: %d", i, code)
 		}
+	}
+	// The admin API tells it, and the audit log keeps the evidence.
+	ro, err := cp.admin.GetRollout(context.Background(), connect.NewRequest(&adminv1.GetRolloutRequest{}))
+	if err != nil || ro.Msg.GetRollout().GetState() != "reverted" || ro.Msg.GetTargetVersion() != v1 || len(ro.Msg.GetNodes()) != 10 {
+		t.Errorf("GetRollout = %v, %v", ro.Msg, err)
+	}
+	audit, err := cp.admin.ListAudit(context.Background(), connect.NewRequest(&adminv1.ListAuditRequest{Limit: 5}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range audit.Msg.GetEntries() {
+		if e.GetAction() == "rollout.revert" && e.GetVersion() == bad && strings.Contains(e.GetDetail(), "orders.list") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no rollout.revert entry with the evidence in %v", audit.Msg.GetEntries())
+	}
+}
+
+// TestRolloutPauseResumeAbort: a paused rollout stays at its stage past
+// the bake; resumed it goes on; aborted, every node is back on the
+// version before.
+func TestRolloutPauseResumeAbort(t *testing.T) {
+	t.Parallel()
+	cp, nodes := stagedFleet(t)
+	setUp(t, cp, backend(t, "orders"))
+	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
+	waitFleet(t, cp, "the first rollout done", rolloutIs(distribution.RolloutDone))
+	traffic(t, nodes)
+	ctx := context.Background()
+
+	v2 := pointCluster(t, cp, backend(t, "orders-v2"))
+	if _, err := cp.admin.PauseRollout(ctx, connect.NewRequest(&adminv1.PauseRolloutRequest{})); err != nil {
+		t.Fatal(err)
+	}
+	// Three bakes later, still at the canaries.
+	time.Sleep(900 * time.Millisecond)
+	st := cp.Distribution.Status()
+	if st.Rollout.Version != v2 || st.Rollout.State != distribution.RolloutPaused || st.Rollout.Reached != 4 {
+		t.Fatalf("paused rollout %+v, want version %d paused at the 4 canaries", st.Rollout, v2)
+	}
+	if _, err := cp.admin.ResumeRollout(ctx, connect.NewRequest(&adminv1.ResumeRolloutRequest{})); err != nil {
+		t.Fatal(err)
+	}
+	waitFleet(t, cp, "the rollout past the canaries", func(s distribution.Status) bool { return s.Rollout.Reached > 4 })
+	if _, err := cp.admin.AbortRollout(ctx, connect.NewRequest(&adminv1.AbortRolloutRequest{})); err != nil {
+		// It may have finished meanwhile, on a slow machine: then there is
+		// nothing to abort.
+		if st := cp.Distribution.Status(); st.Rollout.State != distribution.RolloutDone {
+			t.Fatal(err)
+		}
+		return
+	}
+	waitFleet(t, cp, "every node back on the version before", allRun(10, v1))
+	if st := cp.Distribution.Status(); st.Rollout.State != distribution.RolloutAborted {
+		t.Errorf("rollout %+v, want aborted", st.Rollout)
+	}
+	if _, err := cp.admin.AbortRollout(ctx, connect.NewRequest(&adminv1.AbortRolloutRequest{})); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		t.Errorf("aborting again: %v, want failed_precondition", err)
 	}
 }
 
@@ -127,7 +188,7 @@ func TestRolloutGoodChangeReachesEveryone(t *testing.T) {
 
 	v2 := pointCluster(t, cp, backend(t, "orders-v2"))
 	waitFleet(t, cp, "a staged rollout in progress", func(s distribution.Status) bool {
-		return s.Rollout != nil && s.Rollout.Version == v2 && s.Rollout.Reached == 2 && s.Rollout.State == distribution.RolloutRunning
+		return s.Rollout != nil && s.Rollout.Version == v2 && s.Rollout.Reached == 4 && s.Rollout.State == distribution.RolloutRunning
 	})
 	waitFleet(t, cp, "the rollout done", rolloutIs(distribution.RolloutDone))
 	waitFleet(t, cp, "every node on the new version", allRun(10, v2))

@@ -2937,6 +2937,615 @@ func (x *AuditEntry) GetVersion() int64 {
 	return 0
 }
 
+type GetRolloutRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRolloutRequest) Reset() {
+	*x = GetRolloutRequest{}
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRolloutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRolloutRequest) ProtoMessage() {}
+
+func (x *GetRolloutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRolloutRequest.ProtoReflect.Descriptor instead.
+func (*GetRolloutRequest) Descriptor() ([]byte, []int) {
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{56}
+}
+
+type GetRolloutResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// TargetVersion is the version the fleet should run.
+	TargetVersion int64 `protobuf:"varint,1,opt,name=target_version,json=targetVersion,proto3" json:"target_version,omitempty"`
+	// Halted is the NACK that stopped the target version, if one did.
+	Halted *Nack `protobuf:"bytes,2,opt,name=halted,proto3" json:"halted,omitempty"`
+	// Rollout is the newest staged rollout, if any.
+	Rollout       *Rollout `protobuf:"bytes,3,opt,name=rollout,proto3" json:"rollout,omitempty"`
+	Nodes         []*Node  `protobuf:"bytes,4,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetRolloutResponse) Reset() {
+	*x = GetRolloutResponse{}
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetRolloutResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetRolloutResponse) ProtoMessage() {}
+
+func (x *GetRolloutResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetRolloutResponse.ProtoReflect.Descriptor instead.
+func (*GetRolloutResponse) Descriptor() ([]byte, []int) {
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *GetRolloutResponse) GetTargetVersion() int64 {
+	if x != nil {
+		return x.TargetVersion
+	}
+	return 0
+}
+
+func (x *GetRolloutResponse) GetHalted() *Nack {
+	if x != nil {
+		return x.Halted
+	}
+	return nil
+}
+
+func (x *GetRolloutResponse) GetRollout() *Rollout {
+	if x != nil {
+		return x.Rollout
+	}
+	return nil
+}
+
+func (x *GetRolloutResponse) GetNodes() []*Node {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+// Rollout is a version's way through the stages.
+type Rollout struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Version  int64                  `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Previous int64                  `protobuf:"varint,2,opt,name=previous,proto3" json:"previous,omitempty"`
+	// Stage is canary, 10%, region or all.
+	Stage string `protobuf:"bytes,3,opt,name=stage,proto3" json:"stage,omitempty"`
+	// State is running, paused, done, reverted, halted, aborted or
+	// replaced.
+	State string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	// Evidence says why it was reverted or halted.
+	Evidence string `protobuf:"bytes,5,opt,name=evidence,proto3" json:"evidence,omitempty"`
+	// Reached counts the nodes it was sent to.
+	Reached       int32 `protobuf:"varint,6,opt,name=reached,proto3" json:"reached,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Rollout) Reset() {
+	*x = Rollout{}
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Rollout) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Rollout) ProtoMessage() {}
+
+func (x *Rollout) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Rollout.ProtoReflect.Descriptor instead.
+func (*Rollout) Descriptor() ([]byte, []int) {
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *Rollout) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *Rollout) GetPrevious() int64 {
+	if x != nil {
+		return x.Previous
+	}
+	return 0
+}
+
+func (x *Rollout) GetStage() string {
+	if x != nil {
+		return x.Stage
+	}
+	return ""
+}
+
+func (x *Rollout) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *Rollout) GetEvidence() string {
+	if x != nil {
+		return x.Evidence
+	}
+	return ""
+}
+
+func (x *Rollout) GetReached() int32 {
+	if x != nil {
+		return x.Reached
+	}
+	return 0
+}
+
+// Node is a connected gateway node.
+type Node struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Pool   string                 `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"`
+	Region string                 `protobuf:"bytes,3,opt,name=region,proto3" json:"region,omitempty"`
+	Labels map[string]string      `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Version and Sha256 are what it runs (version 0: not a version the
+	// control plane knows).
+	Version       int64                  `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	Sha256        string                 `protobuf:"bytes,6,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	ConnectedAt   *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=connected_at,json=connectedAt,proto3" json:"connected_at,omitempty"`
+	LastNack      *Nack                  `protobuf:"bytes,8,opt,name=last_nack,json=lastNack,proto3" json:"last_nack,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Node) Reset() {
+	*x = Node{}
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Node) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Node) ProtoMessage() {}
+
+func (x *Node) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Node.ProtoReflect.Descriptor instead.
+func (*Node) Descriptor() ([]byte, []int) {
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *Node) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Node) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *Node) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *Node) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *Node) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *Node) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *Node) GetConnectedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ConnectedAt
+	}
+	return nil
+}
+
+func (x *Node) GetLastNack() *Nack {
+	if x != nil {
+		return x.LastNack
+	}
+	return nil
+}
+
+// Nack is a node's refusal of a snapshot.
+type Nack struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Version       int64                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	At            *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=at,proto3" json:"at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Nack) Reset() {
+	*x = Nack{}
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Nack) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Nack) ProtoMessage() {}
+
+func (x *Nack) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Nack.ProtoReflect.Descriptor instead.
+func (*Nack) Descriptor() ([]byte, []int) {
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *Nack) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *Nack) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *Nack) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Nack) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+type PauseRolloutRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseRolloutRequest) Reset() {
+	*x = PauseRolloutRequest{}
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseRolloutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseRolloutRequest) ProtoMessage() {}
+
+func (x *PauseRolloutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseRolloutRequest.ProtoReflect.Descriptor instead.
+func (*PauseRolloutRequest) Descriptor() ([]byte, []int) {
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{61}
+}
+
+type PauseRolloutResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rollout       *Rollout               `protobuf:"bytes,1,opt,name=rollout,proto3" json:"rollout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseRolloutResponse) Reset() {
+	*x = PauseRolloutResponse{}
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseRolloutResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseRolloutResponse) ProtoMessage() {}
+
+func (x *PauseRolloutResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseRolloutResponse.ProtoReflect.Descriptor instead.
+func (*PauseRolloutResponse) Descriptor() ([]byte, []int) {
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *PauseRolloutResponse) GetRollout() *Rollout {
+	if x != nil {
+		return x.Rollout
+	}
+	return nil
+}
+
+type ResumeRolloutRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeRolloutRequest) Reset() {
+	*x = ResumeRolloutRequest{}
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeRolloutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeRolloutRequest) ProtoMessage() {}
+
+func (x *ResumeRolloutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeRolloutRequest.ProtoReflect.Descriptor instead.
+func (*ResumeRolloutRequest) Descriptor() ([]byte, []int) {
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{63}
+}
+
+type ResumeRolloutResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rollout       *Rollout               `protobuf:"bytes,1,opt,name=rollout,proto3" json:"rollout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeRolloutResponse) Reset() {
+	*x = ResumeRolloutResponse{}
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeRolloutResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeRolloutResponse) ProtoMessage() {}
+
+func (x *ResumeRolloutResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeRolloutResponse.ProtoReflect.Descriptor instead.
+func (*ResumeRolloutResponse) Descriptor() ([]byte, []int) {
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *ResumeRolloutResponse) GetRollout() *Rollout {
+	if x != nil {
+		return x.Rollout
+	}
+	return nil
+}
+
+type AbortRolloutRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortRolloutRequest) Reset() {
+	*x = AbortRolloutRequest{}
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortRolloutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortRolloutRequest) ProtoMessage() {}
+
+func (x *AbortRolloutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortRolloutRequest.ProtoReflect.Descriptor instead.
+func (*AbortRolloutRequest) Descriptor() ([]byte, []int) {
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{65}
+}
+
+type AbortRolloutResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rollout       *Rollout               `protobuf:"bytes,1,opt,name=rollout,proto3" json:"rollout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortRolloutResponse) Reset() {
+	*x = AbortRolloutResponse{}
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortRolloutResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortRolloutResponse) ProtoMessage() {}
+
+func (x *AbortRolloutResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortRolloutResponse.ProtoReflect.Descriptor instead.
+func (*AbortRolloutResponse) Descriptor() ([]byte, []int) {
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *AbortRolloutResponse) GetRollout() *Rollout {
+	if x != nil {
+		return x.Rollout
+	}
+	return nil
+}
+
 var File_portico_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_portico_admin_v1_admin_proto_rawDesc = "" +
@@ -3110,11 +3719,50 @@ const file_portico_admin_v1_admin_proto_rawDesc = "" +
 	"\x06object\x18\x06 \x01(\tR\x06object\x12\x18\n" +
 	"\aoutcome\x18\a \x01(\tR\aoutcome\x12\x16\n" +
 	"\x06detail\x18\b \x01(\tR\x06detail\x12\x18\n" +
-	"\aversion\x18\t \x01(\x03R\aversion*J\n" +
+	"\aversion\x18\t \x01(\x03R\aversion\"\x13\n" +
+	"\x11GetRolloutRequest\"\xce\x01\n" +
+	"\x12GetRolloutResponse\x12%\n" +
+	"\x0etarget_version\x18\x01 \x01(\x03R\rtargetVersion\x12.\n" +
+	"\x06halted\x18\x02 \x01(\v2\x16.portico.admin.v1.NackR\x06halted\x123\n" +
+	"\arollout\x18\x03 \x01(\v2\x19.portico.admin.v1.RolloutR\arollout\x12,\n" +
+	"\x05nodes\x18\x04 \x03(\v2\x16.portico.admin.v1.NodeR\x05nodes\"\xa1\x01\n" +
+	"\aRollout\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x1a\n" +
+	"\bprevious\x18\x02 \x01(\x03R\bprevious\x12\x14\n" +
+	"\x05stage\x18\x03 \x01(\tR\x05stage\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x12\x1a\n" +
+	"\bevidence\x18\x05 \x01(\tR\bevidence\x12\x18\n" +
+	"\areached\x18\x06 \x01(\x05R\areached\"\xdf\x02\n" +
+	"\x04Node\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x16\n" +
+	"\x06region\x18\x03 \x01(\tR\x06region\x12:\n" +
+	"\x06labels\x18\x04 \x03(\v2\".portico.admin.v1.Node.LabelsEntryR\x06labels\x12\x18\n" +
+	"\aversion\x18\x05 \x01(\x03R\aversion\x12\x16\n" +
+	"\x06sha256\x18\x06 \x01(\tR\x06sha256\x12=\n" +
+	"\fconnected_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vconnectedAt\x123\n" +
+	"\tlast_nack\x18\b \x01(\v2\x16.portico.admin.v1.NackR\blastNack\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"v\n" +
+	"\x04Nack\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12*\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x15\n" +
+	"\x13PauseRolloutRequest\"K\n" +
+	"\x14PauseRolloutResponse\x123\n" +
+	"\arollout\x18\x01 \x01(\v2\x19.portico.admin.v1.RolloutR\arollout\"\x16\n" +
+	"\x14ResumeRolloutRequest\"L\n" +
+	"\x15ResumeRolloutResponse\x123\n" +
+	"\arollout\x18\x01 \x01(\v2\x19.portico.admin.v1.RolloutR\arollout\"\x15\n" +
+	"\x13AbortRolloutRequest\"K\n" +
+	"\x14AbortRolloutResponse\x123\n" +
+	"\arollout\x18\x01 \x01(\v2\x19.portico.admin.v1.RolloutR\arollout*J\n" +
 	"\x04Role\x12\x14\n" +
 	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fROLE_TEAM_ADMIN\x10\x01\x12\x17\n" +
-	"\x13ROLE_PLATFORM_ADMIN\x10\x022\xee\x12\n" +
+	"\x13ROLE_PLATFORM_ADMIN\x10\x022\xec\x15\n" +
 	"\fAdminService\x12Q\n" +
 	"\bPutRoute\x12!.portico.admin.v1.PutRouteRequest\x1a\".portico.admin.v1.PutRouteResponse\x12V\n" +
 	"\bGetRoute\x12!.portico.admin.v1.GetRouteRequest\x1a\".portico.admin.v1.GetRouteResponse\"\x03\x90\x02\x01\x12\\\n" +
@@ -3148,7 +3796,12 @@ const file_portico_admin_v1_admin_proto_rawDesc = "" +
 	"\vCreateToken\x12$.portico.admin.v1.CreateTokenRequest\x1a%.portico.admin.v1.CreateTokenResponse\x12\\\n" +
 	"\n" +
 	"ListTokens\x12#.portico.admin.v1.ListTokensRequest\x1a$.portico.admin.v1.ListTokensResponse\"\x03\x90\x02\x01\x12Z\n" +
-	"\vRevokeToken\x12$.portico.admin.v1.RevokeTokenRequest\x1a%.portico.admin.v1.RevokeTokenResponse\x12Y\n" +
+	"\vRevokeToken\x12$.portico.admin.v1.RevokeTokenRequest\x1a%.portico.admin.v1.RevokeTokenResponse\x12\\\n" +
+	"\n" +
+	"GetRollout\x12#.portico.admin.v1.GetRolloutRequest\x1a$.portico.admin.v1.GetRolloutResponse\"\x03\x90\x02\x01\x12]\n" +
+	"\fPauseRollout\x12%.portico.admin.v1.PauseRolloutRequest\x1a&.portico.admin.v1.PauseRolloutResponse\x12`\n" +
+	"\rResumeRollout\x12&.portico.admin.v1.ResumeRolloutRequest\x1a'.portico.admin.v1.ResumeRolloutResponse\x12]\n" +
+	"\fAbortRollout\x12%.portico.admin.v1.AbortRolloutRequest\x1a&.portico.admin.v1.AbortRolloutResponse\x12Y\n" +
 	"\tListAudit\x12\".portico.admin.v1.ListAuditRequest\x1a#.portico.admin.v1.ListAuditResponse\"\x03\x90\x02\x01B<Z:github.com/portico-gw/portico/gen/portico/admin/v1;adminv1b\x06proto3"
 
 var (
@@ -3164,7 +3817,7 @@ func file_portico_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_portico_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_portico_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_portico_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_portico_admin_v1_admin_proto_goTypes = []any{
 	(Role)(0),                     // 0: portico.admin.v1.Role
 	(*PutRouteRequest)(nil),       // 1: portico.admin.v1.PutRouteRequest
@@ -3223,109 +3876,139 @@ var file_portico_admin_v1_admin_proto_goTypes = []any{
 	(*ListAuditRequest)(nil),      // 54: portico.admin.v1.ListAuditRequest
 	(*ListAuditResponse)(nil),     // 55: portico.admin.v1.ListAuditResponse
 	(*AuditEntry)(nil),            // 56: portico.admin.v1.AuditEntry
-	(*v1.Route)(nil),              // 57: portico.config.v1.Route
-	(*v1.Cluster)(nil),            // 58: portico.config.v1.Cluster
-	(*v1.Service)(nil),            // 59: portico.config.v1.Service
-	(*TeamConfig)(nil),            // 60: portico.admin.v1.TeamConfig
-	(*Team)(nil),                  // 61: portico.admin.v1.Team
-	(*Platform)(nil),              // 62: portico.admin.v1.Platform
-	(*timestamppb.Timestamp)(nil), // 63: google.protobuf.Timestamp
+	(*GetRolloutRequest)(nil),     // 57: portico.admin.v1.GetRolloutRequest
+	(*GetRolloutResponse)(nil),    // 58: portico.admin.v1.GetRolloutResponse
+	(*Rollout)(nil),               // 59: portico.admin.v1.Rollout
+	(*Node)(nil),                  // 60: portico.admin.v1.Node
+	(*Nack)(nil),                  // 61: portico.admin.v1.Nack
+	(*PauseRolloutRequest)(nil),   // 62: portico.admin.v1.PauseRolloutRequest
+	(*PauseRolloutResponse)(nil),  // 63: portico.admin.v1.PauseRolloutResponse
+	(*ResumeRolloutRequest)(nil),  // 64: portico.admin.v1.ResumeRolloutRequest
+	(*ResumeRolloutResponse)(nil), // 65: portico.admin.v1.ResumeRolloutResponse
+	(*AbortRolloutRequest)(nil),   // 66: portico.admin.v1.AbortRolloutRequest
+	(*AbortRolloutResponse)(nil),  // 67: portico.admin.v1.AbortRolloutResponse
+	nil,                           // 68: portico.admin.v1.Node.LabelsEntry
+	(*v1.Route)(nil),              // 69: portico.config.v1.Route
+	(*v1.Cluster)(nil),            // 70: portico.config.v1.Cluster
+	(*v1.Service)(nil),            // 71: portico.config.v1.Service
+	(*TeamConfig)(nil),            // 72: portico.admin.v1.TeamConfig
+	(*Team)(nil),                  // 73: portico.admin.v1.Team
+	(*Platform)(nil),              // 74: portico.admin.v1.Platform
+	(*timestamppb.Timestamp)(nil), // 75: google.protobuf.Timestamp
 }
 var file_portico_admin_v1_admin_proto_depIdxs = []int32{
-	57, // 0: portico.admin.v1.PutRouteRequest.route:type_name -> portico.config.v1.Route
+	69, // 0: portico.admin.v1.PutRouteRequest.route:type_name -> portico.config.v1.Route
 	37, // 1: portico.admin.v1.PutRouteResponse.change:type_name -> portico.admin.v1.Change
-	57, // 2: portico.admin.v1.GetRouteResponse.route:type_name -> portico.config.v1.Route
-	57, // 3: portico.admin.v1.ListRoutesResponse.routes:type_name -> portico.config.v1.Route
+	69, // 2: portico.admin.v1.GetRouteResponse.route:type_name -> portico.config.v1.Route
+	69, // 3: portico.admin.v1.ListRoutesResponse.routes:type_name -> portico.config.v1.Route
 	37, // 4: portico.admin.v1.DeleteRouteResponse.change:type_name -> portico.admin.v1.Change
-	58, // 5: portico.admin.v1.PutClusterRequest.cluster:type_name -> portico.config.v1.Cluster
+	70, // 5: portico.admin.v1.PutClusterRequest.cluster:type_name -> portico.config.v1.Cluster
 	37, // 6: portico.admin.v1.PutClusterResponse.change:type_name -> portico.admin.v1.Change
-	58, // 7: portico.admin.v1.GetClusterResponse.cluster:type_name -> portico.config.v1.Cluster
-	58, // 8: portico.admin.v1.ListClustersResponse.clusters:type_name -> portico.config.v1.Cluster
+	70, // 7: portico.admin.v1.GetClusterResponse.cluster:type_name -> portico.config.v1.Cluster
+	70, // 8: portico.admin.v1.ListClustersResponse.clusters:type_name -> portico.config.v1.Cluster
 	37, // 9: portico.admin.v1.DeleteClusterResponse.change:type_name -> portico.admin.v1.Change
-	59, // 10: portico.admin.v1.PutServiceRequest.service:type_name -> portico.config.v1.Service
+	71, // 10: portico.admin.v1.PutServiceRequest.service:type_name -> portico.config.v1.Service
 	37, // 11: portico.admin.v1.PutServiceResponse.change:type_name -> portico.admin.v1.Change
-	59, // 12: portico.admin.v1.GetServiceResponse.service:type_name -> portico.config.v1.Service
-	59, // 13: portico.admin.v1.ListServicesResponse.services:type_name -> portico.config.v1.Service
+	71, // 12: portico.admin.v1.GetServiceResponse.service:type_name -> portico.config.v1.Service
+	71, // 13: portico.admin.v1.ListServicesResponse.services:type_name -> portico.config.v1.Service
 	37, // 14: portico.admin.v1.DeleteServiceResponse.change:type_name -> portico.admin.v1.Change
-	60, // 15: portico.admin.v1.ApplyTeamRequest.config:type_name -> portico.admin.v1.TeamConfig
+	72, // 15: portico.admin.v1.ApplyTeamRequest.config:type_name -> portico.admin.v1.TeamConfig
 	37, // 16: portico.admin.v1.ApplyTeamResponse.change:type_name -> portico.admin.v1.Change
-	61, // 17: portico.admin.v1.PutTeamRequest.team:type_name -> portico.admin.v1.Team
+	73, // 17: portico.admin.v1.PutTeamRequest.team:type_name -> portico.admin.v1.Team
 	37, // 18: portico.admin.v1.PutTeamResponse.change:type_name -> portico.admin.v1.Change
-	61, // 19: portico.admin.v1.ListTeamsResponse.teams:type_name -> portico.admin.v1.Team
+	73, // 19: portico.admin.v1.ListTeamsResponse.teams:type_name -> portico.admin.v1.Team
 	37, // 20: portico.admin.v1.DeleteTeamResponse.change:type_name -> portico.admin.v1.Change
-	62, // 21: portico.admin.v1.PutPlatformRequest.platform:type_name -> portico.admin.v1.Platform
+	74, // 21: portico.admin.v1.PutPlatformRequest.platform:type_name -> portico.admin.v1.Platform
 	37, // 22: portico.admin.v1.PutPlatformResponse.change:type_name -> portico.admin.v1.Change
-	62, // 23: portico.admin.v1.GetPlatformResponse.platform:type_name -> portico.admin.v1.Platform
+	74, // 23: portico.admin.v1.GetPlatformResponse.platform:type_name -> portico.admin.v1.Platform
 	38, // 24: portico.admin.v1.Change.version:type_name -> portico.admin.v1.Version
-	63, // 25: portico.admin.v1.Version.created_at:type_name -> google.protobuf.Timestamp
+	75, // 25: portico.admin.v1.Version.created_at:type_name -> google.protobuf.Timestamp
 	38, // 26: portico.admin.v1.ListVersionsResponse.versions:type_name -> portico.admin.v1.Version
 	38, // 27: portico.admin.v1.GetVersionResponse.version:type_name -> portico.admin.v1.Version
 	37, // 28: portico.admin.v1.RollbackResponse.change:type_name -> portico.admin.v1.Change
 	0,  // 29: portico.admin.v1.CreateTokenRequest.role:type_name -> portico.admin.v1.Role
 	49, // 30: portico.admin.v1.CreateTokenResponse.info:type_name -> portico.admin.v1.TokenInfo
 	0,  // 31: portico.admin.v1.TokenInfo.role:type_name -> portico.admin.v1.Role
-	63, // 32: portico.admin.v1.TokenInfo.created_at:type_name -> google.protobuf.Timestamp
-	63, // 33: portico.admin.v1.TokenInfo.revoked_at:type_name -> google.protobuf.Timestamp
+	75, // 32: portico.admin.v1.TokenInfo.created_at:type_name -> google.protobuf.Timestamp
+	75, // 33: portico.admin.v1.TokenInfo.revoked_at:type_name -> google.protobuf.Timestamp
 	49, // 34: portico.admin.v1.ListTokensResponse.tokens:type_name -> portico.admin.v1.TokenInfo
 	56, // 35: portico.admin.v1.ListAuditResponse.entries:type_name -> portico.admin.v1.AuditEntry
-	63, // 36: portico.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	1,  // 37: portico.admin.v1.AdminService.PutRoute:input_type -> portico.admin.v1.PutRouteRequest
-	3,  // 38: portico.admin.v1.AdminService.GetRoute:input_type -> portico.admin.v1.GetRouteRequest
-	5,  // 39: portico.admin.v1.AdminService.ListRoutes:input_type -> portico.admin.v1.ListRoutesRequest
-	7,  // 40: portico.admin.v1.AdminService.DeleteRoute:input_type -> portico.admin.v1.DeleteRouteRequest
-	9,  // 41: portico.admin.v1.AdminService.PutCluster:input_type -> portico.admin.v1.PutClusterRequest
-	11, // 42: portico.admin.v1.AdminService.GetCluster:input_type -> portico.admin.v1.GetClusterRequest
-	13, // 43: portico.admin.v1.AdminService.ListClusters:input_type -> portico.admin.v1.ListClustersRequest
-	15, // 44: portico.admin.v1.AdminService.DeleteCluster:input_type -> portico.admin.v1.DeleteClusterRequest
-	17, // 45: portico.admin.v1.AdminService.PutService:input_type -> portico.admin.v1.PutServiceRequest
-	19, // 46: portico.admin.v1.AdminService.GetService:input_type -> portico.admin.v1.GetServiceRequest
-	21, // 47: portico.admin.v1.AdminService.ListServices:input_type -> portico.admin.v1.ListServicesRequest
-	23, // 48: portico.admin.v1.AdminService.DeleteService:input_type -> portico.admin.v1.DeleteServiceRequest
-	25, // 49: portico.admin.v1.AdminService.ApplyTeam:input_type -> portico.admin.v1.ApplyTeamRequest
-	27, // 50: portico.admin.v1.AdminService.PutTeam:input_type -> portico.admin.v1.PutTeamRequest
-	29, // 51: portico.admin.v1.AdminService.ListTeams:input_type -> portico.admin.v1.ListTeamsRequest
-	31, // 52: portico.admin.v1.AdminService.DeleteTeam:input_type -> portico.admin.v1.DeleteTeamRequest
-	33, // 53: portico.admin.v1.AdminService.PutPlatform:input_type -> portico.admin.v1.PutPlatformRequest
-	35, // 54: portico.admin.v1.AdminService.GetPlatform:input_type -> portico.admin.v1.GetPlatformRequest
-	39, // 55: portico.admin.v1.AdminService.ListVersions:input_type -> portico.admin.v1.ListVersionsRequest
-	41, // 56: portico.admin.v1.AdminService.GetVersion:input_type -> portico.admin.v1.GetVersionRequest
-	43, // 57: portico.admin.v1.AdminService.DiffVersions:input_type -> portico.admin.v1.DiffVersionsRequest
-	45, // 58: portico.admin.v1.AdminService.Rollback:input_type -> portico.admin.v1.RollbackRequest
-	47, // 59: portico.admin.v1.AdminService.CreateToken:input_type -> portico.admin.v1.CreateTokenRequest
-	50, // 60: portico.admin.v1.AdminService.ListTokens:input_type -> portico.admin.v1.ListTokensRequest
-	52, // 61: portico.admin.v1.AdminService.RevokeToken:input_type -> portico.admin.v1.RevokeTokenRequest
-	54, // 62: portico.admin.v1.AdminService.ListAudit:input_type -> portico.admin.v1.ListAuditRequest
-	2,  // 63: portico.admin.v1.AdminService.PutRoute:output_type -> portico.admin.v1.PutRouteResponse
-	4,  // 64: portico.admin.v1.AdminService.GetRoute:output_type -> portico.admin.v1.GetRouteResponse
-	6,  // 65: portico.admin.v1.AdminService.ListRoutes:output_type -> portico.admin.v1.ListRoutesResponse
-	8,  // 66: portico.admin.v1.AdminService.DeleteRoute:output_type -> portico.admin.v1.DeleteRouteResponse
-	10, // 67: portico.admin.v1.AdminService.PutCluster:output_type -> portico.admin.v1.PutClusterResponse
-	12, // 68: portico.admin.v1.AdminService.GetCluster:output_type -> portico.admin.v1.GetClusterResponse
-	14, // 69: portico.admin.v1.AdminService.ListClusters:output_type -> portico.admin.v1.ListClustersResponse
-	16, // 70: portico.admin.v1.AdminService.DeleteCluster:output_type -> portico.admin.v1.DeleteClusterResponse
-	18, // 71: portico.admin.v1.AdminService.PutService:output_type -> portico.admin.v1.PutServiceResponse
-	20, // 72: portico.admin.v1.AdminService.GetService:output_type -> portico.admin.v1.GetServiceResponse
-	22, // 73: portico.admin.v1.AdminService.ListServices:output_type -> portico.admin.v1.ListServicesResponse
-	24, // 74: portico.admin.v1.AdminService.DeleteService:output_type -> portico.admin.v1.DeleteServiceResponse
-	26, // 75: portico.admin.v1.AdminService.ApplyTeam:output_type -> portico.admin.v1.ApplyTeamResponse
-	28, // 76: portico.admin.v1.AdminService.PutTeam:output_type -> portico.admin.v1.PutTeamResponse
-	30, // 77: portico.admin.v1.AdminService.ListTeams:output_type -> portico.admin.v1.ListTeamsResponse
-	32, // 78: portico.admin.v1.AdminService.DeleteTeam:output_type -> portico.admin.v1.DeleteTeamResponse
-	34, // 79: portico.admin.v1.AdminService.PutPlatform:output_type -> portico.admin.v1.PutPlatformResponse
-	36, // 80: portico.admin.v1.AdminService.GetPlatform:output_type -> portico.admin.v1.GetPlatformResponse
-	40, // 81: portico.admin.v1.AdminService.ListVersions:output_type -> portico.admin.v1.ListVersionsResponse
-	42, // 82: portico.admin.v1.AdminService.GetVersion:output_type -> portico.admin.v1.GetVersionResponse
-	44, // 83: portico.admin.v1.AdminService.DiffVersions:output_type -> portico.admin.v1.DiffVersionsResponse
-	46, // 84: portico.admin.v1.AdminService.Rollback:output_type -> portico.admin.v1.RollbackResponse
-	48, // 85: portico.admin.v1.AdminService.CreateToken:output_type -> portico.admin.v1.CreateTokenResponse
-	51, // 86: portico.admin.v1.AdminService.ListTokens:output_type -> portico.admin.v1.ListTokensResponse
-	53, // 87: portico.admin.v1.AdminService.RevokeToken:output_type -> portico.admin.v1.RevokeTokenResponse
-	55, // 88: portico.admin.v1.AdminService.ListAudit:output_type -> portico.admin.v1.ListAuditResponse
-	63, // [63:89] is the sub-list for method output_type
-	37, // [37:63] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	75, // 36: portico.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	61, // 37: portico.admin.v1.GetRolloutResponse.halted:type_name -> portico.admin.v1.Nack
+	59, // 38: portico.admin.v1.GetRolloutResponse.rollout:type_name -> portico.admin.v1.Rollout
+	60, // 39: portico.admin.v1.GetRolloutResponse.nodes:type_name -> portico.admin.v1.Node
+	68, // 40: portico.admin.v1.Node.labels:type_name -> portico.admin.v1.Node.LabelsEntry
+	75, // 41: portico.admin.v1.Node.connected_at:type_name -> google.protobuf.Timestamp
+	61, // 42: portico.admin.v1.Node.last_nack:type_name -> portico.admin.v1.Nack
+	75, // 43: portico.admin.v1.Nack.at:type_name -> google.protobuf.Timestamp
+	59, // 44: portico.admin.v1.PauseRolloutResponse.rollout:type_name -> portico.admin.v1.Rollout
+	59, // 45: portico.admin.v1.ResumeRolloutResponse.rollout:type_name -> portico.admin.v1.Rollout
+	59, // 46: portico.admin.v1.AbortRolloutResponse.rollout:type_name -> portico.admin.v1.Rollout
+	1,  // 47: portico.admin.v1.AdminService.PutRoute:input_type -> portico.admin.v1.PutRouteRequest
+	3,  // 48: portico.admin.v1.AdminService.GetRoute:input_type -> portico.admin.v1.GetRouteRequest
+	5,  // 49: portico.admin.v1.AdminService.ListRoutes:input_type -> portico.admin.v1.ListRoutesRequest
+	7,  // 50: portico.admin.v1.AdminService.DeleteRoute:input_type -> portico.admin.v1.DeleteRouteRequest
+	9,  // 51: portico.admin.v1.AdminService.PutCluster:input_type -> portico.admin.v1.PutClusterRequest
+	11, // 52: portico.admin.v1.AdminService.GetCluster:input_type -> portico.admin.v1.GetClusterRequest
+	13, // 53: portico.admin.v1.AdminService.ListClusters:input_type -> portico.admin.v1.ListClustersRequest
+	15, // 54: portico.admin.v1.AdminService.DeleteCluster:input_type -> portico.admin.v1.DeleteClusterRequest
+	17, // 55: portico.admin.v1.AdminService.PutService:input_type -> portico.admin.v1.PutServiceRequest
+	19, // 56: portico.admin.v1.AdminService.GetService:input_type -> portico.admin.v1.GetServiceRequest
+	21, // 57: portico.admin.v1.AdminService.ListServices:input_type -> portico.admin.v1.ListServicesRequest
+	23, // 58: portico.admin.v1.AdminService.DeleteService:input_type -> portico.admin.v1.DeleteServiceRequest
+	25, // 59: portico.admin.v1.AdminService.ApplyTeam:input_type -> portico.admin.v1.ApplyTeamRequest
+	27, // 60: portico.admin.v1.AdminService.PutTeam:input_type -> portico.admin.v1.PutTeamRequest
+	29, // 61: portico.admin.v1.AdminService.ListTeams:input_type -> portico.admin.v1.ListTeamsRequest
+	31, // 62: portico.admin.v1.AdminService.DeleteTeam:input_type -> portico.admin.v1.DeleteTeamRequest
+	33, // 63: portico.admin.v1.AdminService.PutPlatform:input_type -> portico.admin.v1.PutPlatformRequest
+	35, // 64: portico.admin.v1.AdminService.GetPlatform:input_type -> portico.admin.v1.GetPlatformRequest
+	39, // 65: portico.admin.v1.AdminService.ListVersions:input_type -> portico.admin.v1.ListVersionsRequest
+	41, // 66: portico.admin.v1.AdminService.GetVersion:input_type -> portico.admin.v1.GetVersionRequest
+	43, // 67: portico.admin.v1.AdminService.DiffVersions:input_type -> portico.admin.v1.DiffVersionsRequest
+	45, // 68: portico.admin.v1.AdminService.Rollback:input_type -> portico.admin.v1.RollbackRequest
+	47, // 69: portico.admin.v1.AdminService.CreateToken:input_type -> portico.admin.v1.CreateTokenRequest
+	50, // 70: portico.admin.v1.AdminService.ListTokens:input_type -> portico.admin.v1.ListTokensRequest
+	52, // 71: portico.admin.v1.AdminService.RevokeToken:input_type -> portico.admin.v1.RevokeTokenRequest
+	57, // 72: portico.admin.v1.AdminService.GetRollout:input_type -> portico.admin.v1.GetRolloutRequest
+	62, // 73: portico.admin.v1.AdminService.PauseRollout:input_type -> portico.admin.v1.PauseRolloutRequest
+	64, // 74: portico.admin.v1.AdminService.ResumeRollout:input_type -> portico.admin.v1.ResumeRolloutRequest
+	66, // 75: portico.admin.v1.AdminService.AbortRollout:input_type -> portico.admin.v1.AbortRolloutRequest
+	54, // 76: portico.admin.v1.AdminService.ListAudit:input_type -> portico.admin.v1.ListAuditRequest
+	2,  // 77: portico.admin.v1.AdminService.PutRoute:output_type -> portico.admin.v1.PutRouteResponse
+	4,  // 78: portico.admin.v1.AdminService.GetRoute:output_type -> portico.admin.v1.GetRouteResponse
+	6,  // 79: portico.admin.v1.AdminService.ListRoutes:output_type -> portico.admin.v1.ListRoutesResponse
+	8,  // 80: portico.admin.v1.AdminService.DeleteRoute:output_type -> portico.admin.v1.DeleteRouteResponse
+	10, // 81: portico.admin.v1.AdminService.PutCluster:output_type -> portico.admin.v1.PutClusterResponse
+	12, // 82: portico.admin.v1.AdminService.GetCluster:output_type -> portico.admin.v1.GetClusterResponse
+	14, // 83: portico.admin.v1.AdminService.ListClusters:output_type -> portico.admin.v1.ListClustersResponse
+	16, // 84: portico.admin.v1.AdminService.DeleteCluster:output_type -> portico.admin.v1.DeleteClusterResponse
+	18, // 85: portico.admin.v1.AdminService.PutService:output_type -> portico.admin.v1.PutServiceResponse
+	20, // 86: portico.admin.v1.AdminService.GetService:output_type -> portico.admin.v1.GetServiceResponse
+	22, // 87: portico.admin.v1.AdminService.ListServices:output_type -> portico.admin.v1.ListServicesResponse
+	24, // 88: portico.admin.v1.AdminService.DeleteService:output_type -> portico.admin.v1.DeleteServiceResponse
+	26, // 89: portico.admin.v1.AdminService.ApplyTeam:output_type -> portico.admin.v1.ApplyTeamResponse
+	28, // 90: portico.admin.v1.AdminService.PutTeam:output_type -> portico.admin.v1.PutTeamResponse
+	30, // 91: portico.admin.v1.AdminService.ListTeams:output_type -> portico.admin.v1.ListTeamsResponse
+	32, // 92: portico.admin.v1.AdminService.DeleteTeam:output_type -> portico.admin.v1.DeleteTeamResponse
+	34, // 93: portico.admin.v1.AdminService.PutPlatform:output_type -> portico.admin.v1.PutPlatformResponse
+	36, // 94: portico.admin.v1.AdminService.GetPlatform:output_type -> portico.admin.v1.GetPlatformResponse
+	40, // 95: portico.admin.v1.AdminService.ListVersions:output_type -> portico.admin.v1.ListVersionsResponse
+	42, // 96: portico.admin.v1.AdminService.GetVersion:output_type -> portico.admin.v1.GetVersionResponse
+	44, // 97: portico.admin.v1.AdminService.DiffVersions:output_type -> portico.admin.v1.DiffVersionsResponse
+	46, // 98: portico.admin.v1.AdminService.Rollback:output_type -> portico.admin.v1.RollbackResponse
+	48, // 99: portico.admin.v1.AdminService.CreateToken:output_type -> portico.admin.v1.CreateTokenResponse
+	51, // 100: portico.admin.v1.AdminService.ListTokens:output_type -> portico.admin.v1.ListTokensResponse
+	53, // 101: portico.admin.v1.AdminService.RevokeToken:output_type -> portico.admin.v1.RevokeTokenResponse
+	58, // 102: portico.admin.v1.AdminService.GetRollout:output_type -> portico.admin.v1.GetRolloutResponse
+	63, // 103: portico.admin.v1.AdminService.PauseRollout:output_type -> portico.admin.v1.PauseRolloutResponse
+	65, // 104: portico.admin.v1.AdminService.ResumeRollout:output_type -> portico.admin.v1.ResumeRolloutResponse
+	67, // 105: portico.admin.v1.AdminService.AbortRollout:output_type -> portico.admin.v1.AbortRolloutResponse
+	55, // 106: portico.admin.v1.AdminService.ListAudit:output_type -> portico.admin.v1.ListAuditResponse
+	77, // [77:107] is the sub-list for method output_type
+	47, // [47:77] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_portico_admin_v1_admin_proto_init() }
@@ -3340,7 +4023,7 @@ func file_portico_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_portico_admin_v1_admin_proto_rawDesc), len(file_portico_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   56,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

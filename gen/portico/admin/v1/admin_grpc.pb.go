@@ -44,6 +44,10 @@ const (
 	AdminService_CreateToken_FullMethodName   = "/portico.admin.v1.AdminService/CreateToken"
 	AdminService_ListTokens_FullMethodName    = "/portico.admin.v1.AdminService/ListTokens"
 	AdminService_RevokeToken_FullMethodName   = "/portico.admin.v1.AdminService/RevokeToken"
+	AdminService_GetRollout_FullMethodName    = "/portico.admin.v1.AdminService/GetRollout"
+	AdminService_PauseRollout_FullMethodName  = "/portico.admin.v1.AdminService/PauseRollout"
+	AdminService_ResumeRollout_FullMethodName = "/portico.admin.v1.AdminService/ResumeRollout"
+	AdminService_AbortRollout_FullMethodName  = "/portico.admin.v1.AdminService/AbortRollout"
 	AdminService_ListAudit_FullMethodName     = "/portico.admin.v1.AdminService/ListAudit"
 )
 
@@ -101,6 +105,17 @@ type AdminServiceClient interface {
 	CreateToken(ctx context.Context, in *CreateTokenRequest, opts ...grpc.CallOption) (*CreateTokenResponse, error)
 	ListTokens(ctx context.Context, in *ListTokensRequest, opts ...grpc.CallOption) (*ListTokensResponse, error)
 	RevokeToken(ctx context.Context, in *RevokeTokenRequest, opts ...grpc.CallOption) (*RevokeTokenResponse, error)
+	// GetRollout says what the fleet should run, how the newest staged
+	// rollout stands, and what every connected node runs (ACKs, NACKs with
+	// their errors). Any admin may read it.
+	GetRollout(ctx context.Context, in *GetRolloutRequest, opts ...grpc.CallOption) (*GetRolloutResponse, error)
+	// PauseRollout stops the rollout in progress at its current stage.
+	// Platform only, like ResumeRollout and AbortRollout.
+	PauseRollout(ctx context.Context, in *PauseRolloutRequest, opts ...grpc.CallOption) (*PauseRolloutResponse, error)
+	ResumeRollout(ctx context.Context, in *ResumeRolloutRequest, opts ...grpc.CallOption) (*ResumeRolloutResponse, error)
+	// AbortRollout stops the rollout in progress and puts every node back
+	// on the version before it.
+	AbortRollout(ctx context.Context, in *AbortRolloutRequest, opts ...grpc.CallOption) (*AbortRolloutResponse, error)
 	// ListAudit reads the audit log: a team-admin its own team's entries.
 	ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error)
 }
@@ -363,6 +378,46 @@ func (c *adminServiceClient) RevokeToken(ctx context.Context, in *RevokeTokenReq
 	return out, nil
 }
 
+func (c *adminServiceClient) GetRollout(ctx context.Context, in *GetRolloutRequest, opts ...grpc.CallOption) (*GetRolloutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetRolloutResponse)
+	err := c.cc.Invoke(ctx, AdminService_GetRollout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) PauseRollout(ctx context.Context, in *PauseRolloutRequest, opts ...grpc.CallOption) (*PauseRolloutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PauseRolloutResponse)
+	err := c.cc.Invoke(ctx, AdminService_PauseRollout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) ResumeRollout(ctx context.Context, in *ResumeRolloutRequest, opts ...grpc.CallOption) (*ResumeRolloutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResumeRolloutResponse)
+	err := c.cc.Invoke(ctx, AdminService_ResumeRollout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminServiceClient) AbortRollout(ctx context.Context, in *AbortRolloutRequest, opts ...grpc.CallOption) (*AbortRolloutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AbortRolloutResponse)
+	err := c.cc.Invoke(ctx, AdminService_AbortRollout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminServiceClient) ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListAuditResponse)
@@ -427,6 +482,17 @@ type AdminServiceServer interface {
 	CreateToken(context.Context, *CreateTokenRequest) (*CreateTokenResponse, error)
 	ListTokens(context.Context, *ListTokensRequest) (*ListTokensResponse, error)
 	RevokeToken(context.Context, *RevokeTokenRequest) (*RevokeTokenResponse, error)
+	// GetRollout says what the fleet should run, how the newest staged
+	// rollout stands, and what every connected node runs (ACKs, NACKs with
+	// their errors). Any admin may read it.
+	GetRollout(context.Context, *GetRolloutRequest) (*GetRolloutResponse, error)
+	// PauseRollout stops the rollout in progress at its current stage.
+	// Platform only, like ResumeRollout and AbortRollout.
+	PauseRollout(context.Context, *PauseRolloutRequest) (*PauseRolloutResponse, error)
+	ResumeRollout(context.Context, *ResumeRolloutRequest) (*ResumeRolloutResponse, error)
+	// AbortRollout stops the rollout in progress and puts every node back
+	// on the version before it.
+	AbortRollout(context.Context, *AbortRolloutRequest) (*AbortRolloutResponse, error)
 	// ListAudit reads the audit log: a team-admin its own team's entries.
 	ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error)
 	mustEmbedUnimplementedAdminServiceServer()
@@ -513,6 +579,18 @@ func (UnimplementedAdminServiceServer) ListTokens(context.Context, *ListTokensRe
 }
 func (UnimplementedAdminServiceServer) RevokeToken(context.Context, *RevokeTokenRequest) (*RevokeTokenResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RevokeToken not implemented")
+}
+func (UnimplementedAdminServiceServer) GetRollout(context.Context, *GetRolloutRequest) (*GetRolloutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRollout not implemented")
+}
+func (UnimplementedAdminServiceServer) PauseRollout(context.Context, *PauseRolloutRequest) (*PauseRolloutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PauseRollout not implemented")
+}
+func (UnimplementedAdminServiceServer) ResumeRollout(context.Context, *ResumeRolloutRequest) (*ResumeRolloutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResumeRollout not implemented")
+}
+func (UnimplementedAdminServiceServer) AbortRollout(context.Context, *AbortRolloutRequest) (*AbortRolloutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AbortRollout not implemented")
 }
 func (UnimplementedAdminServiceServer) ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListAudit not implemented")
@@ -988,6 +1066,78 @@ func _AdminService_RevokeToken_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AdminService_GetRollout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRolloutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).GetRollout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_GetRollout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).GetRollout(ctx, req.(*GetRolloutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_PauseRollout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PauseRolloutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).PauseRollout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_PauseRollout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).PauseRollout(ctx, req.(*PauseRolloutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_ResumeRollout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResumeRolloutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).ResumeRollout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_ResumeRollout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).ResumeRollout(ctx, req.(*ResumeRolloutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AdminService_AbortRollout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AbortRolloutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServiceServer).AbortRollout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AdminService_AbortRollout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServiceServer).AbortRollout(ctx, req.(*AbortRolloutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AdminService_ListAudit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListAuditRequest)
 	if err := dec(in); err != nil {
@@ -1112,6 +1262,22 @@ var AdminService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RevokeToken",
 			Handler:    _AdminService_RevokeToken_Handler,
+		},
+		{
+			MethodName: "GetRollout",
+			Handler:    _AdminService_GetRollout_Handler,
+		},
+		{
+			MethodName: "PauseRollout",
+			Handler:    _AdminService_PauseRollout_Handler,
+		},
+		{
+			MethodName: "ResumeRollout",
+			Handler:    _AdminService_ResumeRollout_Handler,
+		},
+		{
+			MethodName: "AbortRollout",
+			Handler:    _AdminService_AbortRollout_Handler,
 		},
 		{
 			MethodName: "ListAudit",

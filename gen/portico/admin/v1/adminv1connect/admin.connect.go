@@ -94,6 +94,17 @@ const (
 	// AdminServiceRevokeTokenProcedure is the fully-qualified name of the AdminService's RevokeToken
 	// RPC.
 	AdminServiceRevokeTokenProcedure = "/portico.admin.v1.AdminService/RevokeToken"
+	// AdminServiceGetRolloutProcedure is the fully-qualified name of the AdminService's GetRollout RPC.
+	AdminServiceGetRolloutProcedure = "/portico.admin.v1.AdminService/GetRollout"
+	// AdminServicePauseRolloutProcedure is the fully-qualified name of the AdminService's PauseRollout
+	// RPC.
+	AdminServicePauseRolloutProcedure = "/portico.admin.v1.AdminService/PauseRollout"
+	// AdminServiceResumeRolloutProcedure is the fully-qualified name of the AdminService's
+	// ResumeRollout RPC.
+	AdminServiceResumeRolloutProcedure = "/portico.admin.v1.AdminService/ResumeRollout"
+	// AdminServiceAbortRolloutProcedure is the fully-qualified name of the AdminService's AbortRollout
+	// RPC.
+	AdminServiceAbortRolloutProcedure = "/portico.admin.v1.AdminService/AbortRollout"
 	// AdminServiceListAuditProcedure is the fully-qualified name of the AdminService's ListAudit RPC.
 	AdminServiceListAuditProcedure = "/portico.admin.v1.AdminService/ListAudit"
 )
@@ -141,6 +152,17 @@ type AdminServiceClient interface {
 	CreateToken(context.Context, *connect.Request[v1.CreateTokenRequest]) (*connect.Response[v1.CreateTokenResponse], error)
 	ListTokens(context.Context, *connect.Request[v1.ListTokensRequest]) (*connect.Response[v1.ListTokensResponse], error)
 	RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error)
+	// GetRollout says what the fleet should run, how the newest staged
+	// rollout stands, and what every connected node runs (ACKs, NACKs with
+	// their errors). Any admin may read it.
+	GetRollout(context.Context, *connect.Request[v1.GetRolloutRequest]) (*connect.Response[v1.GetRolloutResponse], error)
+	// PauseRollout stops the rollout in progress at its current stage.
+	// Platform only, like ResumeRollout and AbortRollout.
+	PauseRollout(context.Context, *connect.Request[v1.PauseRolloutRequest]) (*connect.Response[v1.PauseRolloutResponse], error)
+	ResumeRollout(context.Context, *connect.Request[v1.ResumeRolloutRequest]) (*connect.Response[v1.ResumeRolloutResponse], error)
+	// AbortRollout stops the rollout in progress and puts every node back
+	// on the version before it.
+	AbortRollout(context.Context, *connect.Request[v1.AbortRolloutRequest]) (*connect.Response[v1.AbortRolloutResponse], error)
 	// ListAudit reads the audit log: a team-admin its own team's entries.
 	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
 }
@@ -318,6 +340,31 @@ func NewAdminServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(adminServiceMethods.ByName("RevokeToken")),
 			connect.WithClientOptions(opts...),
 		),
+		getRollout: connect.NewClient[v1.GetRolloutRequest, v1.GetRolloutResponse](
+			httpClient,
+			baseURL+AdminServiceGetRolloutProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("GetRollout")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		pauseRollout: connect.NewClient[v1.PauseRolloutRequest, v1.PauseRolloutResponse](
+			httpClient,
+			baseURL+AdminServicePauseRolloutProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("PauseRollout")),
+			connect.WithClientOptions(opts...),
+		),
+		resumeRollout: connect.NewClient[v1.ResumeRolloutRequest, v1.ResumeRolloutResponse](
+			httpClient,
+			baseURL+AdminServiceResumeRolloutProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("ResumeRollout")),
+			connect.WithClientOptions(opts...),
+		),
+		abortRollout: connect.NewClient[v1.AbortRolloutRequest, v1.AbortRolloutResponse](
+			httpClient,
+			baseURL+AdminServiceAbortRolloutProcedure,
+			connect.WithSchema(adminServiceMethods.ByName("AbortRollout")),
+			connect.WithClientOptions(opts...),
+		),
 		listAudit: connect.NewClient[v1.ListAuditRequest, v1.ListAuditResponse](
 			httpClient,
 			baseURL+AdminServiceListAuditProcedure,
@@ -355,6 +402,10 @@ type adminServiceClient struct {
 	createToken   *connect.Client[v1.CreateTokenRequest, v1.CreateTokenResponse]
 	listTokens    *connect.Client[v1.ListTokensRequest, v1.ListTokensResponse]
 	revokeToken   *connect.Client[v1.RevokeTokenRequest, v1.RevokeTokenResponse]
+	getRollout    *connect.Client[v1.GetRolloutRequest, v1.GetRolloutResponse]
+	pauseRollout  *connect.Client[v1.PauseRolloutRequest, v1.PauseRolloutResponse]
+	resumeRollout *connect.Client[v1.ResumeRolloutRequest, v1.ResumeRolloutResponse]
+	abortRollout  *connect.Client[v1.AbortRolloutRequest, v1.AbortRolloutResponse]
 	listAudit     *connect.Client[v1.ListAuditRequest, v1.ListAuditResponse]
 }
 
@@ -483,6 +534,26 @@ func (c *adminServiceClient) RevokeToken(ctx context.Context, req *connect.Reque
 	return c.revokeToken.CallUnary(ctx, req)
 }
 
+// GetRollout calls portico.admin.v1.AdminService.GetRollout.
+func (c *adminServiceClient) GetRollout(ctx context.Context, req *connect.Request[v1.GetRolloutRequest]) (*connect.Response[v1.GetRolloutResponse], error) {
+	return c.getRollout.CallUnary(ctx, req)
+}
+
+// PauseRollout calls portico.admin.v1.AdminService.PauseRollout.
+func (c *adminServiceClient) PauseRollout(ctx context.Context, req *connect.Request[v1.PauseRolloutRequest]) (*connect.Response[v1.PauseRolloutResponse], error) {
+	return c.pauseRollout.CallUnary(ctx, req)
+}
+
+// ResumeRollout calls portico.admin.v1.AdminService.ResumeRollout.
+func (c *adminServiceClient) ResumeRollout(ctx context.Context, req *connect.Request[v1.ResumeRolloutRequest]) (*connect.Response[v1.ResumeRolloutResponse], error) {
+	return c.resumeRollout.CallUnary(ctx, req)
+}
+
+// AbortRollout calls portico.admin.v1.AdminService.AbortRollout.
+func (c *adminServiceClient) AbortRollout(ctx context.Context, req *connect.Request[v1.AbortRolloutRequest]) (*connect.Response[v1.AbortRolloutResponse], error) {
+	return c.abortRollout.CallUnary(ctx, req)
+}
+
 // ListAudit calls portico.admin.v1.AdminService.ListAudit.
 func (c *adminServiceClient) ListAudit(ctx context.Context, req *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
 	return c.listAudit.CallUnary(ctx, req)
@@ -531,6 +602,17 @@ type AdminServiceHandler interface {
 	CreateToken(context.Context, *connect.Request[v1.CreateTokenRequest]) (*connect.Response[v1.CreateTokenResponse], error)
 	ListTokens(context.Context, *connect.Request[v1.ListTokensRequest]) (*connect.Response[v1.ListTokensResponse], error)
 	RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error)
+	// GetRollout says what the fleet should run, how the newest staged
+	// rollout stands, and what every connected node runs (ACKs, NACKs with
+	// their errors). Any admin may read it.
+	GetRollout(context.Context, *connect.Request[v1.GetRolloutRequest]) (*connect.Response[v1.GetRolloutResponse], error)
+	// PauseRollout stops the rollout in progress at its current stage.
+	// Platform only, like ResumeRollout and AbortRollout.
+	PauseRollout(context.Context, *connect.Request[v1.PauseRolloutRequest]) (*connect.Response[v1.PauseRolloutResponse], error)
+	ResumeRollout(context.Context, *connect.Request[v1.ResumeRolloutRequest]) (*connect.Response[v1.ResumeRolloutResponse], error)
+	// AbortRollout stops the rollout in progress and puts every node back
+	// on the version before it.
+	AbortRollout(context.Context, *connect.Request[v1.AbortRolloutRequest]) (*connect.Response[v1.AbortRolloutResponse], error)
 	// ListAudit reads the audit log: a team-admin its own team's entries.
 	ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error)
 }
@@ -704,6 +786,31 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(adminServiceMethods.ByName("RevokeToken")),
 		connect.WithHandlerOptions(opts...),
 	)
+	adminServiceGetRolloutHandler := connect.NewUnaryHandler(
+		AdminServiceGetRolloutProcedure,
+		svc.GetRollout,
+		connect.WithSchema(adminServiceMethods.ByName("GetRollout")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServicePauseRolloutHandler := connect.NewUnaryHandler(
+		AdminServicePauseRolloutProcedure,
+		svc.PauseRollout,
+		connect.WithSchema(adminServiceMethods.ByName("PauseRollout")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceResumeRolloutHandler := connect.NewUnaryHandler(
+		AdminServiceResumeRolloutProcedure,
+		svc.ResumeRollout,
+		connect.WithSchema(adminServiceMethods.ByName("ResumeRollout")),
+		connect.WithHandlerOptions(opts...),
+	)
+	adminServiceAbortRolloutHandler := connect.NewUnaryHandler(
+		AdminServiceAbortRolloutProcedure,
+		svc.AbortRollout,
+		connect.WithSchema(adminServiceMethods.ByName("AbortRollout")),
+		connect.WithHandlerOptions(opts...),
+	)
 	adminServiceListAuditHandler := connect.NewUnaryHandler(
 		AdminServiceListAuditProcedure,
 		svc.ListAudit,
@@ -763,6 +870,14 @@ func NewAdminServiceHandler(svc AdminServiceHandler, opts ...connect.HandlerOpti
 			adminServiceListTokensHandler.ServeHTTP(w, r)
 		case AdminServiceRevokeTokenProcedure:
 			adminServiceRevokeTokenHandler.ServeHTTP(w, r)
+		case AdminServiceGetRolloutProcedure:
+			adminServiceGetRolloutHandler.ServeHTTP(w, r)
+		case AdminServicePauseRolloutProcedure:
+			adminServicePauseRolloutHandler.ServeHTTP(w, r)
+		case AdminServiceResumeRolloutProcedure:
+			adminServiceResumeRolloutHandler.ServeHTTP(w, r)
+		case AdminServiceAbortRolloutProcedure:
+			adminServiceAbortRolloutHandler.ServeHTTP(w, r)
 		case AdminServiceListAuditProcedure:
 			adminServiceListAuditHandler.ServeHTTP(w, r)
 		default:
@@ -872,6 +987,22 @@ func (UnimplementedAdminServiceHandler) ListTokens(context.Context, *connect.Req
 
 func (UnimplementedAdminServiceHandler) RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("portico.admin.v1.AdminService.RevokeToken is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) GetRollout(context.Context, *connect.Request[v1.GetRolloutRequest]) (*connect.Response[v1.GetRolloutResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("portico.admin.v1.AdminService.GetRollout is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) PauseRollout(context.Context, *connect.Request[v1.PauseRolloutRequest]) (*connect.Response[v1.PauseRolloutResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("portico.admin.v1.AdminService.PauseRollout is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) ResumeRollout(context.Context, *connect.Request[v1.ResumeRolloutRequest]) (*connect.Response[v1.ResumeRolloutResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("portico.admin.v1.AdminService.ResumeRollout is not implemented"))
+}
+
+func (UnimplementedAdminServiceHandler) AbortRollout(context.Context, *connect.Request[v1.AbortRolloutRequest]) (*connect.Response[v1.AbortRolloutResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("portico.admin.v1.AdminService.AbortRollout is not implemented"))
 }
 
 func (UnimplementedAdminServiceHandler) ListAudit(context.Context, *connect.Request[v1.ListAuditRequest]) (*connect.Response[v1.ListAuditResponse], error) {
