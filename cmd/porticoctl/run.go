@@ -30,6 +30,9 @@ commands:
   rollback N [-m MESSAGE]     a new version equal to version N (platform admins)
   team put NAME -own [HOST]/PREFIX ...
                               declare a team and the space it owns (platform admins)
+  rollout status|pause|resume|abort
+                              the newest rollout; steer it (platform admins)
+  nodes                       the connected nodes and what each runs
 
 global flags:
   -server URL        the control plane (default $PORTICO_SERVER, else http://localhost:7000)
@@ -98,6 +101,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return c.rollback(ctx, rest)
 	case "team":
 		return c.team(ctx, rest)
+	case "rollout":
+		return c.rollout(ctx, rest)
+	case "nodes":
+		return c.nodes(ctx)
 	default:
 		fmt.Fprintf(stderr, "porticoctl: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage
@@ -239,6 +246,81 @@ func (c *cli) team(ctx context.Context, args []string) int {
 		return exitOK
 	}
 	fmt.Fprintf(c.stdout, "version %d\n%s\n", ch.GetVersion().GetNumber(), ch.GetDiff())
+	return exitOK
+}
+
+func (c *cli) rollout(ctx context.Context, args []string) int {
+	if len(args) != 1 {
+		fmt.Fprintln(c.stderr, "porticoctl rollout: status, pause, resume or abort")
+		return exitUsage
+	}
+	var ro *adminv1.Rollout
+	var msg proto.Message
+	switch args[0] {
+	case "status":
+		resp, err := c.admin.GetRollout(ctx, connect.NewRequest(&adminv1.GetRolloutRequest{}))
+		if err != nil {
+			return c.failed("rollout status", err)
+		}
+		if c.json {
+			return c.printJSON(resp.Msg)
+		}
+		fmt.Fprintf(c.stdout, "target version %d\n", resp.Msg.GetTargetVersion())
+		if h := resp.Msg.GetHalted(); h != nil {
+			fmt.Fprintf(c.stdout, "halted: node %s refused version %d: %s\n", h.GetNode(), h.GetVersion(), h.GetError())
+		}
+		ro = resp.Msg.GetRollout()
+	case "pause":
+		resp, err := c.admin.PauseRollout(ctx, connect.NewRequest(&adminv1.PauseRolloutRequest{}))
+		if err != nil {
+			return c.failed("rollout pause", err)
+		}
+		ro, msg = resp.Msg.GetRollout(), resp.Msg
+	case "resume":
+		resp, err := c.admin.ResumeRollout(ctx, connect.NewRequest(&adminv1.ResumeRolloutRequest{}))
+		if err != nil {
+			return c.failed("rollout resume", err)
+		}
+		ro, msg = resp.Msg.GetRollout(), resp.Msg
+	case "abort":
+		resp, err := c.admin.AbortRollout(ctx, connect.NewRequest(&adminv1.AbortRolloutRequest{}))
+		if err != nil {
+			return c.failed("rollout abort", err)
+		}
+		ro, msg = resp.Msg.GetRollout(), resp.Msg
+	default:
+		fmt.Fprintf(c.stderr, "porticoctl rollout: %q is not status, pause, resume or abort\n", args[0])
+		return exitUsage
+	}
+	if c.json && msg != nil {
+		return c.printJSON(msg)
+	}
+	if ro == nil {
+		fmt.Fprintln(c.stdout, "no staged rollout yet")
+		return exitOK
+	}
+	fmt.Fprintf(c.stdout, "version %d (from %d): %s at stage %s, %d nodes\n", ro.GetVersion(), ro.GetPrevious(), ro.GetState(), ro.GetStage(), ro.GetReached())
+	if ro.GetEvidence() != "" {
+		fmt.Fprintln(c.stdout, "  "+ro.GetEvidence())
+	}
+	return exitOK
+}
+
+func (c *cli) nodes(ctx context.Context) int {
+	resp, err := c.admin.GetRollout(ctx, connect.NewRequest(&adminv1.GetRolloutRequest{}))
+	if err != nil {
+		return c.failed("nodes", err)
+	}
+	if c.json {
+		return c.printJSON(&adminv1.GetRolloutResponse{Nodes: resp.Msg.GetNodes()})
+	}
+	for _, n := range resp.Msg.GetNodes() {
+		line := fmt.Sprintf("%s\t%s\t%s\tversion %d", n.GetId(), n.GetPool(), n.GetRegion(), n.GetVersion())
+		if nk := n.GetLastNack(); nk != nil {
+			line += fmt.Sprintf("\tNACK version %d: %s", nk.GetVersion(), nk.GetError())
+		}
+		fmt.Fprintln(c.stdout, line)
+	}
 	return exitOK
 }
 

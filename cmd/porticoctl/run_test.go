@@ -148,6 +148,17 @@ func TestApplyDiffVersionsRollback(t *testing.T) {
 	if code, out, errOut = ctl(t, platform, "rollback", "2", "-m", "undo"); code != 0 || !strings.HasPrefix(out, "version 5 = version 2\n") {
 		t.Errorf("rollback = %d %q %q", code, out, errOut)
 	}
+	// No nodes, no staged rollout (this control plane sends versions at
+	// once).
+	if code, out, errOut = ctl(t, env, "rollout", "status"); code != 0 || out != "target version 5\nno staged rollout yet\n" {
+		t.Errorf("rollout status = %d %q %q", code, out, errOut)
+	}
+	if code, _, errOut = ctl(t, platform, "rollout", "pause"); code != 1 || !strings.Contains(errOut, "failed_precondition") {
+		t.Errorf("rollout pause with none = %d %q", code, errOut)
+	}
+	if code, out, _ = ctl(t, env, "nodes"); code != 0 || out != "" {
+		t.Errorf("nodes = %d %q", code, out)
+	}
 }
 
 func TestApplyRefusedListsProblems(t *testing.T) {
@@ -185,6 +196,7 @@ func TestUsageAndLocalErrors(t *testing.T) {
 		"rollback nonsense": {[]string{"rollback", "latest"}, 2, "not a version number"},
 		"team without put":  {[]string{"team", "payments"}, 2, "porticoctl team put NAME"},
 		"team bad own":      {[]string{"team", "put", "payments", "-own", "payments"}, 2, "want HOST/PREFIX"},
+		"rollout nonsense":  {[]string{"rollout", "faster"}, 2, "is not status, pause, resume or abort"},
 		"empty directory":   {[]string{"apply", "-f", t.TempDir()}, 1, "no .yaml, .yml or .json files"},
 		"two teams":         {[]string{"apply", "-f", writeDir(t, map[string]string{"a.yaml": "team: orders\n", "b.yaml": "team: search\n"})}, 1, `team "search", but the directory is team "orders"'s`},
 		"unknown field":     {[]string{"apply", "-f", writeDir(t, map[string]string{"a.yaml": "team: orders\nroutez: []\n"})}, 1, "routez"},
