@@ -29,6 +29,8 @@ func runDev(ctx context.Context, args []string) error {
 		tlsAddr  = fs.String("tls-addr", "127.0.0.1:8443", "HTTP/2 + HTTP/1.1 over TLS listener of the public pool (self-signed)")
 		logLevel = fs.String("log-level", "info", "debug, info, warn or error")
 		headroom = fs.Int("gc-headroom-mib", defaultGCHeadroomMiB, "heap growth allowed between garbage collections, in MiB (0: Go's default pacing; GOGC in the environment wins)")
+		ctlAddr  = fs.String("control-addr", "127.0.0.1:7000", "the control plane's admin API (and the node's stream)")
+		dataDir  = fs.String("data-dir", defaultDevDataDir(), "where the control plane keeps its SQLite store and the platform token")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -71,13 +73,45 @@ func runDev(ctx context.Context, args []string) error {
 		node.Close()
 		return fmt.Errorf("dev: making the demo credentials: %w", err)
 	}
-	if err := node.Apply(devSnapshot(backends, ident)); err != nil {
+	ctl, err := startDevControl(ctx, *ctlAddr, *dataDir, log)
+	if err != nil {
 		node.Close()
 		return err
 	}
+	defer ctl.close()
+	demoCfg := devSnapshot(backends, ident)
+	version, err := ctl.seed(ctx, demoCfg)
+	if err != nil {
+		node.Close()
+		return err
+	}
+	if err := ctl.follow(ctx, node, ident, version, log); err != nil {
+		node.Close()
+		return fmt.Errorf("dev: the node did not get version %d from the control plane: %w", version, err)
+	}
 	addrs := node.Addrs()
 	printDevBanner(os.Stdout, addrs[0].String(), addrs[1].String(), caFile, ident)
+	printDevControl(os.Stdout, ctl)
 	return node.Run(ctx)
+}
+
+// defaultDevDataDir is where dev keeps its control plane between runs.
+func defaultDevDataDir() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "portico", "dev")
+	}
+	return filepath.Join(os.TempDir(), "portico-dev")
+}
+
+func printDevControl(w io.Writer, c *devControl) {
+	fmt.Fprintf(w, `
+The control plane (admin API %[1]s; SQLite and the platform token in %[2]s).
+The node above takes its routes from it: change them with porticoctl and they apply at once.
+  export PORTICO_SERVER=%[1]s PORTICO_TOKEN=$(cat %[3]s)
+  go run ./cmd/porticoctl versions
+  go run ./cmd/porticoctl nodes
+  go run ./cmd/porticoctl route put -team demo -f ROUTE.yaml   # see README.md and docs/configuration.md
+`, c.url, c.dataDir, c.tokenFile)
 }
 
 // devSnapshot routes the demo backends: the gRPC orders service (with

@@ -95,7 +95,12 @@ func jwksOf(kid string, pub *ecdsa.PublicKey) (string, error) {
 
 // addTo puts the demo catalog, key record and issuer into cfg.
 func (d *devIdentity) addTo(cfg *configv1.Snapshot) {
-	sum := sha256.Sum256([]byte(d.Key))
+	addCatalog(cfg)
+	d.addCredentials(cfg)
+}
+
+// addCatalog puts the demo products, plan and scopes into cfg.
+func addCatalog(cfg *configv1.Snapshot) {
 	cfg.Products = []*configv1.Product{
 		{Name: "inventory-api", Description: "the demo REST inventory"},
 		{Name: "orders-api", Description: "the demo gRPC orders service"},
@@ -112,16 +117,27 @@ func (d *devIdentity) addTo(cfg *configv1.Snapshot) {
 		{Name: "inventory:read"}, {Name: "inventory:write"},
 		{Name: "orders:read"}, {Name: "orders:write"},
 	}
-	cfg.Keys = []*configv1.KeyRecord{{
+}
+
+// addCredentials adds the demo key record and issuer to cfg (the ones
+// made up at start, which live as long as this process).
+func (d *devIdentity) addCredentials(cfg *configv1.Snapshot) {
+	sum := sha256.Sum256([]byte(d.Key))
+	cfg.Keys = append(cfg.Keys, &configv1.KeyRecord{
 		Sha256: sum[:], KeyId: devKeyID, AppId: devApp, TenantId: devTenant, Plan: devPlan,
 		// No inventory:write: the demo key shows what a 403 looks like.
 		Scopes:   []string{"inventory:read", "orders:read", "orders:write"},
 		Priority: configv1.Priority_PRIORITY_PAID,
 		Status:   configv1.KeyStatus_KEY_STATUS_ACTIVE,
-	}}
-	cfg.Issuers = []*configv1.Issuer{{
+	})
+	for _, is := range cfg.Issuers {
+		if is.GetName() == "dev" {
+			return
+		}
+	}
+	cfg.Issuers = append(cfg.Issuers, &configv1.Issuer{
 		Name: "dev", Issuer: devIssuer, Audiences: []string{devAudience}, JwksJson: d.jwks,
-	}}
+	})
 }
 
 func randomBytes(n int) []byte {

@@ -18,6 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
+	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
+	"github.com/portico-gw/portico/gen/portico/admin/v1/adminv1connect"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	"github.com/portico-gw/portico/testing/srcdeps"
 )
 
@@ -221,9 +226,10 @@ func TestGatewayRoleRejectsBadStart(t *testing.T) {
 
 // TestDevRole runs `portico dev` and makes the calls it prints.
 func TestDevRole(t *testing.T) {
-	addr, tlsAddr := freeAddr(t), freeAddr(t)
-	p := start(t, "dev", "-addr", addr, "-tls-addr", tlsAddr)
+	addr, tlsAddr, ctlAddr, dataDir := freeAddr(t), freeAddr(t), freeAddr(t), t.TempDir()
+	p := start(t, "dev", "-addr", addr, "-tls-addr", tlsAddr, "-control-addr", ctlAddr, "-data-dir", dataDir)
 	p.waitLine(t, regexp.MustCompile(`Ctrl-C drains`))
+	p.waitLine(t, regexp.MustCompile(`porticoctl route put`))
 	out := p.output()
 	for _, want := range []string{"curl -i http://" + addr + "/inventory/v1/items", "grpcurl -plaintext " + addr + " list", "portico.demo.v1.OrdersService/GetOrder", "403 insufficient_scope", "/v1/orders/o-1001"} {
 		if !strings.Contains(out, want) {
@@ -273,8 +279,8 @@ func TestDevRole(t *testing.T) {
 	if code, body := call("GET", "/v1/orders/bad-id", withKey, ""); code != 400 || !strings.Contains(body, `"rule":"string.pattern"`) {
 		t.Errorf("REST GET /v1/orders/bad-id = %d %q, want 400 with the violation", code, body)
 	}
-	connect := map[string]string{"X-Api-Key": key, "Content-Type": "application/json"}
-	if code, body := call("POST", "/portico.demo.v1.OrdersService/GetOrder", connect, `{"order_id":"o-1001"}`); code != 200 || !strings.Contains(body, `"orderId":"o-1001"`) {
+	connectHeader := map[string]string{"X-Api-Key": key, "Content-Type": "application/json"}
+	if code, body := call("POST", "/portico.demo.v1.OrdersService/GetOrder", connectHeader, `{"order_id":"o-1001"}`); code != 200 || !strings.Contains(body, `"orderId":"o-1001"`) {
 		t.Errorf("Connect GetOrder = %d %q, want the order", code, body)
 	}
 	if code, body := call("GET", "/nowhere", nil, ""); code != 404 || !strings.Contains(body, `"error":"no_route"`) {
@@ -305,6 +311,40 @@ func TestDevRole(t *testing.T) {
 	if strings.Contains(strings.ReplaceAll(out, key, ""), key[8:20]) {
 		t.Errorf("the key appears in dev's output other than in the banner's calls")
 	}
+
+	// The node takes its routes from dev's control plane: a route put
+	// through the admin API (the platform token is in the data directory,
+	// never in the output) is served at once.
+	tokenBytes, err := os.ReadFile(filepath.Join(dataDir, "platform-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ptoken := strings.TrimSpace(string(tokenBytes))
+	if strings.Contains(p.output(), ptoken) {
+		t.Error("dev printed the platform token")
+	}
+	if !strings.Contains(p.output(), "export PORTICO_SERVER=http://"+ctlAddr) {
+		t.Errorf("dev banner lacks the control plane's address")
+	}
+	api := adminv1connect.NewAdminServiceClient(&http.Client{Transport: bearerTransport{ptoken}, Timeout: 30 * time.Second}, "http://"+ctlAddr)
+	if _, err := api.PutRoute(context.Background(), connect.NewRequest(&adminv1.PutRouteRequest{Team: "demo", Route: &configv1.Route{
+		Id: "inventory-v2", Path: "/inventory/v2/{rest=**}", Cluster: "inventory", Auth: &configv1.RouteAuth{Public: true, Reviewer: "dev-test"},
+		Rewrite: &configv1.PathRewrite{Rewrite: &configv1.PathRewrite_Prefix{Prefix: &configv1.PrefixRewrite{From: "/inventory/v2", To: "/inventory/v1"}}},
+	}})); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, body := call("GET", "/inventory/v2/items/WIDGET-1", nil, "")
+		if code == 200 && strings.Contains(body, `"sku":"WIDGET-1"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the route put through dev's admin API: GET = %d %q", code, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
 	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}

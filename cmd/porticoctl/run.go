@@ -19,6 +19,7 @@ import (
 
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 	"github.com/portico-gw/portico/gen/portico/admin/v1/adminv1connect"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
 
 const usage = `usage: porticoctl [global flags] <command> [flags]
@@ -30,6 +31,10 @@ commands:
   rollback N [-m MESSAGE]     a new version equal to version N (platform admins)
   team put NAME -own [HOST]/PREFIX ...
                               declare a team and the space it owns (platform admins)
+  route put -team T -f FILE [-m MESSAGE]
+                              create or replace one route of a team (YAML or JSON)
+  route delete -team T ID [-m MESSAGE]
+                              delete one route of a team
   rollout status|pause|resume|abort
                               the newest rollout; steer it (platform admins)
   nodes                       the connected nodes and what each runs
@@ -103,6 +108,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return c.team(ctx, rest)
 	case "rollout":
 		return c.rollout(ctx, rest)
+	case "route":
+		return c.route(ctx, rest)
 	case "nodes":
 		return c.nodes(ctx)
 	default:
@@ -246,6 +253,63 @@ func (c *cli) team(ctx context.Context, args []string) int {
 		return exitOK
 	}
 	fmt.Fprintf(c.stdout, "version %d\n%s\n", ch.GetVersion().GetNumber(), ch.GetDiff())
+	return exitOK
+}
+
+// route puts or deletes one route of a team.
+func (c *cli) route(ctx context.Context, args []string) int {
+	if len(args) == 0 || (args[0] != "put" && args[0] != "delete") {
+		fmt.Fprintln(c.stderr, "porticoctl route: put -team T -f FILE, or delete -team T ID")
+		return exitUsage
+	}
+	verb := args[0]
+	fs := flag.NewFlagSet("porticoctl route "+verb, flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	team := fs.String("team", "", "the route's team")
+	file := fs.String("f", "", "the route, YAML or JSON (put)")
+	msg := fs.String("m", "", "why")
+	if err := fs.Parse(args[1:]); err != nil {
+		return exitUsage
+	}
+	var change *adminv1.Change
+	switch {
+	case *team == "":
+		fmt.Fprintf(c.stderr, "porticoctl route %s: -team is required\n", verb)
+		return exitUsage
+	case verb == "put":
+		if *file == "" || fs.NArg() > 0 {
+			fmt.Fprintln(c.stderr, "porticoctl route put: -f FILE is required, and nothing else")
+			return exitUsage
+		}
+		r := &configv1.Route{}
+		if err := readConfigFile(*file, r); err != nil {
+			fmt.Fprintf(c.stderr, "porticoctl route put: %v\n", err)
+			return exitFailed
+		}
+		resp, err := c.admin.PutRoute(ctx, connect.NewRequest(&adminv1.PutRouteRequest{Team: *team, Route: r, Message: *msg}))
+		if err != nil {
+			return c.failed("route put", err)
+		}
+		change = resp.Msg.GetChange()
+	default:
+		if fs.NArg() != 1 {
+			fmt.Fprintln(c.stderr, "porticoctl route delete: which route? porticoctl route delete -team T ID")
+			return exitUsage
+		}
+		resp, err := c.admin.DeleteRoute(ctx, connect.NewRequest(&adminv1.DeleteRouteRequest{Team: *team, Id: fs.Arg(0), Message: *msg}))
+		if err != nil {
+			return c.failed("route delete", err)
+		}
+		change = resp.Msg.GetChange()
+	}
+	if c.json {
+		return c.printJSON(change)
+	}
+	if !change.GetChanged() {
+		fmt.Fprintln(c.stdout, "no change")
+		return exitOK
+	}
+	fmt.Fprintf(c.stdout, "version %d\n%s\n", change.GetVersion().GetNumber(), change.GetDiff())
 	return exitOK
 }
 

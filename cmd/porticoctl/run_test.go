@@ -132,6 +132,20 @@ func TestApplyDiffVersionsRollback(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &js) != nil || len(js.Versions) != 1 || js.Versions[0].Number != "3" {
 		t.Errorf("versions -output json = %d %q", code, out)
 	}
+	// One route at a time.
+	routeFile := filepath.Join(t.TempDir(), "route.yaml")
+	if err := os.WriteFile(routeFile, []byte("id: orders.extra\npath: /v1/orders/extra\ncluster: orders-legacy\nauth: {public: true, reviewer: security}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut = ctl(t, env, "route", "put", "-team", "orders", "-f", routeFile); code != 0 || out != "version 4\n+ orders route orders.extra\n" {
+		t.Errorf("route put = %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut = ctl(t, env, "route", "delete", "-team", "orders", "orders.extra"); code != 0 || out != "version 5\n- orders route orders.extra\n" {
+		t.Errorf("route delete = %d %q %q", code, out, errOut)
+	}
+	if code, _, errOut = ctl(t, env, "route", "delete", "-team", "orders", "orders.extra"); code != 1 || !strings.Contains(errOut, "not_found") {
+		t.Errorf("route delete again = %d %q", code, errOut)
+	}
 	// Teams are the platform's to declare.
 	if code, _, errOut = ctl(t, env, "team", "put", "payments", "-own", "/v1/payments"); code != 1 || !strings.Contains(errOut, "permission_denied") {
 		t.Errorf("team put by a team = %d %q", code, errOut)
@@ -145,12 +159,12 @@ func TestApplyDiffVersionsRollback(t *testing.T) {
 		t.Errorf("team rollback = %d %q, want 1 and permission_denied", code, errOut)
 	}
 	platform := map[string]string{"PORTICO_SERVER": url, "PORTICO_TOKEN": platformToken}
-	if code, out, errOut = ctl(t, platform, "rollback", "2", "-m", "undo"); code != 0 || !strings.HasPrefix(out, "version 5 = version 2\n") {
+	if code, out, errOut = ctl(t, platform, "rollback", "2", "-m", "undo"); code != 0 || !strings.HasPrefix(out, "version 7 = version 2\n") {
 		t.Errorf("rollback = %d %q %q", code, out, errOut)
 	}
 	// No nodes, no staged rollout (this control plane sends versions at
 	// once).
-	if code, out, errOut = ctl(t, env, "rollout", "status"); code != 0 || out != "target version 5\nno staged rollout yet\n" {
+	if code, out, errOut = ctl(t, env, "rollout", "status"); code != 0 || out != "target version 7\nno staged rollout yet\n" {
 		t.Errorf("rollout status = %d %q %q", code, out, errOut)
 	}
 	if code, _, errOut = ctl(t, platform, "rollout", "pause"); code != 1 || !strings.Contains(errOut, "failed_precondition") {
@@ -197,6 +211,8 @@ func TestUsageAndLocalErrors(t *testing.T) {
 		"team without put":  {[]string{"team", "payments"}, 2, "porticoctl team put NAME"},
 		"team bad own":      {[]string{"team", "put", "payments", "-own", "payments"}, 2, "want HOST/PREFIX"},
 		"rollout nonsense":  {[]string{"rollout", "faster"}, 2, "is not status, pause, resume or abort"},
+		"route no team":     {[]string{"route", "put", "-f", "x.yaml"}, 2, "-team is required"},
+		"route bad file":    {[]string{"route", "put", "-team", "orders", "-f", writeDir(t, map[string]string{"r.yaml": "idd: x\n"}) + "/r.yaml"}, 1, "idd"},
 		"empty directory":   {[]string{"apply", "-f", t.TempDir()}, 1, "no .yaml, .yml or .json files"},
 		"two teams":         {[]string{"apply", "-f", writeDir(t, map[string]string{"a.yaml": "team: orders\n", "b.yaml": "team: search\n"})}, 1, `team "search", but the directory is team "orders"'s`},
 		"unknown field":     {[]string{"apply", "-f", writeDir(t, map[string]string{"a.yaml": "team: orders\nroutez: []\n"})}, 1, "routez"},

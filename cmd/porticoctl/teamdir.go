@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
 
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
@@ -43,18 +44,9 @@ func loadTeamDir(dir string) (*adminv1.TeamConfig, error) {
 	tc := &adminv1.TeamConfig{}
 	for _, name := range names {
 		path := filepath.Join(dir, name)
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return nil, err
-		}
-		if filepath.Ext(name) != ".json" {
-			if b, err = yaml.YAMLToJSONStrict(b); err != nil {
-				return nil, fmt.Errorf("%s: %w", path, err)
-			}
-		}
 		var doc adminv1.TeamConfig
-		if err := (protojson.UnmarshalOptions{}).Unmarshal(b, &doc); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+		if err := readConfigFile(path, &doc); err != nil {
+			return nil, err
 		}
 		switch {
 		case doc.GetTeam() == "":
@@ -73,6 +65,24 @@ func loadTeamDir(dir string) (*adminv1.TeamConfig, error) {
 		}
 	}
 	return tc, nil
+}
+
+// readConfigFile reads a YAML (or, by its .json name, JSON) file into m,
+// with protojson's field names; unknown fields are errors.
+func readConfigFile(path string, m proto.Message) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if filepath.Ext(path) != ".json" {
+		if b, err = yaml.YAMLToJSONStrict(b); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	if err := (protojson.UnmarshalOptions{}).Unmarshal(b, m); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }
 
 // attachDescriptors fills in a service's descriptor files from dir.
