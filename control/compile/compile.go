@@ -54,20 +54,10 @@ type Error struct {
 	Violations []Violation
 }
 
-// Violation is one problem. Path locates it in the config
-// ("team orders: routes[get-order].hosts[0]"); empty for the config as a
-// whole.
-type Violation struct {
-	Path    string
-	Message string
-}
-
-func (v Violation) String() string {
-	if v.Path == "" {
-		return v.Message
-	}
-	return v.Path + ": " + v.Message
-}
+// Violation is one problem, as the node's compiler reports them; Path
+// locates it in the config ("team orders: routes[get-order].hosts[0]"),
+// empty for the config as a whole.
+type Violation = snapshot.Violation
 
 func (e *Error) Error() string {
 	parts := make([]string, 0, min(len(e.Violations), 20))

@@ -66,45 +66,7 @@ func (postgresDialect) isUnique(err error) bool {
 }
 
 func (postgresDialect) migrations() []string {
-	return []string{
-		`CREATE TABLE blobs (
-			sha  TEXT PRIMARY KEY,
-			data BYTEA NOT NULL
-		);
-		CREATE TABLE versions (
-			number       BIGINT PRIMARY KEY,
-			config_sha   TEXT NOT NULL REFERENCES blobs (sha),
-			snapshot_sha TEXT NOT NULL REFERENCES blobs (sha),
-			created_by   TEXT NOT NULL,
-			created_at   BIGINT NOT NULL,
-			message      TEXT NOT NULL,
-			diff         TEXT NOT NULL,
-			rollback_of  BIGINT NOT NULL DEFAULT 0
-		);
-		CREATE TABLE audit (
-			id      BIGSERIAL PRIMARY KEY,
-			at      BIGINT NOT NULL,
-			actor   TEXT NOT NULL,
-			team    TEXT NOT NULL,
-			action  TEXT NOT NULL,
-			object  TEXT NOT NULL,
-			outcome TEXT NOT NULL,
-			detail  TEXT NOT NULL,
-			version BIGINT NOT NULL
-		);
-		CREATE INDEX audit_by_team ON audit (team, id);
-		CREATE TABLE tokens (
-			id         TEXT PRIMARY KEY,
-			hash       TEXT NOT NULL UNIQUE,
-			team       TEXT NOT NULL,
-			role       TEXT NOT NULL,
-			created_by TEXT NOT NULL,
-			created_at BIGINT NOT NULL,
-			revoked_at BIGINT NOT NULL,
-			note       TEXT NOT NULL
-		);
-		CREATE INDEX tokens_by_team ON tokens (team);`,
-	}
+	return schema(strings.NewReplacer("{bytes}", "BYTEA", "{int}", "BIGINT", "{serial}", "BIGSERIAL PRIMARY KEY"))
 }
 
 type sqliteDialect struct{}
@@ -145,31 +107,38 @@ func (sqliteDialect) isUnique(err error) bool {
 }
 
 func (sqliteDialect) migrations() []string {
-	return []string{
+	return schema(strings.NewReplacer("{bytes}", "BLOB", "{int}", "INTEGER", "{serial}", "INTEGER PRIMARY KEY AUTOINCREMENT"))
+}
+
+// schema is the store's migrations, with the column types each database
+// spells its own way filled in by types: {bytes}, {int}, and {serial} (an
+// auto-incremented primary key).
+func schema(types *strings.Replacer) []string {
+	steps := []string{
 		`CREATE TABLE blobs (
 			sha  TEXT PRIMARY KEY,
-			data BLOB NOT NULL
+			data {bytes} NOT NULL
 		);
 		CREATE TABLE versions (
-			number       INTEGER PRIMARY KEY,
+			number       {int} PRIMARY KEY,
 			config_sha   TEXT NOT NULL REFERENCES blobs (sha),
 			snapshot_sha TEXT NOT NULL REFERENCES blobs (sha),
 			created_by   TEXT NOT NULL,
-			created_at   INTEGER NOT NULL,
+			created_at   {int} NOT NULL,
 			message      TEXT NOT NULL,
 			diff         TEXT NOT NULL,
-			rollback_of  INTEGER NOT NULL DEFAULT 0
+			rollback_of  {int} NOT NULL DEFAULT 0
 		);
 		CREATE TABLE audit (
-			id      INTEGER PRIMARY KEY AUTOINCREMENT,
-			at      INTEGER NOT NULL,
+			id      {serial},
+			at      {int} NOT NULL,
 			actor   TEXT NOT NULL,
 			team    TEXT NOT NULL,
 			action  TEXT NOT NULL,
 			object  TEXT NOT NULL,
 			outcome TEXT NOT NULL,
 			detail  TEXT NOT NULL,
-			version INTEGER NOT NULL
+			version {int} NOT NULL
 		);
 		CREATE INDEX audit_by_team ON audit (team, id);
 		CREATE TABLE tokens (
@@ -178,10 +147,14 @@ func (sqliteDialect) migrations() []string {
 			team       TEXT NOT NULL,
 			role       TEXT NOT NULL,
 			created_by TEXT NOT NULL,
-			created_at INTEGER NOT NULL,
-			revoked_at INTEGER NOT NULL,
+			created_at {int} NOT NULL,
+			revoked_at {int} NOT NULL,
 			note       TEXT NOT NULL
 		);
 		CREATE INDEX tokens_by_team ON tokens (team);`,
 	}
+	for i, st := range steps {
+		steps[i] = types.Replace(st)
+	}
+	return steps
 }
