@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -404,5 +406,40 @@ func TestTwoTeamsWriteAtOnce(t *testing.T) {
 	}
 	if n != 16 {
 		t.Errorf("%d routes in the newest config, want 16", n)
+	}
+}
+
+// TestPlainJSON: the admin API answers plain HTTP/JSON, as curl or a
+// portal would call it: a POST of JSON, and a GET of the read-only calls.
+func TestPlainJSON(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.setUp(t)
+	do := func(method, path, body string) (int, string) {
+		req, _ := http.NewRequest(method, f.url+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+platformToken)
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := do("POST", "/portico.admin.v1.AdminService/PutRoute",
+		`{"team":"orders","route":{"id":"orders.list","hosts":["api.example.com"],"path":"/v1/orders","cluster":"orders","auth":{"public":true,"reviewer":"security"}}}`)
+	if code != 200 || !strings.Contains(body, `"diff":"+ orders route orders.list"`) {
+		t.Errorf("POST PutRoute = %d %s", code, body)
+	}
+	code, body = do("GET", "/portico.admin.v1.AdminService/ListVersions?connect=v1&encoding=json&message="+url.QueryEscape(`{"limit":1}`), "")
+	if code != 200 || !strings.Contains(body, `"number":"5"`) {
+		t.Errorf("GET ListVersions = %d %s", code, body)
+	}
+	code, body = do("POST", "/portico.admin.v1.AdminService/PutRoute", `{"team":"orders","route":{"id":"x","path":"/elsewhere","cluster":"orders"}}`)
+	if code != 400 || !strings.Contains(body, `"code":"invalid_argument"`) {
+		t.Errorf("POST a refused route = %d %s", code, body)
 	}
 }

@@ -205,3 +205,85 @@ func TestRolloutGoodChangeReachesEveryone(t *testing.T) {
 		t.Errorf("the rollback started a rollout: %+v", st.Rollout)
 	}
 }
+
+// TestRolloutNACKStops: a version a canary refuses halts the rollout at
+// the canaries; no other node is sent it.
+func TestRolloutNACKStops(t *testing.T) {
+	t.Parallel()
+	cp, nodes := stagedFleet(t)
+	setUp(t, cp, backend(t, "orders"))
+	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
+	waitFleet(t, cp, "the first rollout done", rolloutIs(distribution.RolloutDone))
+	nodes[0].refuse.Store(fmt.Sprintf("v%d", v1+1))
+	v2 := putRoute(t, cp, "orders.get", "/v1/orders/{id}")
+	waitFleet(t, cp, "the rollout halted", rolloutIs(distribution.RolloutHalted))
+	st := cp.Distribution.Status()
+	if st.Rollout.Version != v2 || st.Rollout.Stage != "canary" || !strings.Contains(st.Rollout.Evidence, "node-00 refused it") {
+		t.Errorf("rollout %+v", st.Rollout)
+	}
+	for _, n := range st.Nodes {
+		canary := n.Labels["canary"] == "true"
+		if !canary && n.Version != v1 {
+			t.Errorf("%s, not a canary, runs version %d, want %d", n.ID, n.Version, v1)
+		}
+		if n.ID == "node-00" && (n.Version != v1 || n.LastNACK == nil) {
+			t.Errorf("node-00 runs %d with NACK %v, want %d and its NACK", n.Version, n.LastNACK, v1)
+		}
+	}
+}
+
+// TestControlPlaneDiesMidRollout: with a rollout paused at the
+// canaries, the control plane goes away; every node keeps serving, and a
+// canary restarted from its cache serves the new version, a node beyond
+// the canaries the old one.
+func TestControlPlaneDiesMidRollout(t *testing.T) {
+	t.Parallel()
+	cp := startControlWith(t, "sqlite:"+filepath.Join(t.TempDir(), "control.db"), distribution.RolloutOptions{
+		Bake: 300 * time.Millisecond, AckTimeout: 10 * time.Second, MinRequests: 10,
+	})
+	dir := t.TempDir()
+	cache := func(id string) string { return filepath.Join(dir, id+".binpb") }
+	canary := startNodeWith(t, cp.url, "node-canary", cache("node-canary"), "eu", map[string]string{"canary": "true"})
+	others := []*gatewayNode{}
+	for i := range 3 {
+		id := fmt.Sprintf("node-%d", i)
+		others = append(others, startNodeWith(t, cp.url, id, cache(id), "us", map[string]string{"canary": "false"}))
+	}
+	setUp(t, cp, backend(t, "orders"))
+	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
+	waitFleet(t, cp, "the first rollout done", rolloutIs(distribution.RolloutDone))
+	v2 := putRoute(t, cp, "orders.get", "/v1/orders/{id}")
+	if !cp.Distribution.Pause() {
+		t.Fatal("could not pause the new rollout")
+	}
+	waitFleet(t, cp, "the canary on the new version", func(s distribution.Status) bool {
+		for _, n := range s.Nodes {
+			if n.ID == "node-canary" {
+				return n.Version == v2
+			}
+		}
+		return false
+	})
+	cp.srv.CloseClientConnections()
+	cp.srv.Close()
+
+	// The canary and a node beyond it restart with no control plane.
+	canary.stop()
+	<-canary.done
+	restarted := startNodeWith(t, cp.url, "node-canary", cache("node-canary"), "eu", nil)
+	if code, _ := restarted.get(t, "/v1/orders/42"); code != 200 {
+		t.Errorf("the restarted canary serves the new version's route: %d, want 200", code)
+	}
+	// (us has no labelled canaries: its first two nodes by id are its
+	// canaries; node-2 is beyond them.)
+	others[2].stop()
+	<-others[2].done
+	other := startNodeWith(t, cp.url, "node-2", cache("node-2"), "us", nil)
+	if code, _ := other.get(t, "/v1/orders/42"); code != 404 {
+		t.Errorf("a restarted node beyond the canaries: %d, want 404 (the old version)", code)
+	}
+	if code, _ := other.get(t, "/v1/orders"); code != 200 {
+		t.Errorf("a restarted node beyond the canaries: /v1/orders %d, want 200", code)
+	}
+	_ = v1
+}
