@@ -79,14 +79,16 @@ func (e *Error) add(path, format string, args ...any) {
 // when cfg is refused; any other error is the compiler's own failure.
 // cfg is not modified.
 //
-// The problems come in two rounds: the schema and what the control plane
-// checks (ownership, clusters) together; then, once those pass, what the
-// node's compiler checks, which would mostly repeat the first round's
-// problems in other words.
+// Every problem is listed at once: the schema's, the control plane's own
+// (ownership, clusters) and the node compiler's (overlaps, auth, scopes,
+// descriptors, ...). Only a config that breaks the schema is not given to
+// the node's compiler, which would repeat those problems in other words.
 func Compile(cfg *adminv1.Config, version string) (*Result, error) {
 	errs := &Error{}
 	cfg = withTeams(cfg, errs)
+	schemaOK := true
 	if err := protovalidate.Validate(cfg); err != nil {
+		schemaOK = false
 		var verr *protovalidate.ValidationError
 		if !errors.As(err, &verr) {
 			return nil, fmt.Errorf("compile: validating the config: %w", err)
@@ -97,7 +99,7 @@ func Compile(cfg *adminv1.Config, version string) (*Result, error) {
 	}
 	teams := checkTeams(cfg, errs)
 	snap, origins := assemble(cfg, teams, version, errs)
-	if len(errs.Violations) > 0 {
+	if !schemaOK {
 		return nil, errs
 	}
 	compiled, err := snapshot.Compile(snap)
@@ -109,6 +111,9 @@ func Compile(cfg *adminv1.Config, version string) (*Result, error) {
 		for _, v := range serr.Violations {
 			errs.add(origins.translate(v.Path), "%s", v.Message)
 		}
+		return nil, errs
+	}
+	if len(errs.Violations) > 0 {
 		return nil, errs
 	}
 	// Routes derived from services exist only once compiled: their

@@ -173,7 +173,8 @@ func TestCompileRefusals(t *testing.T) {
 }
 
 // TestCompileNodeChecksTranslated: what the node's own compiler refuses
-// comes back located in the team's config.
+// comes back located in the team's config, together with what the control
+// plane refuses.
 func TestCompileNodeChecksTranslated(t *testing.T) {
 	t.Parallel()
 	cfg := valid(t)
@@ -181,15 +182,18 @@ func TestCompileNodeChecksTranslated(t *testing.T) {
 	nocluster := route("orders.nowhere", "api.example.com", "/v1/orders/nowhere", "nope")
 	closed := route("orders.closed", "api.example.com", "/v1/orders/closed", "orders-legacy")
 	closed.Auth = &configv1.RouteAuth{Scopes: []string{"orders:nonexistent"}}
-	orders.Routes = append(orders.Routes, nocluster, closed)
+	stray := route("orders.stray", "api.example.com", "/v1/search/mine", "orders-legacy")
+	orders.Routes = append(orders.Routes, nocluster, closed, stray)
 	_, err := compile.Compile(cfg, "v9")
 	var cerr *compile.Error
 	if !errors.As(err, &cerr) {
 		t.Fatalf("Compile: %v, want *compile.Error", err)
 	}
+	// With the control plane's own: all in one answer.
 	checkViolations(t, cerr, []string{
 		`team orders: routes[orders.nowhere].cluster: `,
 		`team orders: routes[orders.closed].auth.scopes[0]: `,
+		`team orders: routes[orders.stray]: path "/v1/search/mine" on host "api.example.com" is outside`,
 	})
 }
 
