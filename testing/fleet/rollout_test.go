@@ -24,8 +24,13 @@ import (
 // canaries in each (00, 01, 05, 06).
 func stagedFleet(t *testing.T) (*controlPlane, []*gatewayNode) {
 	t.Helper()
+	return stagedFleetBaking(t, 300*time.Millisecond)
+}
+
+func stagedFleetBaking(t *testing.T, bake time.Duration) (*controlPlane, []*gatewayNode) {
+	t.Helper()
 	cp := startControlWith(t, "sqlite:"+filepath.Join(t.TempDir(), "control.db"), distribution.RolloutOptions{
-		Bake: 300 * time.Millisecond, AckTimeout: 10 * time.Second, MinRequests: 10,
+		Bake: bake, AckTimeout: 10 * time.Second, MinRequests: 10,
 	})
 	var nodes []*gatewayNode
 	for i := range 10 {
@@ -130,6 +135,30 @@ func TestRolloutRevertsRegression(t *testing.T) {
 	if !found {
 		t.Errorf("no rollout.revert entry with the evidence in %v", audit.Msg.GetEntries())
 	}
+}
+
+// TestRolloutRevertsLatencyRegression: a change that makes the orders
+// route slow (120 ms, where it took about a millisecond) is reverted at the
+// canaries on its p99.
+func TestRolloutRevertsLatencyRegression(t *testing.T) {
+	// Not parallel: one staged fleet at a time.
+	cp, nodes := stagedFleetBaking(t, 800*time.Millisecond)
+	setUp(t, cp, backend(t, "orders"))
+	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
+	waitFleet(t, cp, "the first rollout done", rolloutIs(distribution.RolloutDone))
+	traffic(t, nodes)
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(120 * time.Millisecond)
+		_, _ = io.WriteString(w, "slow")
+	}))
+	t.Cleanup(slow.Close)
+	bad := pointCluster(t, cp, strings.TrimPrefix(slow.URL, "http://"))
+	waitFleet(t, cp, "the revert", rolloutIs(distribution.RolloutReverted))
+	st := cp.Distribution.Status()
+	if st.Rollout.Version != bad || st.Rollout.Stage != "canary" || !strings.Contains(st.Rollout.Evidence, "route orders.list p99 ") {
+		t.Errorf("rollout %+v, want version %d reverted at the canaries on orders.list's p99", st.Rollout, bad)
+	}
+	waitFleet(t, cp, "every node back on the version before", allRun(10, v1))
 }
 
 // TestRolloutPauseResumeAbort: a paused rollout stays at its stage past
