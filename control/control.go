@@ -25,6 +25,9 @@ type Options struct {
 	// Rollout stages new versions (see distribution.RolloutOptions); the
 	// zero value sends each version to every node at once.
 	Rollout distribution.RolloutOptions
+	// NodeToken, if set, is the credential nodes must present on their
+	// streams (kept here as its hash only).
+	NodeToken string
 }
 
 // Plane is a running control plane.
@@ -52,7 +55,11 @@ func New(ctx context.Context, opts Options) (*Plane, error) {
 			return nil, err
 		}
 	}
-	dist := distribution.New(opts.Store, distribution.Options{Logger: log, Rollout: opts.Rollout})
+	var nodeTokenHash string
+	if opts.NodeToken != "" {
+		nodeTokenHash = store.SHA256([]byte(opts.NodeToken))
+	}
+	dist := distribution.New(opts.Store, distribution.Options{Logger: log, Rollout: opts.Rollout, NodeTokenHash: nodeTokenHash})
 	p := &Plane{Distribution: dist}
 	p.Admin = admin.New(opts.Store, admin.Options{Logger: log, Fleet: dist, OnCommit: func(v int64) {
 		// The version is stored; a failure to publish it leaves the fleet

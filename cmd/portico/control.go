@@ -22,6 +22,7 @@ func runControl(ctx context.Context, args []string) error {
 		listen    = fs.String("listen", ":7000", "addr to serve the admin API and the nodes' streams on (cleartext HTTP/1.1 and h2c, or TLS with -tls-cert)")
 		dsn       = fs.String("store", "sqlite:portico-control.db", "the store: postgres://user@host/db or sqlite:PATH")
 		bootstrap = fs.String("bootstrap-token-file", "", "file holding a platform-admin token (ptk_...) to create if missing: how the first admin gets in")
+		nodeToken = fs.String("node-token-file", "", "file holding the token gateway nodes must present (their -control-token-file); without it any caller may take snapshots")
 		certFile  = fs.String("tls-cert", "", "PEM certificate (chain) to serve TLS with")
 		keyFile   = fs.String("tls-key", "", "PEM private key for -tls-cert")
 		logLevel  = fs.String("log-level", "info", "debug, info, warn or error")
@@ -44,12 +45,24 @@ func runControl(ctx context.Context, args []string) error {
 		}
 		token = strings.TrimSpace(string(b))
 	}
+	var ntoken string
+	if *nodeToken != "" {
+		b, err := os.ReadFile(*nodeToken)
+		if err != nil {
+			return fmt.Errorf("control: -node-token-file: %w", err)
+		}
+		if ntoken = strings.TrimSpace(string(b)); len(ntoken) < 32 {
+			return errors.New("control: -node-token-file: the token is shorter than 32 characters")
+		}
+	} else {
+		log.Warn("nodes are not authenticated: any caller may take snapshots and report as a node (set -node-token-file)")
+	}
 	st, err := store.Open(ctx, *dsn)
 	if err != nil {
 		return fmt.Errorf("control: %w", err)
 	}
 	defer st.Close()
-	plane, err := control.New(ctx, control.Options{Store: st, BootstrapToken: token, Logger: log, Rollout: distribution.RolloutOptions{
+	plane, err := control.New(ctx, control.Options{Store: st, BootstrapToken: token, NodeToken: ntoken, Logger: log, Rollout: distribution.RolloutOptions{
 		Bake: *bake, MinRequests: *minCalls, MaxErrorRateIncrease: *maxErrInc,
 	}})
 	if err != nil {

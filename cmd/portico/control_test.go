@@ -38,16 +38,22 @@ func TestControlRole(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	nodeTokenFile := filepath.Join(dir, "node-token")
+	if err := os.WriteFile(nodeTokenFile, []byte("control-role-test-node-token-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "orders "+r.URL.Path) }))
 	t.Cleanup(backend.Close)
 
 	controlAddr := freeAddr(t)
-	cp := start(t, "control", "-listen", controlAddr, "-store", "sqlite:"+filepath.Join(dir, "control.db"), "-bootstrap-token-file", tokenFile)
+	cp := start(t, "control", "-listen", controlAddr, "-store", "sqlite:"+filepath.Join(dir, "control.db"), "-bootstrap-token-file", tokenFile,
+		"-node-token-file", nodeTokenFile)
 	cp.waitLine(t, regexp.MustCompile(`control plane listening`))
 
 	gwAddr := freeAddr(t)
 	cache := filepath.Join(dir, "snapshot.binpb")
-	gwArgs := []string{"gateway", "-control", "http://" + controlAddr, "-listen", "public=" + gwAddr, "-snapshot-cache", cache, "-node-id", "node-1", "-log-level", "debug"}
+	gwArgs := []string{"gateway", "-control", "http://" + controlAddr, "-control-token-file", nodeTokenFile, "-listen", "public=" + gwAddr,
+		"-snapshot-cache", cache, "-node-id", "node-1", "-log-level", "debug"}
 	gw := start(t, gwArgs...)
 	gw.waitLine(t, regexp.MustCompile(`msg=listening pool=public`))
 

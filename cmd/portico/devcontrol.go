@@ -31,6 +31,7 @@ import (
 type devControl struct {
 	url       string
 	tokenFile string
+	nodeToken string
 	dataDir   string
 	plane     *control.Plane
 	store     *store.Store
@@ -47,12 +48,17 @@ func startDevControl(ctx context.Context, addr, dataDir string, log *slog.Logger
 	if err != nil {
 		return nil, err
 	}
+	// The dev node authenticates to the control plane like any node.
+	nodeToken, err := devPlatformToken(filepath.Join(dataDir, "node-token"))
+	if err != nil {
+		return nil, err
+	}
 	st, err := store.Open(ctx, "sqlite:"+filepath.Join(dataDir, "control.db"))
 	if err != nil {
 		return nil, fmt.Errorf("dev: %w", err)
 	}
 	// Dev sends each version to its one node at once: no stages to wait for.
-	plane, err := control.New(ctx, control.Options{Store: st, BootstrapToken: token, Logger: log})
+	plane, err := control.New(ctx, control.Options{Store: st, BootstrapToken: token, NodeToken: nodeToken, Logger: log})
 	if err != nil {
 		_ = st.Close()
 		return nil, err
@@ -68,11 +74,11 @@ func startDevControl(ctx context.Context, addr, dataDir string, log *slog.Logger
 			log.Error("dev control plane stopped", "err", err)
 		}
 	}()
-	return &devControl{url: "http://" + ln.Addr().String(), tokenFile: tokenFile, dataDir: dataDir, plane: plane, store: st}, nil
+	return &devControl{url: "http://" + ln.Addr().String(), tokenFile: tokenFile, nodeToken: nodeToken, dataDir: dataDir, plane: plane, store: st}, nil
 }
 
-// devPlatformToken reads the dev platform token, or makes one: kept in the
-// data directory (mode 0600), never printed.
+// devPlatformToken reads a dev token (the platform's, the node's), or
+// makes one: kept in the data directory (mode 0600), never printed.
 func devPlatformToken(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err == nil {
@@ -147,7 +153,7 @@ func (c *devControl) follow(ctx context.Context, node *gateway.Node, ident *devI
 	protocols := new(http.Protocols)
 	protocols.SetUnencryptedHTTP2(true)
 	client := gwdist.New(gwdist.Options{
-		URL: c.url, HTTPClient: &http.Client{Transport: &http.Transport{Protocols: protocols}},
+		URL: c.url, HTTPClient: &http.Client{Transport: &http.Transport{Protocols: protocols}}, Token: c.nodeToken,
 		NodeID: "dev", Pool: "public", Region: "dev", Logger: log, Stats: node.RouteStats,
 		Apply: func(cfg *configv1.Snapshot) error {
 			cfg = proto.CloneOf(cfg)

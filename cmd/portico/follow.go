@@ -16,7 +16,15 @@ import (
 // followControl makes node run the snapshots the control plane at url
 // sends: first the cached one, if any, then the stream, held until ctx
 // ends.
-func followControl(ctx context.Context, node *gateway.Node, url, cacheFile, nodeID string, ls []gateway.Listener, region string, labels labelFlag, log *slog.Logger) error {
+func followControl(ctx context.Context, node *gateway.Node, url, tokenFile, cacheFile, nodeID string, ls []gateway.Listener, region string, labels labelFlag, log *slog.Logger) error {
+	var token string
+	if tokenFile != "" {
+		b, err := os.ReadFile(tokenFile)
+		if err != nil {
+			return fmt.Errorf("gateway: -control-token-file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	}
 	if nodeID == "" {
 		host, err := os.Hostname()
 		if err != nil {
@@ -39,7 +47,7 @@ func followControl(ctx context.Context, node *gateway.Node, url, cacheFile, node
 	}
 	client := distribution.New(distribution.Options{
 		URL: url, HTTPClient: &http.Client{Transport: &http.Transport{Protocols: protocols, IdleConnTimeout: time.Minute}},
-		NodeID: nodeID, Pool: pool, Region: region, Labels: labels,
+		Token: token, NodeID: nodeID, Pool: pool, Region: region, Labels: labels,
 		CacheFile: cacheFile, Apply: node.Apply, Logger: log, Stats: node.RouteStats,
 	})
 	booted, err := client.Boot()

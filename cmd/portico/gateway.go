@@ -23,6 +23,7 @@ func runGateway(ctx context.Context, args []string) error {
 	var (
 		configPath = fs.String("config", "", "snapshot config file (YAML or JSON); reloaded on change and on SIGHUP (or -control)")
 		controlURL = fs.String("control", "", "the control plane's URL (http://host:7000) to take snapshots from (or -config)")
+		ctlToken   = fs.String("control-token-file", "", "with -control: file holding the node token the control plane requires (its -node-token-file)")
 		cacheFile  = fs.String("snapshot-cache", "portico-snapshot.binpb", "with -control: the last snapshot run, served at start when the control plane is unreachable")
 		region     = fs.String("region", "", "with -control: this node's region, for staged rollouts")
 		labels     labelFlag
@@ -97,7 +98,7 @@ func runGateway(ctx context.Context, args []string) error {
 		return err
 	}
 	if *controlURL != "" {
-		if err := followControl(ctx, node, *controlURL, *cacheFile, *nodeID, ls, *region, labels, log); err != nil {
+		if err := followControl(ctx, node, *controlURL, *ctlToken, *cacheFile, *nodeID, ls, *region, labels, log); err != nil {
 			node.Close()
 			return err
 		}

@@ -15,11 +15,15 @@ package distribution
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,6 +44,11 @@ type Options struct {
 	// a regression; the zero value sends every version everywhere at
 	// once.
 	Rollout RolloutOptions
+	// NodeTokenHash, if set, is the hex SHA-256 of the token every node
+	// must send (Authorization: Bearer): snapshots hold the fleet's key
+	// hashes and topology, and a node's NACKs and counters steer
+	// rollouts. Empty lets any caller in (tests, a loopback-only dev).
+	NodeTokenHash string
 }
 
 // Server is the control plane's side of the distribution streams. It is
@@ -248,6 +257,13 @@ func (s *Server) notifyLocked() {
 
 // Stream serves one node's stream.
 func (s *Server) Stream(ctx context.Context, stream *connect.BidiStream[distributionv1.StreamRequest, distributionv1.StreamResponse]) error {
+	if want := s.opts.NodeTokenHash; want != "" {
+		token, _ := strings.CutPrefix(stream.RequestHeader().Get("Authorization"), "Bearer ")
+		sum := sha256.Sum256([]byte(token))
+		if token == "" || subtle.ConstantTimeCompare([]byte(hex.EncodeToString(sum[:])), []byte(want)) != 1 {
+			return connect.NewError(connect.CodeUnauthenticated, errors.New("a node token is required"))
+		}
+	}
 	first, err := stream.Receive()
 	if err != nil {
 		return err

@@ -39,6 +39,9 @@ type Options struct {
 	// HTTPClient must speak HTTP/2 (h2c for an http URL): the stream is
 	// bidirectional.
 	HTTPClient connect.HTTPClient
+	// Token, if set, is sent as the node's credential
+	// (Authorization: Bearer).
+	Token string
 	// NodeID names the node, stably across restarts; Pool, Region and
 	// Labels describe it to the control plane's rollouts.
 	NodeID, Pool, Region string
@@ -127,7 +130,11 @@ func (c *Client) Boot() (bool, error) {
 // Run holds the stream until ctx ends, reconnecting after every failure.
 // It returns nil when ctx ends.
 func (c *Client) Run(ctx context.Context) error {
-	client := distributionv1connect.NewDistributionServiceClient(c.opts.HTTPClient, c.opts.URL)
+	var copts []connect.ClientOption
+	if c.opts.Token != "" {
+		copts = append(copts, connect.WithInterceptors(bearer(c.opts.Token)))
+	}
+	client := distributionv1connect.NewDistributionServiceClient(c.opts.HTTPClient, c.opts.URL, copts...)
 	bound := c.opts.MinBackoff
 	for {
 		start := time.Now()
@@ -267,6 +274,23 @@ func (c *Client) run(snap *distributionv1.Snapshot) error {
 		}
 	}
 	return nil
+}
+
+// bearer sends the node's token on the stream.
+type bearer string
+
+func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return next }
+
+func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Authorization", "Bearer "+string(b))
+		return conn
+	}
+}
+
+func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
 }
 
 // decode decodes a snapshot as the control plane sends it: its bytes

@@ -27,7 +27,10 @@ import (
 	"github.com/portico-gw/portico/testing/gatewaytest"
 )
 
-const platformToken = "ptk_fleet-test-platform-token-0123456789abcdef"
+const (
+	platformToken = "ptk_fleet-test-platform-token-0123456789abcdef"
+	nodeToken     = "fleet-test-node-token-0123456789abcdef"
+)
 
 // controlPlane is a control plane on an h2c test server.
 type controlPlane struct {
@@ -49,7 +52,8 @@ func startControlWith(t *testing.T, dsn string, rollout distribution.RolloutOpti
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	p, err := control.New(context.Background(), control.Options{Store: st, BootstrapToken: platformToken, Logger: gatewaytest.Logger(), Rollout: rollout})
+	p, err := control.New(context.Background(), control.Options{Store: st, BootstrapToken: platformToken, NodeToken: nodeToken,
+		Logger: gatewaytest.Logger(), Rollout: rollout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,12 +95,17 @@ func startNode(t *testing.T, url, id, cacheFile string) *gatewayNode {
 
 func startNodeWith(t *testing.T, url, id, cacheFile, region string, labels map[string]string) *gatewayNode {
 	t.Helper()
+	return startNodeToken(t, url, id, cacheFile, region, labels, nodeToken)
+}
+
+func startNodeToken(t *testing.T, url, id, cacheFile, region string, labels map[string]string, token string) *gatewayNode {
+	t.Helper()
 	n := &gatewayNode{done: make(chan struct{})}
 	n.refuse.Store("")
 	n.gw = gatewaytest.Start(t, nil, nil)
 	n.client = gwdist.New(gwdist.Options{
-		Stats: n.gw.Node.RouteStats,
-		URL:   url, HTTPClient: gatewaytest.H2CClient(t), NodeID: id, Pool: "public", Region: region, Labels: labels,
+		Stats: n.gw.Node.RouteStats, Token: token,
+		URL: url, HTTPClient: gatewaytest.H2CClient(t), NodeID: id, Pool: "public", Region: region, Labels: labels,
 		CacheFile: cacheFile, Logger: gatewaytest.Logger(), MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 		ReportInterval: 20 * time.Millisecond,
 		Apply: func(cfg *configv1.Snapshot) error {
@@ -232,6 +241,28 @@ func TestChangeReachesEveryNode(t *testing.T) {
 	if st, _ := late.get(t, "/v1/orders"); st != 200 {
 		t.Errorf("late node: %d", st)
 	}
+}
+
+// TestNodesAuthenticate: a node without the node token, or with another,
+// is refused its stream: it gets no snapshot and is not counted.
+func TestNodesAuthenticate(t *testing.T) {
+	t.Parallel()
+	cp := startControl(t, "sqlite:"+filepath.Join(t.TempDir(), "control.db"))
+	setUp(t, cp, backend(t, "orders"))
+	good := startNode(t, cp.url, "node-good", "")
+	bad := startNodeToken(t, cp.url, "node-stranger", "", "local", nil, "not-the-node-token-0123456789abcdef")
+	none := startNodeToken(t, cp.url, "node-anonymous", "", "local", nil, "")
+	v := putRoute(t, cp, "orders.list", "/v1/orders")
+	waitFleet(t, cp, "the good node on the route", allRun(1, v))
+	for _, n := range []*gatewayNode{bad, none} {
+		if sha, _ := n.client.Running(); sha != "" {
+			t.Errorf("a node without the token runs %s", sha)
+		}
+	}
+	if st := cp.Distribution.Status(); len(st.Nodes) != 1 || st.Nodes[0].ID != "node-good" {
+		t.Errorf("connected nodes %+v, want only node-good", st.Nodes)
+	}
+	_ = good
 }
 
 // TestNACKHaltsVersion: a node that refuses a version keeps the one it
