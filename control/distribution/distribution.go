@@ -100,10 +100,13 @@ type node struct {
 	// routes are the node's last reported counters, by route id
 	// (cumulative since the node started).
 	routes map[string]routestats.Counts
-	// sent is the snapshot last pushed to the node.
-	sent string
-	send chan *distributionv1.StreamResponse // buffered 1; the newest push replaces an unsent one
-	done chan struct{}                       // closed when the stream ends
+	// sent and sentVersion are the snapshot last pushed to the node and
+	// the version it was pushed as (a revert is the same snapshot again
+	// under a new number).
+	sent        string
+	sentVersion int64
+	send        chan *distributionv1.StreamResponse // buffered 1; the newest push replaces an unsent one
+	done        chan struct{}                       // closed when the stream ends
 }
 
 // NodeStatus is what the control plane knows of a connected node.
@@ -169,11 +172,22 @@ func (s *Server) Publish(ctx context.Context, version int64) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.target != nil && v.Number <= s.target.version {
+		// Commits publish from their own goroutines: an older one that
+		// arrives late must not send the fleet back. (A rollback is a new
+		// version, with a higher number.)
+		return nil
+	}
 	next := &target{version: v.Number, sha256: v.SnapshotSHA256, data: data}
 	if old := s.target; old != nil {
 		next.previous = old
 		if old.halted != nil {
 			next.previous = old.previous
+		}
+		if ro := s.rollout; ro != nil && ro.next == old && !ro.ended() {
+			// The version being rolled out has not been judged: what the
+			// rest of the fleet runs is the one before it.
+			next.previous = ro.previous
 		}
 		if next.previous != nil {
 			// One version back is all a halt or a revert needs: the chain
@@ -188,7 +202,7 @@ func (s *Server) Publish(ctx context.Context, version int64) error {
 	} else {
 		// The first version, or one that ran everywhere before (a
 		// rollback): every node at once.
-		if ro := s.rollout; ro != nil && (ro.state == RolloutRunning || ro.state == RolloutPaused) {
+		if ro := s.rollout; ro != nil && !ro.ended() {
 			ro.state = RolloutReplaced
 			ro.cancel()
 		}
@@ -206,8 +220,7 @@ func (s *Server) Publish(ctx context.Context, version int64) error {
 // keeps it).
 func (s *Server) pushLocked(n *node) {
 	t := s.target
-	if ro := s.rollout; ro != nil && t == ro.next && !ro.reached[n.ID] &&
-		(ro.state == RolloutRunning || ro.state == RolloutPaused || ro.state == RolloutHalted) {
+	if ro := s.rollout; ro != nil && t == ro.next && !ro.reached[n.ID] && !ro.ended() {
 		// A node the rollout has not reached yet stays on the version
 		// before.
 		t = ro.previous
@@ -218,7 +231,7 @@ func (s *Server) pushLocked(n *node) {
 	if t == nil {
 		return
 	}
-	if n.sent == t.sha256 {
+	if n.sent == t.sha256 && n.sentVersion == t.version {
 		return // sent already; its answer is on the way
 	}
 	msg := &distributionv1.Snapshot{Version: t.version, Sha256: t.sha256}
@@ -228,7 +241,7 @@ func (s *Server) pushLocked(n *node) {
 	if n.SHA256 != t.sha256 || (n.sent != "" && n.sent != n.SHA256) {
 		msg.Data = t.data
 	}
-	n.sent = t.sha256
+	n.sent, n.sentVersion = t.sha256, t.version
 	resp := &distributionv1.StreamResponse{Message: &distributionv1.StreamResponse_Snapshot{Snapshot: msg}}
 	// The channel holds one message: a push not yet sent is replaced by
 	// the newer one.

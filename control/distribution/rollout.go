@@ -2,6 +2,7 @@ package distribution
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -81,6 +82,16 @@ type rollout struct {
 	evidence       string
 	cancel         context.CancelFunc
 	resume         chan struct{} // closed on resume while paused
+	// oldRate is each changed route's failure share on the old version,
+	// from the last stage that had enough calls there: the baseline once
+	// few or no nodes are left on it.
+	oldRate map[string]float64
+}
+
+// ended reports whether ro is over: done, reverted, aborted or replaced.
+// A halted rollout is not: its nodes stay where it stopped.
+func (ro *rollout) ended() bool {
+	return ro.state != RolloutRunning && ro.state != RolloutPaused && ro.state != RolloutHalted
 }
 
 // RolloutStatus is the state of the newest staged rollout.
@@ -97,7 +108,7 @@ type RolloutStatus struct {
 
 // startRolloutLocked stages next, replacing the fleet's version previous.
 func (s *Server) startRolloutLocked(next, previous *target) {
-	if ro := s.rollout; ro != nil && (ro.state == RolloutRunning || ro.state == RolloutPaused) {
+	if ro := s.rollout; ro != nil && !ro.ended() {
 		ro.state = RolloutReplaced
 		ro.cancel()
 	}
@@ -106,7 +117,8 @@ func (s *Server) startRolloutLocked(next, previous *target) {
 		s.log.Error("rollout: comparing versions failed; judging every route", "err", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ro := &rollout{next: next, previous: previous, changed: changed, reached: map[string]bool{}, state: RolloutRunning, cancel: cancel}
+	ro := &rollout{next: next, previous: previous, changed: changed, reached: map[string]bool{}, state: RolloutRunning, cancel: cancel,
+		oldRate: map[string]float64{}}
 	s.rollout = ro
 	go s.runRollout(ctx, ro)
 }
@@ -114,9 +126,13 @@ func (s *Server) startRolloutLocked(next, previous *target) {
 // runRollout takes ro through the stages.
 func (s *Server) runRollout(ctx context.Context, ro *rollout) {
 	opts := s.opts.Rollout
+	defer ro.cancel()
 	for i := range stageNames {
+		if !s.waitWhilePaused(ctx, ro) {
+			return
+		}
 		s.mu.Lock()
-		if ro.state != RolloutRunning && ro.state != RolloutPaused {
+		if ro.state != RolloutRunning {
 			s.mu.Unlock()
 			return
 		}
@@ -176,14 +192,23 @@ func (s *Server) runRollout(ctx context.Context, ro *rollout) {
 			s.log.Warn("rollout reverted", "version", ro.next.version, "to", ro.previous.version, "evidence", ro.evidence)
 			s.revertLocked(ro)
 			s.mu.Unlock()
-			s.record("rollout.revert", ro)
+			s.commitRevert(ro, "rollout.revert")
 			return
 		}
 		s.mu.Unlock()
 	}
+	if !s.waitWhilePaused(ctx, ro) {
+		return
+	}
 	s.mu.Lock()
-	ro.state = RolloutDone
-	s.ranEverywhere[ro.next.sha256] = true
+	if ro.state == RolloutRunning {
+		ro.state = RolloutDone
+		s.ranEverywhere[ro.next.sha256] = true
+		// Nodes that connected during the last stage get it too.
+		for _, n := range s.nodes {
+			s.pushLocked(n)
+		}
+	}
 	s.notifyLocked()
 	s.mu.Unlock()
 }
@@ -199,6 +224,59 @@ func (s *Server) record(action string, ro *rollout) {
 		s.log.Error("recording a rollout in the audit log failed", "action", action, "version", ro.next.version, "err", err)
 	}
 }
+
+// commitRevert records a revert (or an abort) as a new version equal to
+// the one before, so that the newest version is what the fleet runs: a
+// control plane that restarts publishes that, not the version that was
+// turned back. A newer version committed meanwhile supersedes both, and
+// then only the audit entry is written.
+func (s *Server) commitRevert(ro *rollout, action string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	audit := store.AuditEntry{Actor: "system", Action: action, Object: fmt.Sprintf("version %d", ro.next.version), Detail: ro.evidence}
+	err := func() error {
+		latest, err := s.store.Latest(ctx)
+		if err != nil {
+			return err
+		}
+		if latest.Number != ro.next.version {
+			return errSuperseded
+		}
+		prev, err := s.store.Get(ctx, ro.previous.version)
+		if err != nil {
+			return err
+		}
+		cfg, err := s.store.Blob(ctx, prev.ConfigSHA256)
+		if err != nil {
+			return err
+		}
+		snap, err := s.store.Blob(ctx, prev.SnapshotSHA256)
+		if err != nil {
+			return err
+		}
+		v, err := s.store.Commit(ctx, latest.Number, store.Commit{
+			Config: cfg, Snapshot: snap, CreatedBy: "system", RollbackOf: prev.Number,
+			Message: fmt.Sprintf("%s of version %d: %s", action, ro.next.version, ro.evidence),
+			Diff:    fmt.Sprintf("the config of version %d again", prev.Number),
+			Audit:   audit,
+		})
+		if err != nil {
+			return err
+		}
+		return s.Publish(ctx, v.Number)
+	}()
+	if err == nil {
+		return
+	}
+	if !errors.Is(err, errSuperseded) {
+		s.log.Error("recording a revert as a version failed", "version", ro.next.version, "err", err)
+	}
+	if err := s.store.AppendAudit(ctx, &audit); err != nil {
+		s.log.Error("recording a rollout in the audit log failed", "action", action, "version", ro.next.version, "err", err)
+	}
+}
+
+var errSuperseded = errors.New("a newer version was committed")
 
 // waitWhilePaused returns once ro is not paused; false if ctx ended.
 func (s *Server) waitWhilePaused(ctx context.Context, ro *rollout) bool {
@@ -219,6 +297,7 @@ func (s *Server) waitWhilePaused(ctx context.Context, ro *rollout) bool {
 
 // revertLocked puts every node back on ro's previous version at once.
 func (s *Server) revertLocked(ro *rollout) {
+	delete(s.ranEverywhere, ro.next.sha256) // it did not pass: going back to it is staged
 	back := &target{version: ro.previous.version, sha256: ro.previous.sha256, data: ro.previous.data}
 	s.target = back
 	ro.cancel()
@@ -335,7 +414,7 @@ func (s *Server) judgeLocked(ro *rollout, before, after map[string]map[string]ro
 				continue
 			}
 			d := c
-			if prev, ok := before[id][route]; ok && prev.Requests <= c.Requests {
+			if prev, ok := before[id][route]; ok && !reset(prev, c) {
 				d = c.Sub(prev)
 			}
 			if sums[route] == nil {
@@ -359,9 +438,18 @@ func (s *Server) judgeLocked(ro *rollout, before, after map[string]map[string]ro
 			continue
 		}
 		rateNew := float64(nw.Errors) / float64(nw.Requests)
-		rateOld := 0.0
-		if old.Requests >= opts.MinRequests {
+		rateOld, known := ro.oldRate[r]
+		switch {
+		case old.Requests >= opts.MinRequests:
 			rateOld = float64(old.Errors) / float64(old.Requests)
+			ro.oldRate[r] = rateOld
+		case !known && ro.stage == 0:
+			// Too few calls on the old version at the canaries: a route
+			// the change adds. Judged against none failing.
+			rateOld = 0
+			ro.oldRate[r] = 0
+		case !known:
+			continue // nothing to compare with
 		}
 		if rateNew-rateOld > opts.MaxErrorRateIncrease {
 			return fmt.Sprintf("route %s failed %d of %d calls (%.1f%%) on version %d, %d of %d (%.1f%%) on version %d",
@@ -375,6 +463,20 @@ func (s *Server) judgeLocked(ro *rollout, before, after map[string]map[string]ro
 		}
 	}
 	return ""
+}
+
+// reset reports whether counters went down between two reports: the node
+// restarted, or dropped the route and counts it afresh.
+func reset(prev, now routestats.Counts) bool {
+	if now.Requests < prev.Requests || now.Errors < prev.Errors {
+		return true
+	}
+	for b := range now.Buckets {
+		if now.Buckets[b] < prev.Buckets[b] {
+			return true
+		}
+	}
+	return false
 }
 
 // routeMatcher selects the routes a change touched: by id, or by the
@@ -481,13 +583,15 @@ func (s *Server) Resume() bool {
 // version before it.
 func (s *Server) Abort() bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	ro := s.rollout
-	if ro == nil || (ro.state != RolloutRunning && ro.state != RolloutPaused) {
+	if ro == nil || ro.ended() {
+		s.mu.Unlock()
 		return false
 	}
 	ro.state, ro.evidence = RolloutAborted, "aborted by an operator"
 	s.revertLocked(ro)
+	s.mu.Unlock()
+	s.commitRevert(ro, "rollout.abort")
 	return true
 }
 

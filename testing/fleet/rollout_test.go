@@ -108,7 +108,15 @@ func TestRolloutRevertsRegression(t *testing.T) {
 	if st.Rollout.Version != bad || st.Rollout.Stage != "canary" || !strings.Contains(st.Rollout.Evidence, "route orders.list failed") {
 		t.Errorf("rollout %+v, want version %d reverted at the canary stage for orders.list", st.Rollout, bad)
 	}
-	waitFleet(t, cp, "every node back on the version before", allRun(10, v1))
+	// The revert is a version of its own, equal to the one before, so a
+	// control plane that restarts publishes that.
+	waitFleet(t, cp, "every node back on the version before", allRun(10, bad+1))
+	revert, err := cp.admin.GetVersion(context.Background(), connect.NewRequest(&adminv1.GetVersionRequest{Number: bad + 1}))
+	before, _ := cp.admin.GetVersion(context.Background(), connect.NewRequest(&adminv1.GetVersionRequest{Number: v1}))
+	if err != nil || revert.Msg.GetVersion().GetCreatedBy() != "system" || revert.Msg.GetVersion().GetRollbackOf() != v1 ||
+		revert.Msg.GetVersion().GetSha256() != before.Msg.GetVersion().GetSha256() {
+		t.Errorf("revert version = %v, %v; want version %d by system, equal to %d", revert.Msg.GetVersion(), err, bad+1, v1)
+	}
 	if st.Rollout.Reached > 4 {
 		t.Errorf("the bad version reached %d nodes, want only the 4 canaries", st.Rollout.Reached)
 	}
@@ -119,7 +127,7 @@ func TestRolloutRevertsRegression(t *testing.T) {
 	}
 	// The admin API tells it, and the audit log keeps the evidence.
 	ro, err := cp.admin.GetRollout(context.Background(), connect.NewRequest(&adminv1.GetRolloutRequest{}))
-	if err != nil || ro.Msg.GetRollout().GetState() != "reverted" || ro.Msg.GetTargetVersion() != v1 || len(ro.Msg.GetNodes()) != 10 {
+	if err != nil || ro.Msg.GetRollout().GetState() != "reverted" || ro.Msg.GetTargetVersion() != bad+1 || len(ro.Msg.GetNodes()) != 10 {
 		t.Errorf("GetRollout = %v, %v", ro.Msg, err)
 	}
 	audit, err := cp.admin.ListAudit(context.Background(), connect.NewRequest(&adminv1.ListAuditRequest{Limit: 5}))
@@ -128,7 +136,7 @@ func TestRolloutRevertsRegression(t *testing.T) {
 	}
 	found := false
 	for _, e := range audit.Msg.GetEntries() {
-		if e.GetAction() == "rollout.revert" && e.GetVersion() == bad && strings.Contains(e.GetDetail(), "orders.list") {
+		if e.GetAction() == "rollout.revert" && e.GetObject() == fmt.Sprintf("version %d", bad) && e.GetVersion() == bad+1 && strings.Contains(e.GetDetail(), "orders.list") {
 			found = true
 		}
 	}
@@ -144,7 +152,7 @@ func TestRolloutRevertsLatencyRegression(t *testing.T) {
 	// Not parallel: one staged fleet at a time.
 	cp, nodes := stagedFleetBaking(t, 800*time.Millisecond)
 	setUp(t, cp, backend(t, "orders"))
-	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
+	putRoute(t, cp, "orders.list", "/v1/orders")
 	waitFleet(t, cp, "the first rollout done", rolloutIs(distribution.RolloutDone))
 	traffic(t, nodes)
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -158,7 +166,7 @@ func TestRolloutRevertsLatencyRegression(t *testing.T) {
 	if st.Rollout.Version != bad || st.Rollout.Stage != "canary" || !strings.Contains(st.Rollout.Evidence, "route orders.list p99 ") {
 		t.Errorf("rollout %+v, want version %d reverted at the canaries on orders.list's p99", st.Rollout, bad)
 	}
-	waitFleet(t, cp, "every node back on the version before", allRun(10, v1))
+	waitFleet(t, cp, "every node back on the version before", allRun(10, bad+1))
 }
 
 // TestRolloutPauseResumeAbort: a paused rollout stays at its stage past
@@ -168,7 +176,7 @@ func TestRolloutPauseResumeAbort(t *testing.T) {
 	// Not parallel: one staged fleet (ten nodes with traffic) at a time.
 	cp, nodes := stagedFleet(t)
 	setUp(t, cp, backend(t, "orders"))
-	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
+	putRoute(t, cp, "orders.list", "/v1/orders")
 	waitFleet(t, cp, "the first rollout done", rolloutIs(distribution.RolloutDone))
 	traffic(t, nodes)
 	ctx := context.Background()
@@ -195,7 +203,7 @@ func TestRolloutPauseResumeAbort(t *testing.T) {
 		}
 		return
 	}
-	waitFleet(t, cp, "every node back on the version before", allRun(10, v1))
+	waitFleet(t, cp, "every node back on the version before", allRun(10, v2+1))
 	if st := cp.Distribution.Status(); st.Rollout.State != distribution.RolloutAborted {
 		t.Errorf("rollout %+v, want aborted", st.Rollout)
 	}
@@ -316,4 +324,40 @@ func TestControlPlaneDiesMidRollout(t *testing.T) {
 		t.Errorf("a restarted node beyond the canaries: /v1/orders %d, want 200", code)
 	}
 	_ = v1
+}
+
+// TestPublishDuringRollout: a version committed while another is still at
+// the canaries is staged from the version the rest of the fleet runs: the
+// unjudged one never reaches the other nodes.
+func TestPublishDuringRollout(t *testing.T) {
+	// Not parallel: one staged fleet at a time.
+	cp, _ := stagedFleet(t)
+	setUp(t, cp, backend(t, "orders"))
+	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
+	waitFleet(t, cp, "the first rollout done", rolloutIs(distribution.RolloutDone))
+	putRoute(t, cp, "orders.get", "/v1/orders/{id}")
+	if !cp.Distribution.Pause() {
+		t.Fatal("could not pause the rollout")
+	}
+	v3 := putRoute(t, cp, "orders.put", "/v1/orders/{id}/items")
+	if !cp.Distribution.Pause() {
+		t.Fatal("could not pause the second rollout")
+	}
+	waitFleet(t, cp, "the canaries on the newest version", func(s distribution.Status) bool {
+		n := 0
+		for _, node := range s.Nodes {
+			if node.Version == v3 {
+				n++
+			}
+		}
+		return n == 4
+	})
+	for _, n := range cp.Distribution.Status().Nodes {
+		if n.Labels["canary"] != "true" && n.Version != v1 {
+			t.Errorf("%s runs version %d, want %d: only canaries may run an unjudged version", n.ID, n.Version, v1)
+		}
+	}
+	if st := cp.Distribution.Status(); st.Rollout.Version != v3 || st.Rollout.Previous != v1 {
+		t.Errorf("rollout %+v, want %d staged from %d", st.Rollout, v3, v1)
+	}
 }
