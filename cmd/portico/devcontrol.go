@@ -121,17 +121,26 @@ func (c *devControl) seed(ctx context.Context, demo *configv1.Snapshot) (int64, 
 		func() (*adminv1.Change, error) {
 			r, err := api.PutPlatform(ctx, connect.NewRequest(&adminv1.PutPlatformRequest{Message: "portico dev: the demo catalog",
 				Platform: &adminv1.Platform{Products: demo.GetProducts(), Plans: demo.GetPlans(), Scopes: demo.GetScopes(), RateLimiting: demo.GetRateLimiting()}}))
-			return r.Msg.GetChange(), err
+			if err != nil {
+				return nil, err
+			}
+			return r.Msg.GetChange(), nil
 		},
 		func() (*adminv1.Change, error) {
 			r, err := api.PutTeam(ctx, connect.NewRequest(&adminv1.PutTeamRequest{Message: "portico dev: the demo team",
 				Team: &adminv1.Team{Name: "demo", Owns: owns, Description: "the demo backends"}}))
-			return r.Msg.GetChange(), err
+			if err != nil {
+				return nil, err
+			}
+			return r.Msg.GetChange(), nil
 		},
 		func() (*adminv1.Change, error) {
 			r, err := api.ApplyTeam(ctx, connect.NewRequest(&adminv1.ApplyTeamRequest{Message: "portico dev: the demo backends",
 				Config: &adminv1.TeamConfig{Team: "demo", Routes: demo.GetRoutes(), Clusters: demo.GetClusters(), Services: demo.GetServices()}}))
-			return r.Msg.GetChange(), err
+			if err != nil {
+				return nil, err
+			}
+			return r.Msg.GetChange(), nil
 		},
 	}
 	var last int64

@@ -180,7 +180,11 @@ func (c *cli) versions(ctx context.Context, args []string) int {
 		return c.printJSON(resp.Msg)
 	}
 	for _, v := range resp.Msg.GetVersions() {
-		line := fmt.Sprintf("%d\t%s\t%s\t%s\t%s", v.GetNumber(), v.GetCreatedAt().AsTime().Format(time.RFC3339), v.GetCreatedBy(), v.GetSha256()[:12], v.GetMessage())
+		sha := v.GetSha256()
+		if len(sha) > 12 {
+			sha = sha[:12]
+		}
+		line := fmt.Sprintf("%d\t%s\t%s\t%s\t%s", v.GetNumber(), v.GetCreatedAt().AsTime().Format(time.RFC3339), v.GetCreatedBy(), sha, v.GetMessage())
 		fmt.Fprintln(c.stdout, strings.TrimRight(line, "\t"))
 	}
 	return exitOK

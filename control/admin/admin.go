@@ -67,8 +67,12 @@ func New(st *store.Store, opts Options) *Service {
 // Handler returns the service's path and HTTP handler, with every request
 // message checked against its buf.validate rules first.
 func (s *Service) Handler() (string, http.Handler) {
-	return adminv1connect.NewAdminServiceHandler(s, connect.WithInterceptors(validateRequests{}))
+	return adminv1connect.NewAdminServiceHandler(s, connect.WithInterceptors(validateRequests{}), connect.WithReadMaxBytes(MaxRequestBytes))
 }
+
+// MaxRequestBytes bounds an admin request: a team's whole config with its
+// descriptors fits; anything larger is refused before it is decoded.
+const MaxRequestBytes = 64 << 20
 
 // validateRequests refuses a request message that breaks its rules with
 // InvalidArgument and the violations, before any method runs.

@@ -443,3 +443,64 @@ func TestPlainJSON(t *testing.T) {
 		t.Errorf("POST a refused route = %d %s", code, body)
 	}
 }
+
+// TestDeleteTeamRevokesItsTokens: a deleted team's tokens stop working,
+// so a team created again under the name does not inherit them.
+func TestDeleteTeamRevokesItsTokens(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	p := f.client(platformToken)
+	if _, err := p.PutTeam(ctx, connect.NewRequest(&adminv1.PutTeamRequest{Team: &adminv1.Team{Name: "payments",
+		Owns: []*adminv1.Ownership{{PathPrefix: "/v1/payments"}}}})); err != nil {
+		t.Fatal(err)
+	}
+	tok := f.teamToken(t, "payments")
+	if _, err := p.DeleteTeam(ctx, connect.NewRequest(&adminv1.DeleteTeamRequest{Name: "payments"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.client(tok).ListRoutes(ctx, connect.NewRequest(&adminv1.ListRoutesRequest{Team: "payments"})); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("the deleted team's token: %v, want unauthenticated", err)
+	}
+}
+
+// TestBootstrap: control planes starting at once with one token both
+// start; a revoked bootstrap token is refused, another one works.
+func TestBootstrap(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, err := store.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "control.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs <- admin.Bootstrap(ctx, st, platformToken) }()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("concurrent Bootstrap: %v", err)
+		}
+	}
+	tok, err := st.TokenByHash(ctx, admin.HashToken(platformToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RevokeToken(ctx, tok.ID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Bootstrap(ctx, st, platformToken); err == nil || !strings.Contains(err.Error(), "revoked") {
+		t.Errorf("Bootstrap with a revoked token: %v, want an error saying so", err)
+	}
+	if err := admin.Bootstrap(ctx, st, platformToken+"-next"); err != nil {
+		t.Errorf("Bootstrap with a new token after a revoked one: %v", err)
+	}
+	if err := admin.Bootstrap(ctx, st, "ptk_short"); err == nil {
+		t.Error("Bootstrap accepted a short token")
+	}
+}

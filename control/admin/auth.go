@@ -50,20 +50,36 @@ func NewToken() (token, id string, err error) {
 // HashToken is the stored form of an admin token.
 func HashToken(token string) string { return store.SHA256([]byte(token)) }
 
-// Bootstrap makes token a platform-admin token with id "bootstrap" if no
-// token with its hash exists: how the first platform admin gets in.
+// Bootstrap makes token a platform-admin token (id "bootstrap-" and the
+// start of its hash) if no token with its hash exists: how the first
+// platform admin gets in. Control planes may start at once with the same
+// token. A revoked bootstrap token is an error: give a new one.
 func Bootstrap(ctx context.Context, st *store.Store, token string) error {
 	if !strings.HasPrefix(token, tokenPrefix) || len(token) < len(tokenPrefix)+32 {
 		return errors.New("admin: a bootstrap token is " + tokenPrefix + " and at least 32 characters")
 	}
-	if _, err := st.TokenByHash(ctx, HashToken(token)); err == nil {
-		return nil
-	} else if !errors.Is(err, store.ErrNotFound) {
+	hash := HashToken(token)
+	existing := func() (bool, error) {
+		t, err := st.TokenByHash(ctx, hash)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return false, nil
+		case err != nil:
+			return false, err
+		case !t.RevokedAt.IsZero():
+			return true, errors.New("admin: the bootstrap token is revoked; give another")
+		}
+		return true, nil
+	}
+	if ok, err := existing(); ok || err != nil {
 		return err
 	}
-	err := st.PutToken(ctx, store.Token{ID: "bootstrap", Hash: HashToken(token), Role: rolePlatform, CreatedBy: "bootstrap", Note: "bootstrap token"})
+	// Each bootstrap token has its own id, so a revoked one can be
+	// replaced by another.
+	err := st.PutToken(ctx, store.Token{ID: "bootstrap-" + hash[:12], Hash: hash, Role: rolePlatform, CreatedBy: "bootstrap", Note: "bootstrap token"})
 	if errors.Is(err, store.ErrDuplicate) {
-		return errors.New("admin: a bootstrap token exists already with another secret; revoke it first")
+		// Another control plane starting at once stored it first.
+		_, err = existing()
 	}
 	return err
 }

@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/portico-gw/portico/control/store"
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 )
 
@@ -57,7 +58,31 @@ func (s *Service) DeleteTeam(ctx context.Context, req *connect.Request[adminv1.D
 			}
 			return nil
 		}})
+	if err == nil && ch.GetChanged() {
+		// A team created again later under the name starts with no tokens.
+		if rerr := s.revokeTeamTokens(ctx, c, name); rerr != nil {
+			return nil, rerr
+		}
+	}
 	return respond(&adminv1.DeleteTeamResponse{Change: ch}, err)
+}
+
+// revokeTeamTokens revokes every token of team.
+func (s *Service) revokeTeamTokens(ctx context.Context, by caller, team string) error {
+	ts, err := s.store.Tokens(ctx, team)
+	if err != nil {
+		return s.storeFailed(ctx, "teams.delete", err)
+	}
+	for _, t := range ts {
+		if !t.RevokedAt.IsZero() {
+			continue
+		}
+		if err := s.store.RevokeToken(ctx, t.ID, s.now()); err != nil {
+			return s.storeFailed(ctx, "teams.delete", err)
+		}
+		s.audit(ctx, &store.AuditEntry{Actor: by.id, Team: team, Action: "tokens.revoke", Object: "token " + t.ID, Detail: "its team was deleted"})
+	}
+	return nil
 }
 
 // PutPlatform replaces the platform's objects.

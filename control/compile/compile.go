@@ -205,7 +205,9 @@ func checkTeams(cfg *adminv1.Config, errs *Error) map[string]*adminv1.Team {
 				errs.add(path+".path_prefix", "%q is not a literal path", o.GetPathPrefix())
 			}
 			for _, other := range owned {
-				if other.team == t.GetName() || other.o.GetHost() != o.GetHost() {
+				// An ownership of every host (empty host) overlaps every
+				// host's.
+				if other.team == t.GetName() || (other.o.GetHost() != o.GetHost() && other.o.GetHost() != "" && o.GetHost() != "") {
 					continue
 				}
 				if covers(other.o.GetPathPrefix(), o.GetPathPrefix()) || covers(o.GetPathPrefix(), other.o.GetPathPrefix()) {

@@ -151,7 +151,8 @@ func TestCompileRefusals(t *testing.T) {
 	orders.Routes = append(orders.Routes, &configv1.Route{Id: "orders.mislabelled", Team: "search", Hosts: []string{"api.example.com"}, Path: "/v1/orders/m", Cluster: "orders-legacy", Auth: reviewed})
 	search.Clusters = append(search.Clusters, cluster("orders-legacy")) // declared twice
 	cfg.TeamConfigs = append(cfg.TeamConfigs, &adminv1.TeamConfig{Team: "ghosts"})
-	cfg.Teams = append(cfg.Teams, &adminv1.Team{Name: "squatters", Owns: []*adminv1.Ownership{{Host: "api.example.com", PathPrefix: "/v1/orders/special"}}})
+	cfg.Teams = append(cfg.Teams, &adminv1.Team{Name: "squatters", Owns: []*adminv1.Ownership{{Host: "api.example.com", PathPrefix: "/v1/orders/special"}}},
+		&adminv1.Team{Name: "everywhere", Owns: []*adminv1.Ownership{{PathPrefix: "/v1/search/all"}}}) // every host: overlaps search's
 
 	_, err := compile.Compile(cfg, "v9")
 	var cerr *compile.Error
@@ -160,6 +161,7 @@ func TestCompileRefusals(t *testing.T) {
 	}
 	want := []string{
 		`teams[squatters].owns[0]: host "api.example.com" path "/v1/orders/special" overlaps team "orders"'s "/v1/orders"`,
+		`teams[everywhere].owns[0]: host "" path "/v1/search/all" overlaps team "search"'s "/v1/search"`,
 		`team ghosts: no such team`,
 		`team search: clusters[orders-legacy]: cluster "orders-legacy" is already declared by team "orders"`,
 		`team orders: routes[orders.stray]: path "/v1/search/mine" on host "api.example.com" is outside team "orders"'s`,

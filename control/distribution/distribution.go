@@ -142,7 +142,8 @@ func New(st *store.Store, opts Options) *Server {
 
 // Handler returns the service's path and HTTP handler.
 func (s *Server) Handler() (string, http.Handler) {
-	return distributionv1connect.NewDistributionServiceHandler(s)
+	// A node's message is a hello, an ACK or its route counters.
+	return distributionv1connect.NewDistributionServiceHandler(s, connect.WithReadMaxBytes(16<<20))
 }
 
 // PublishLatest publishes the store's newest version, if any: what a

@@ -12,12 +12,16 @@ import (
 // writers' lock: control planes that start at once apply each step once,
 // and a step that fails leaves no trace.
 func (s *Store) migrate(ctx context.Context) error {
-	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-		version    INTEGER PRIMARY KEY,
-		applied_at BIGINT NOT NULL
-	)`); err != nil && !s.d.isUnique(err) {
-		// Two processes creating the table at once on PostgreSQL: one
-		// gets a unique violation on the catalog, and the table exists.
+	// Under the writers' lock: PostgreSQL's CREATE TABLE IF NOT EXISTS is
+	// not safe against another process creating the table at once.
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+			version    INTEGER PRIMARY KEY,
+			applied_at BIGINT NOT NULL
+		)`)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("store: migrating the %s schema: %w", s.d.name(), err)
 	}
 	steps := s.d.migrations()

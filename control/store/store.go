@@ -233,9 +233,8 @@ func (s *Store) Blob(ctx context.Context, sha string) ([]byte, error) {
 // transaction. It returns ErrConflict, writing nothing, if another commit
 // came first.
 func (s *Store) Commit(ctx context.Context, prev int64, c Commit) (Version, error) {
+	// (An empty config is one: no teams, no platform objects yet.)
 	switch {
-	case len(c.Config) == 0:
-		return Version{}, fmt.Errorf("%w: a version needs its config", ErrInvalid)
 	case len(c.Snapshot) == 0:
 		return Version{}, fmt.Errorf("%w: a version needs its snapshot", ErrInvalid)
 	case c.CreatedBy == "":
@@ -257,6 +256,9 @@ func (s *Store) Commit(ctx context.Context, prev int64, c Commit) (Version, erro
 			return ErrConflict
 		}
 		for _, b := range [][]byte{c.Config, c.Snapshot} {
+			if b == nil {
+				b = []byte{} // NOT NULL: the empty blob
+			}
 			if _, err := tx.ExecContext(ctx, s.d.rebind("INSERT INTO blobs (sha, data) VALUES (?, ?) ON CONFLICT (sha) DO NOTHING"), SHA256(b), b); err != nil {
 				return err
 			}

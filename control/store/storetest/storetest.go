@@ -156,7 +156,6 @@ func testConflict(t *testing.T, o Opener) {
 func testInvalidCommits(t *testing.T, o Opener) {
 	s := open(t, o)
 	for name, c := range map[string]store.Commit{
-		"no config":   {Snapshot: []byte("s"), CreatedBy: "a"},
 		"no snapshot": {Config: []byte("c"), CreatedBy: "a"},
 		"no author":   {Config: []byte("c"), Snapshot: []byte("s")},
 	} {
@@ -169,6 +168,15 @@ func testInvalidCommits(t *testing.T, o Opener) {
 	}
 	if err := s.AppendAudit(ctx(t), &store.AuditEntry{Action: "x"}); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("audit entry without actor: %v, want ErrInvalid", err)
+	}
+	// An empty config is a config: nothing declared yet, or everything
+	// deleted.
+	v, err := s.Commit(ctx(t), 0, store.Commit{Snapshot: []byte("s"), CreatedBy: "a"})
+	if err != nil {
+		t.Fatalf("a version with an empty config: %v", err)
+	}
+	if b, err := s.Blob(ctx(t), v.ConfigSHA256); err != nil || len(b) != 0 {
+		t.Errorf("the empty config's blob = %q, %v", b, err)
 	}
 }
 
