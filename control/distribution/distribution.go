@@ -147,7 +147,9 @@ func (s *Server) Handler() (string, http.Handler) {
 }
 
 // PublishLatest publishes the store's newest version, if any: what a
-// control plane does when it starts.
+// control plane does when it starts. A newest version whose rollout was
+// halted (the audit log says so) is not sent: the version the fleet kept
+// is, until a newer one is committed.
 func (s *Server) PublishLatest(ctx context.Context) error {
 	v, err := s.store.Latest(ctx)
 	if errors.Is(err, store.ErrNotFound) {
@@ -155,6 +157,22 @@ func (s *Server) PublishLatest(ctx context.Context) error {
 	}
 	if err != nil {
 		return err
+	}
+	entries, err := s.store.Audit(ctx, store.AuditQuery{Limit: 100})
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Action == "rollout.halt" && e.Object == fmt.Sprintf("version %d", v.Number) && e.Version > 0 {
+			s.log.Warn("the newest version was halted; publishing the version the fleet kept", "halted", v.Number, "kept", e.Version)
+			if err := s.Publish(ctx, e.Version); err != nil {
+				return err
+			}
+			s.mu.Lock()
+			s.ranEverywhere[s.target.sha256] = true
+			s.mu.Unlock()
+			return nil
+		}
 	}
 	return s.Publish(ctx, v.Number)
 }

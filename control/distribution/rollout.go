@@ -154,6 +154,10 @@ func (s *Server) runRollout(ctx context.Context, ro *rollout) {
 			return
 		}
 		s.mu.Lock()
+		if ro.state != RolloutRunning && ro.state != RolloutPaused {
+			s.mu.Unlock() // aborted or replaced meanwhile
+			return
+		}
 		if ro.next.halted != nil {
 			ro.state, ro.evidence = RolloutHalted, fmt.Sprintf("node %s refused it: %s", ro.next.halted.Node, ro.next.halted.Error)
 			s.notifyLocked()
@@ -187,6 +191,12 @@ func (s *Server) runRollout(ctx context.Context, ro *rollout) {
 			return
 		}
 		s.mu.Lock()
+		if ro.state != RolloutRunning {
+			// Aborted or replaced during the bake: a newer target may
+			// stand, and must not be reverted from here.
+			s.mu.Unlock()
+			return
+		}
 		if evidence := s.judgeLocked(ro, before, s.countsLocked()); evidence != "" {
 			ro.state, ro.evidence = RolloutReverted, fmt.Sprintf("stage %s: %s", stageNames[i], evidence)
 			s.log.Warn("rollout reverted", "version", ro.next.version, "to", ro.previous.version, "evidence", ro.evidence)
@@ -218,8 +228,10 @@ func (s *Server) runRollout(ctx context.Context, ro *rollout) {
 func (s *Server) record(action string, ro *rollout) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	// Version is the version the fleet keeps: what a control plane that
+	// restarts publishes instead of the halted one.
 	err := s.store.AppendAudit(ctx, &store.AuditEntry{Actor: "system", Action: action,
-		Object: fmt.Sprintf("version %d", ro.next.version), Outcome: "ok", Detail: ro.evidence, Version: ro.next.version})
+		Object: fmt.Sprintf("version %d", ro.next.version), Outcome: "ok", Detail: ro.evidence, Version: ro.previous.version})
 	if err != nil {
 		s.log.Error("recording a rollout in the audit log failed", "action", action, "version", ro.next.version, "err", err)
 	}

@@ -37,6 +37,7 @@ type controlPlane struct {
 	*control.Plane
 	srv   *httptest.Server
 	url   string
+	dsn   string
 	admin adminv1connect.AdminServiceClient
 }
 
@@ -64,7 +65,7 @@ func startControlWith(t *testing.T, dsn string, rollout distribution.RolloutOpti
 	srv.Config.Protocols.SetUnencryptedHTTP2(true)
 	srv.Start()
 	t.Cleanup(srv.Close)
-	cp := &controlPlane{Plane: p, srv: srv, url: srv.URL}
+	cp := &controlPlane{Plane: p, srv: srv, url: srv.URL, dsn: dsn}
 	cp.admin = adminv1connect.NewAdminServiceClient(&http.Client{Transport: bearer{platformToken}, Timeout: 30 * time.Second}, srv.URL)
 	return cp
 }

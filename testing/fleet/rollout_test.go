@@ -259,6 +259,12 @@ func TestRolloutNACKStops(t *testing.T) {
 	if st.Rollout.Version != v2 || st.Rollout.Stage != "canary" || !strings.Contains(st.Rollout.Evidence, "node-00 refused it") {
 		t.Errorf("rollout %+v", st.Rollout)
 	}
+	// A control plane that starts on the same store publishes the version
+	// the fleet kept, not the halted one.
+	cp2 := startControlWith(t, cp.dsn, distribution.RolloutOptions{Bake: 300 * time.Millisecond})
+	if got := cp2.Distribution.Status().Version; got != v1 {
+		t.Errorf("a restarted control plane publishes version %d, want %d (the halted %d stays unsent)", got, v1, v2)
+	}
 	for _, n := range st.Nodes {
 		canary := n.Labels["canary"] == "true"
 		if !canary && n.Version != v1 {
