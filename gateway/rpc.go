@@ -39,9 +39,11 @@ func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, rout
 		return
 	}
 	t.RawQuery = q
-	p = transcode.CheckEncoding(w.Header(), r)
+	// The caller's protocol, read from its headers once.
+	proto := problem.ProtocolOf(r)
+	p = transcode.CheckEncoding(w.Header(), r, proto)
 	if p == nil && !route.RPC.REST() {
-		p = transcode.CheckMediaType(r)
+		p = transcode.CheckMediaType(r, proto)
 	}
 	if p != nil {
 		p.Instance, p.RequestID = t.Path, t.RequestID
@@ -69,17 +71,18 @@ func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, rout
 	// The transcoder rewrites the request's headers for the upstream; the
 	// caller's stay as they came, for the answer.
 	r2.Header = r.Header.Clone()
-	if !route.RPC.REST() && r2.Header.Get("Connect-Protocol-Version") == "" && problem.ProtocolOf(r) == problem.HTTP {
+	if !route.RPC.REST() && proto == problem.HTTP && r2.Header.Get("Connect-Protocol-Version") == "" {
 		// A plain POST (or GET) of JSON or proto to a method's path is a
 		// Connect unary call, which may leave the header out; the route
 		// says so, where the transcoder would take it for REST.
 		r2.Header.Set("Connect-Protocol-Version", "1")
+		proto = problem.ProtocolOf(r2)
 	}
 	if ct := headerValue(r.Header, "Content-Type"); transcode.IsGRPCWebText(ct) {
 		transcode.FromGRPCWebText(st.rpc.For(route.RPC.Service), w, r2)
 		return
 	}
-	switch problem.ProtocolOf(r2) {
+	switch proto {
 	case problem.GRPCWeb:
 		st.rpc.For(route.RPC.Service).ServeHTTP(transcode.LowerWebTrailers(w), r2)
 		return

@@ -14,10 +14,11 @@ import (
 // decompress: Unimplemented, as the protocols specify, with the encodings
 // the gateway accepts in the protocol's header. (The transcoder's own
 // refusal is a bare HTTP 415 that clients read as Unknown.) A gRPC call
-// passes untouched: its upstream reads the compression itself.
-func CheckEncoding(h http.Header, r *http.Request) *problem.Problem {
+// passes untouched: its upstream reads the compression itself. proto is
+// r's protocol (problem.ProtocolOf), read once by the caller.
+func CheckEncoding(h http.Header, r *http.Request, proto problem.Protocol) *problem.Problem {
 	var enc, accept string
-	switch problem.ProtocolOf(r) {
+	switch proto {
 	case problem.ConnectUnary:
 		enc, accept = r.Header.Get("Content-Encoding"), "Accept-Encoding"
 	case problem.ConnectStream:
@@ -38,11 +39,11 @@ func CheckEncoding(h http.Header, r *http.Request) *problem.Problem {
 // with or without its Connect-Protocol-Version header) whose body is
 // neither JSON nor binary proto: 415, as connect-go answers it. (The
 // transcoder would take it for a REST call and find no route: a 404.)
-func CheckMediaType(r *http.Request) *problem.Problem {
+func CheckMediaType(r *http.Request, proto problem.Protocol) *problem.Problem {
 	if r.Method != http.MethodPost {
 		return nil
 	}
-	switch problem.ProtocolOf(r) {
+	switch proto {
 	case problem.HTTP, problem.ConnectUnary:
 	default:
 		return nil
