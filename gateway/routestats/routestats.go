@@ -10,6 +10,7 @@
 package routestats
 
 import (
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,11 +53,18 @@ func (r *Route) Observe(failed bool, d time.Duration) {
 	if failed {
 		s.errors.Add(1)
 	}
-	b := 0
-	for b < len(Bounds) && d > Bounds[b] {
-		b++
+	s.buckets[bucket(d)].Add(1)
+}
+
+// bucket is the index of the first bound d does not exceed: the bounds
+// double from 1 ms, so it is the bit length of d in whole milliseconds,
+// rounded up, minus one.
+func bucket(d time.Duration) int {
+	if d <= time.Millisecond {
+		return 0
 	}
-	s.buckets[b].Add(1)
+	ms := uint64((d + time.Millisecond - 1) / time.Millisecond)
+	return min(bits.Len64(ms-1), NumBuckets-1)
 }
 
 // Counts are a route's counters at one moment, or the difference of two.

@@ -96,3 +96,28 @@ func BenchmarkObserve(b *testing.B) {
 		}
 	})
 }
+
+// TestBucketsFollowBounds: a call lands in the first bucket whose bound it
+// does not exceed, at and around every bound.
+func TestBucketsFollowBounds(t *testing.T) {
+	t.Parallel()
+	want := func(d time.Duration) int {
+		for b, bound := range routestats.Bounds {
+			if d <= bound {
+				return b
+			}
+		}
+		return routestats.NumBuckets - 1
+	}
+	ds := []time.Duration{0, 1, time.Hour}
+	for _, bound := range routestats.Bounds {
+		ds = append(ds, bound-1, bound, bound+1)
+	}
+	for _, d := range ds {
+		var r routestats.Route
+		r.Observe(false, d)
+		if c := r.Counts(); c.Buckets[want(d)] != 1 {
+			t.Errorf("Observe(%v) counted in %v, want bucket %d", d, c.Buckets, want(d))
+		}
+	}
+}
