@@ -112,12 +112,8 @@ func (s *Server) startRolloutLocked(next, previous *target) {
 		ro.state = RolloutReplaced
 		ro.cancel()
 	}
-	changed, err := changedRoutes(previous.data, next.data)
-	if err != nil {
-		s.log.Error("rollout: comparing versions failed; judging every route", "err", err)
-	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ro := &rollout{next: next, previous: previous, changed: changed, reached: map[string]bool{}, state: RolloutRunning, cancel: cancel,
+	ro := &rollout{next: next, previous: previous, reached: map[string]bool{}, state: RolloutRunning, cancel: cancel,
 		oldRate: map[string]float64{}}
 	s.rollout = ro
 	go s.runRollout(ctx, ro)
@@ -127,6 +123,16 @@ func (s *Server) startRolloutLocked(next, previous *target) {
 func (s *Server) runRollout(ctx context.Context, ro *rollout) {
 	opts := s.opts.Rollout
 	defer ro.cancel()
+	// Which routes the change touched: both snapshots decoded here, off
+	// the lock the streams take. Only judging, after the first bake, reads
+	// it.
+	changed, err := changedRoutes(ro.previous.data, ro.next.data)
+	if err != nil {
+		s.log.Error("rollout: comparing versions failed; judging every route", "err", err)
+	}
+	s.mu.Lock()
+	ro.changed = changed
+	s.mu.Unlock()
 	for i := range stageNames {
 		if !s.waitWhilePaused(ctx, ro) {
 			return
@@ -158,15 +164,11 @@ func (s *Server) runRollout(ctx context.Context, ro *rollout) {
 			s.mu.Unlock() // aborted or replaced meanwhile
 			return
 		}
-		if ro.next.halted != nil {
-			ro.state, ro.evidence = RolloutHalted, fmt.Sprintf("node %s refused it: %s", ro.next.halted.Node, ro.next.halted.Error)
-			s.notifyLocked()
-			s.mu.Unlock()
-			s.record("rollout.halt", ro)
-			return
-		}
-		if err != nil {
+		if ro.next.halted != nil || err != nil {
 			ro.state, ro.evidence = RolloutHalted, fmt.Sprintf("stage %s: not every node ran it within %v", stageNames[i], opts.AckTimeout)
+			if h := ro.next.halted; h != nil {
+				ro.evidence = fmt.Sprintf("node %s refused it: %s", h.Node, h.Error)
+			}
 			s.notifyLocked()
 			s.mu.Unlock()
 			s.record("rollout.halt", ro)
