@@ -159,10 +159,8 @@ func (c *devControl) seed(ctx context.Context, demo *configv1.Snapshot) (int64, 
 // keys; until it does, they live in this process), and waits until the
 // node runs version.
 func (c *devControl) follow(ctx context.Context, node *gateway.Node, ident *devIdentity, version int64, log *slog.Logger) error {
-	protocols := new(http.Protocols)
-	protocols.SetUnencryptedHTTP2(true)
 	client := gwdist.New(gwdist.Options{
-		URL: c.url, HTTPClient: &http.Client{Transport: &http.Transport{Protocols: protocols}}, Token: c.nodeToken,
+		URL: c.url, HTTPClient: streamClient(c.url), Token: c.nodeToken,
 		NodeID: "dev", Pool: "public", Region: "dev", Logger: log, Stats: node.RouteStats,
 		Apply: func(cfg *configv1.Snapshot) error {
 			cfg = proto.CloneOf(cfg)

@@ -37,16 +37,8 @@ func followControl(ctx context.Context, node *gateway.Node, url, tokenFile, cach
 	if len(ls) > 0 {
 		pool = ls[0].Pool
 	}
-	// The stream needs HTTP/2: h2c with prior knowledge for an http URL
-	// (with HTTP/1.1 allowed, the transport would use it), else TLS.
-	protocols := new(http.Protocols)
-	if strings.HasPrefix(url, "http://") {
-		protocols.SetUnencryptedHTTP2(true)
-	} else {
-		protocols.SetHTTP2(true)
-	}
 	client := distribution.New(distribution.Options{
-		URL: url, HTTPClient: &http.Client{Transport: &http.Transport{Protocols: protocols, IdleConnTimeout: time.Minute}},
+		URL: url, HTTPClient: streamClient(url),
 		Token: token, NodeID: nodeID, Pool: pool, Region: region, Labels: labels,
 		CacheFile: cacheFile, Apply: node.Apply, Logger: log, Stats: node.RouteStats,
 	})
@@ -62,6 +54,19 @@ func followControl(ctx context.Context, node *gateway.Node, url, tokenFile, cach
 	}
 	go func() { _ = client.Run(ctx) }()
 	return nil
+}
+
+// streamClient is the HTTP client of a node's stream to the control plane
+// at url. The stream needs HTTP/2: h2c with prior knowledge for an http
+// URL (with HTTP/1.1 allowed, the transport would use it), else TLS.
+func streamClient(url string) *http.Client {
+	protocols := new(http.Protocols)
+	if strings.HasPrefix(url, "http://") {
+		protocols.SetUnencryptedHTTP2(true)
+	} else {
+		protocols.SetHTTP2(true)
+	}
+	return &http.Client{Transport: &http.Transport{Protocols: protocols, IdleConnTimeout: time.Minute}}
 }
 
 // labelFlag collects key=value labels.
