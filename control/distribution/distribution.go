@@ -15,9 +15,7 @@ package distribution
 
 import (
 	"context"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -291,8 +289,7 @@ func (s *Server) notifyLocked() {
 func (s *Server) Stream(ctx context.Context, stream *connect.BidiStream[distributionv1.StreamRequest, distributionv1.StreamResponse]) error {
 	if want := s.opts.NodeTokenHash; want != "" {
 		token, _ := strings.CutPrefix(stream.RequestHeader().Get("Authorization"), "Bearer ")
-		sum := sha256.Sum256([]byte(token))
-		if token == "" || subtle.ConstantTimeCompare([]byte(hex.EncodeToString(sum[:])), []byte(want)) != 1 {
+		if token == "" || subtle.ConstantTimeCompare([]byte(store.SHA256([]byte(token))), []byte(want)) != 1 {
 			return connect.NewError(connect.CodeUnauthenticated, errors.New("a node token is required"))
 		}
 	}
