@@ -15,17 +15,9 @@ import (
 	"connectrpc.com/connect"
 
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
-	"github.com/portico-gw/portico/gen/portico/admin/v1/adminv1connect"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	"github.com/portico-gw/portico/testing/admintest"
 )
-
-type bearerTransport struct{ token string }
-
-func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return http.DefaultTransport.RoundTrip(r)
-}
 
 // TestControlRole runs `portico control` and a `portico gateway -control`
 // node as processes: a route put through the admin API is served by the
@@ -58,7 +50,7 @@ func TestControlRole(t *testing.T) {
 	gw.waitLine(t, regexp.MustCompile(`msg=listening pool=public`))
 
 	ctx := context.Background()
-	admin := adminv1connect.NewAdminServiceClient(&http.Client{Transport: bearerTransport{token}, Timeout: 30 * time.Second}, "http://"+controlAddr)
+	admin := admintest.Client("http://"+controlAddr, token)
 	for _, call := range []func() error{
 		func() error {
 			_, err := admin.PutPlatform(ctx, connect.NewRequest(&adminv1.PutPlatformRequest{Platform: &adminv1.Platform{

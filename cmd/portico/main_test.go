@@ -21,8 +21,8 @@ import (
 	"connectrpc.com/connect"
 
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
-	"github.com/portico-gw/portico/gen/portico/admin/v1/adminv1connect"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	"github.com/portico-gw/portico/testing/admintest"
 	"github.com/portico-gw/portico/testing/srcdeps"
 )
 
@@ -326,7 +326,7 @@ func TestDevRole(t *testing.T) {
 	if !strings.Contains(p.output(), "export PORTICO_SERVER=http://"+ctlAddr) {
 		t.Errorf("dev banner lacks the control plane's address")
 	}
-	api := adminv1connect.NewAdminServiceClient(&http.Client{Transport: bearerTransport{ptoken}, Timeout: 30 * time.Second}, "http://"+ctlAddr)
+	api := admintest.Client("http://"+ctlAddr, ptoken)
 	if _, err := api.PutRoute(context.Background(), connect.NewRequest(&adminv1.PutRouteRequest{Team: "demo", Route: &configv1.Route{
 		Id: "inventory-v2", Path: "/inventory/v2/{rest=**}", Cluster: "inventory", Auth: &configv1.RouteAuth{Public: true, Reviewer: "dev-test"},
 		Rewrite: &configv1.PathRewrite{Rewrite: &configv1.PathRewrite_Prefix{Prefix: &configv1.PrefixRewrite{From: "/inventory/v2", To: "/inventory/v1"}}},

@@ -24,6 +24,7 @@ import (
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 	"github.com/portico-gw/portico/gen/portico/admin/v1/adminv1connect"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	"github.com/portico-gw/portico/testing/admintest"
 )
 
 const platformToken = "ptk_platform-bootstrap-token-for-the-admin-tests-0123456789"
@@ -56,22 +57,8 @@ func newFixture(t *testing.T) *fixture {
 	return f
 }
 
-// bearer adds an Authorization header to every call.
-type bearer struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	if b.token != "" {
-		r.Header.Set("Authorization", "Bearer "+b.token)
-	}
-	return b.next.RoundTrip(r)
-}
-
 func (f *fixture) client(token string) adminv1connect.AdminServiceClient {
-	return adminv1connect.NewAdminServiceClient(&http.Client{Transport: bearer{token, http.DefaultTransport}, Timeout: 30 * time.Second}, f.url)
+	return admintest.Client(f.url, token)
 }
 
 // teamToken issues a team-admin token through the API.

@@ -24,6 +24,7 @@ import (
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 	"github.com/portico-gw/portico/gen/portico/admin/v1/adminv1connect"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	"github.com/portico-gw/portico/testing/admintest"
 	"github.com/portico-gw/portico/testing/gatewaytest"
 )
 
@@ -66,16 +67,8 @@ func startControlWith(t *testing.T, dsn string, rollout distribution.RolloutOpti
 	srv.Start()
 	t.Cleanup(srv.Close)
 	cp := &controlPlane{Plane: p, srv: srv, url: srv.URL, dsn: dsn}
-	cp.admin = adminv1connect.NewAdminServiceClient(&http.Client{Transport: bearer{platformToken}, Timeout: 30 * time.Second}, srv.URL)
+	cp.admin = admintest.Client(srv.URL, platformToken)
 	return cp
-}
-
-type bearer struct{ token string }
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return http.DefaultTransport.RoundTrip(r)
 }
 
 // gatewayNode is a gateway node fed by the control plane.
