@@ -261,9 +261,11 @@ func (s *Server) pushLocked(n *node) {
 	n.sent, n.sentVersion = t.sha256, t.version
 	resp := &distributionv1.StreamResponse{Message: &distributionv1.StreamResponse_Snapshot{Snapshot: msg}}
 	// The channel holds one message: a push not yet sent is replaced by
-	// the newer one.
+	// the newer one, which then carries the data: what the node runs is
+	// whatever the push before the dropped one left it with.
 	select {
 	case <-n.send:
+		msg.Data = t.data
 	default:
 	}
 	n.send <- resp
