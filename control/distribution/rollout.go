@@ -116,7 +116,23 @@ func (s *Server) startRolloutLocked(next, previous *target) {
 	ro := &rollout{next: next, previous: previous, reached: map[string]bool{}, state: RolloutRunning, cancel: cancel,
 		oldRate: map[string]float64{}}
 	s.rollout = ro
+	// The canaries at once, with the publish: a pause that comes right
+	// after it holds the version there, not before it.
+	s.assignStageLocked(ro, 0)
 	go s.runRollout(ctx, ro)
+}
+
+// assignStageLocked assigns ro's version to the nodes of stage i and
+// pushes it.
+func (s *Server) assignStageLocked(ro *rollout, i int) {
+	ro.stage = i
+	for _, id := range s.stageNodesLocked(i) {
+		ro.reached[id] = true
+	}
+	for _, n := range s.nodes {
+		s.pushLocked(n)
+	}
+	s.notifyLocked()
 }
 
 // runRollout takes ro through the stages.
@@ -134,23 +150,20 @@ func (s *Server) runRollout(ctx context.Context, ro *rollout) {
 	ro.changed = changed
 	s.mu.Unlock()
 	for i := range stageNames {
-		if !s.waitWhilePaused(ctx, ro) {
-			return
-		}
-		s.mu.Lock()
-		if ro.state != RolloutRunning {
+		// The canaries were assigned when the version was published; each
+		// later stage waits while the rollout is paused.
+		if i > 0 {
+			if !s.waitWhilePaused(ctx, ro) {
+				return
+			}
+			s.mu.Lock()
+			if ro.state != RolloutRunning {
+				s.mu.Unlock()
+				return
+			}
+			s.assignStageLocked(ro, i)
 			s.mu.Unlock()
-			return
 		}
-		ro.stage = i
-		for _, id := range s.stageNodesLocked(i) {
-			ro.reached[id] = true
-		}
-		for _, n := range s.nodes {
-			s.pushLocked(n)
-		}
-		s.notifyLocked()
-		s.mu.Unlock()
 
 		// The stage's nodes run the version (or one refuses it).
 		wctx, cancel := context.WithTimeout(ctx, opts.AckTimeout)
