@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
@@ -17,7 +18,7 @@ import (
 // written once, with ? placeholders, and rebound.
 type dialect interface {
 	name() string
-	open(dsn string) (*sql.DB, error)
+	open(ctx context.Context, dsn string) (*sql.DB, error)
 	// migrations are the schema's steps, in order; a step never changes
 	// once released.
 	migrations() []string
@@ -38,7 +39,9 @@ type postgresDialect struct{}
 
 func (postgresDialect) name() string { return "postgres" }
 
-func (postgresDialect) open(dsn string) (*sql.DB, error) { return sql.Open("pgx", dsn) }
+func (postgresDialect) open(_ context.Context, dsn string) (*sql.DB, error) {
+	return sql.Open("pgx", dsn)
+}
 
 func (postgresDialect) rebind(q string) string {
 	var b strings.Builder
@@ -78,7 +81,7 @@ func (sqliteDialect) name() string { return "sqlite" }
 // foreign keys on, and every transaction begun IMMEDIATE, which takes the
 // database's one write lock at BEGIN: a read-then-write transaction can
 // then never fail to upgrade its lock halfway.
-func (sqliteDialect) open(dsn string) (*sql.DB, error) {
+func (sqliteDialect) open(ctx context.Context, dsn string) (*sql.DB, error) {
 	path := strings.TrimPrefix(strings.TrimPrefix(dsn, "sqlite:"), "//")
 	if path == "" {
 		return nil, errors.New("sqlite: the DSN names no file")
@@ -89,7 +92,36 @@ func (sqliteDialect) open(dsn string) (*sql.DB, error) {
 	} else {
 		path += "?" + q
 	}
-	return sql.Open("sqlite", "file:"+path)
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		return nil, err
+	}
+	// The first connection to a new file switches it to WAL, and SQLite
+	// does not wait for the lock that takes (the pragma holds a read lock
+	// already, and waiting could deadlock): of several processes opening a
+	// new file at once, all but one may fail with SQLITE_BUSY. The switch
+	// is made once for good, after which the pragma takes no lock, so
+	// connecting is tried again.
+	deadline := time.Now().Add(10 * time.Second) // the busy timeout
+	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		err := db.PingContext(ctx)
+		if err == nil {
+			return db, nil
+		}
+		var se *msqlite.Error
+		if !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
+			_ = db.Close()
+			return nil, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			_ = db.Close()
+			return nil, err
+		case <-t.C:
+		}
+	}
 }
 
 func (sqliteDialect) rebind(q string) string { return q }
@@ -112,7 +144,9 @@ func (sqliteDialect) migrations() []string {
 
 // schema is the store's migrations, with the column types each database
 // spells its own way filled in by types: {bytes}, {int}, and {serial} (an
-// auto-incremented primary key).
+// auto-incremented primary key). {epoch} is a new fast-lane epoch on every
+// call: the step that uses it runs once per database, so the epoch it
+// stores is that database's for good.
 func schema(types *strings.Replacer) []string {
 	steps := []string{
 		`CREATE TABLE blobs (
@@ -152,9 +186,34 @@ func schema(types *strings.Replacer) []string {
 			note       TEXT NOT NULL
 		);
 		CREATE INDEX tokens_by_team ON tokens (team);`,
+
+		// The fast lane: its epoch and current version (one row), the
+		// newest state of every entry with the version of its last change
+		// (expires_at 0: never), and the last seq stored of each producer.
+		`CREATE TABLE fast_lane (
+			one     {int} PRIMARY KEY CHECK (one = 1),
+			epoch   TEXT NOT NULL,
+			version {int} NOT NULL
+		);
+		INSERT INTO fast_lane (one, epoch, version) VALUES (1, '{epoch}', 0);
+		CREATE TABLE fast_lane_entries (
+			kind       TEXT NOT NULL,
+			id         TEXT NOT NULL,
+			rev        {int} NOT NULL,
+			data       {bytes} NOT NULL,
+			expires_at {int} NOT NULL,
+			version    {int} NOT NULL,
+			PRIMARY KEY (kind, id)
+		);
+		CREATE INDEX fast_lane_entries_by_version ON fast_lane_entries (version);
+		CREATE TABLE fast_lane_sources (
+			source TEXT PRIMARY KEY,
+			seq    {int} NOT NULL
+		);`,
 	}
+	epoch := strings.NewReplacer("{epoch}", newEpoch())
 	for i, st := range steps {
-		steps[i] = types.Replace(st)
+		steps[i] = epoch.Replace(types.Replace(st))
 	}
 	return steps
 }

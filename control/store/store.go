@@ -1,7 +1,9 @@
 // Package store keeps the control plane's state: every accepted config
 // version (immutable once written), the blobs they name (each team's
 // config and the compiled snapshot, content-addressed by SHA-256), the
-// audit log, and the admin callers' tokens, stored as hashes only.
+// audit log, the admin callers' tokens, stored as hashes only, and the
+// newest state of the fast lane's entries (API keys, token deny entries,
+// issuers' signing keys; see PublishFastLane).
 //
 // One Store type runs on two databases: PostgreSQL (through pgx) in
 // production, and SQLite (modernc.org/sqlite, no cgo) embedded for
@@ -150,7 +152,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	default:
 		return nil, fmt.Errorf("%w: the dsn is neither postgres://... nor sqlite:PATH", ErrInvalid)
 	}
-	db, err := d.open(dsn)
+	db, err := d.open(ctx, dsn)
 	if err != nil {
 		return nil, fmt.Errorf("store: opening %s: %w", d.name(), err)
 	}

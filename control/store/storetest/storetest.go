@@ -39,6 +39,15 @@ func Run(t *testing.T, newDB func(t *testing.T) Opener) {
 		{"Reopen", testReopen},
 		{"ConcurrentOpen", testConcurrentOpen},
 		{"Canceled", testCanceled},
+		{"FastLane", testFastLane},
+		{"FastLaneRev", testFastLaneRev},
+		{"FastLaneRetry", testFastLaneRetry},
+		{"FastLaneGap", testFastLaneGap},
+		{"FastLaneSources", testFastLaneSources},
+		{"FastLaneEpoch", func(t *testing.T, o Opener) { testFastLaneEpoch(t, o, newDB(t)) }},
+		{"FastLanePrune", testFastLanePrune},
+		{"FastLaneInvalid", testFastLaneInvalid},
+		{"FastLaneConcurrent", testFastLaneConcurrent},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
