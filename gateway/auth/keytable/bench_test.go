@@ -47,12 +47,21 @@ func BenchmarkCheck(b *testing.B) {
 	now := fixtureNow.UnixNano()
 	rng := rand.New(rand.NewPCG(7, 7))
 	var valid, badSum []string
+	var validAt []int // the positions in f of valid
 	for _, i := range rng.Perm(n) {
 		if _, err := tbl.Check(f.key(i), now); err == nil {
 			valid = append(valid, f.key(i))
+			validAt = append(validAt, i)
 			badSum = append(badSum, f.key(i)[:40]+"000000")
 		}
 	}
+	// The same keys with an overlay as large as ShouldCompact lets it grow
+	// on a table this size: 4,096 of the valid keys at revision 1.
+	changes := make([]keytable.Change, 4096)
+	for j := range changes {
+		changes[j] = keytable.Change{Record: f.records[validAt[j]], Rev: 1}
+	}
+	over := apply(b, tbl, changes...)
 	var unknown []string
 	src := rand.NewChaCha8([32]byte{'u'})
 	for range 4096 {
@@ -62,7 +71,7 @@ func BenchmarkCheck(b *testing.B) {
 		}
 		unknown = append(unknown, k)
 	}
-	run := func(name string, keys []string, want error) {
+	run := func(name string, tbl *keytable.Table, keys []string, want error) {
 		b.Run(name, func(b *testing.B) {
 			s, n := pack(keys)
 			c := cycle{s: s, n: n}
@@ -75,10 +84,13 @@ func BenchmarkCheck(b *testing.B) {
 			}
 		})
 	}
-	run("valid", valid, nil)
-	run("valid/same-key", valid[:1], nil)
-	run("unknown", unknown, keytable.ErrUnknown)
-	run("malformed/checksum", badSum, keytable.ErrMalformed)
+	run("valid", tbl, valid, nil)
+	run("valid/same-key", tbl, valid[:1], nil)
+	run("unknown", tbl, unknown, keytable.ErrUnknown)
+	run("malformed/checksum", tbl, badSum, keytable.ErrMalformed)
+	run("overlay/valid-in-base", over, valid[len(changes):], nil)
+	run("overlay/valid-in-overlay", over, valid[:len(changes)], nil)
+	run("overlay/unknown", over, unknown, keytable.ErrUnknown)
 	b.Run("malformed/length", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -138,6 +150,75 @@ func BenchmarkBuild(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkApply applies one change, a revocation, to a table whose overlay
+// holds 1,000 keys, half of them new and half changes of keys of the base:
+// the cost of a change between compactions; and to one whose overlay is as
+// large as ShouldCompact lets it grow.
+func BenchmarkApply(b *testing.B) {
+	for _, tc := range []struct{ n, overlay int }{{100_000, 1000}, {1_000_000, 1000}, {1_000_000, 4096}} {
+		b.Run(fmt.Sprintf("keys=%d/overlay=%d", tc.n, tc.overlay), func(b *testing.B) {
+			n := tc.n
+			f := newFixture(b, n+tc.overlay/2, 17)
+			tbl := withOverlay(b, f, n, tc.overlay/2, tc.overlay/2)
+			change := []keytable.Change{{Record: with(f.records[n/2+1], revoke), Rev: 2}}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := tbl.Apply(change); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkCompact merges an overlay into a base of a million keys: one of
+// 4,096 keys, as many as ShouldCompact allows, half new keys and half
+// changes of keys of the base; and one of half a million changes, whose
+// strings make up more than half of the arena, so that Compact rebuilds it.
+func BenchmarkCompact(b *testing.B) {
+	const n = 1_000_000
+	f := newFixture(b, n+2048, 19)
+	for _, tc := range []struct {
+		name           string
+		changed, added int
+	}{
+		{"overlay=4096", 2048, 2048},
+		{"overlay=500000/arena-rebuilt", 500_000, 0},
+	} {
+		b.Run(fmt.Sprintf("keys=%d/%s", n, tc.name), func(b *testing.B) {
+			tbl := withOverlay(b, f, n, tc.changed, tc.added)
+			b.ReportAllocs()
+			for b.Loop() {
+				sinkTable = tbl.Compact()
+			}
+			if sinkTable.Len() != tbl.Len() || sinkTable.OverlayLen() != 0 {
+				b.Fatalf("Compact: Len(), OverlayLen() = %d, %d; want %d, 0", sinkTable.Len(), sinkTable.OverlayLen(), tbl.Len())
+			}
+		})
+	}
+}
+
+var sinkTable *keytable.Table
+
+// withOverlay builds a table of f's first n records, then applies, at
+// revision 1, changed of them, revoked, and added records of f after the n
+// as new keys.
+func withOverlay(b *testing.B, f *fixture, n, changed, added int) *keytable.Table {
+	tbl := build(b, f.records[:n]...)
+	var changes []keytable.Change
+	for i := range changed {
+		changes = append(changes, keytable.Change{Record: with(f.records[i*(n/changed)], revoke), Rev: 1})
+	}
+	for _, r := range f.records[n : n+added] {
+		changes = append(changes, keytable.Change{Record: r, Rev: 1})
+	}
+	tbl = apply(b, tbl, changes...)
+	if tbl.OverlayLen() != changed+added {
+		b.Fatalf("OverlayLen() = %d, want %d", tbl.OverlayLen(), changed+added)
+	}
+	return tbl
 }
 
 // BenchmarkHeap measures what a table costs the garbage collector. Each

@@ -21,7 +21,8 @@ import (
 // nil records, sha256 values that are not 32 bytes, missing or duplicate key
 // ids, duplicate hashes (naming both keys), statuses other than active or
 // revoked, unknown priorities, invalid not_after timestamps, and ids, plans
-// or scopes that could not be sent in an identity header.
+// or scopes that could not be sent in an identity header. Every key of the
+// table has revision 0.
 //
 // Build keeps no reference to records. It runs off the request path; for a
 // million keys it takes about a second.
@@ -31,27 +32,42 @@ func Build(records []*configv1.KeyRecord) (*Table, error) {
 		ids:     make(map[string]int32, len(records)),
 		strs:    make(map[string]uint32),
 	}
-	return b.build()
+	l := b.layout(len(records),
+		func(i int) []byte { return records[i].GetSha256() },
+		func(i int) entry { return b.entry(i, records[i]) })
+	if err := b.finish(&l, len(records)-1, 0); err != nil {
+		return nil, err
+	}
+	return &Table{base: l, n: len(l.slots)}, nil
 }
 
 // maxStr is the longest string an entry can refer to.
 const maxStr = math.MaxUint16
 
+// builder makes a layer: it checks records, turns them into entries whose
+// strings it collects for the arena, and lays entries out in buckets.
 type builder struct {
 	records  []*configv1.KeyRecord
 	problems []Problem
 
 	// ids maps each key id to the index of the first record with it.
 	ids map[string]int32
+	// revisions allows a key id to appear again with the same hash, as
+	// Apply's changes may hold several revisions of a key.
+	revisions bool
 	// strs maps every other string to its offset in the arena: key ids
-	// are unique, so interning them would only grow the map.
+	// are unique, so interning them would only grow the map. If strs is
+	// nil, strings are not interned: each entry has its own.
 	strs map[string]uint32
-	// order holds the arena's strings in order; size is their total
-	// length.
-	order []string
+	// arena holds the strings added, unless their total length, size,
+	// exceeds the 4 GiB that offsets can reach: then the layer cannot be
+	// built, and the bytes would be wasted.
+	arena strings.Builder
 	size  uint64
 	// scopes is scratch space for joining a record's scopes.
 	scopes []byte
+	// sorter sorts a bucket: kept here, it is not allocated for each.
+	sorter bucket
 }
 
 func (b *builder) problem(kind ProblemKind, i int, keyID string, other int, format string, args ...any) {
@@ -60,14 +76,17 @@ func (b *builder) problem(kind ProblemKind, i int, keyID string, other int, form
 	})
 }
 
-func (b *builder) build() (*Table, error) {
+// layout lays n keys out in buckets. hash(i) is the sha256 of key i, entry(i)
+// its entry. layout calls entry once for every key, in order, even for a key
+// whose hash is not 32 bytes long, which it leaves out: entry reports that.
+// Keys that share a hash are reported as records of b.records; they are
+// kept, so that every problem is found, but the layer is then unusable.
+func (b *builder) layout(n int, hash func(i int) []byte, entry func(i int) entry) layer {
 	// Counting sort: count the keys of each bucket, then place each key at
 	// the next free slot of its bucket.
-	k := max(bits.Len(uint(len(b.records)))-1, 0)
-	shift := uint8(64 - k)
-	starts := make([]uint32, 1<<k+1)
-	for _, r := range b.records {
-		if h := r.GetSha256(); len(h) == 32 {
+	shift, starts := buckets(n)
+	for i := range n {
+		if h := hash(i); len(h) == 32 {
 			starts[binary.BigEndian.Uint64(h)>>shift+1]++
 		}
 	}
@@ -76,13 +95,13 @@ func (b *builder) build() (*Table, error) {
 	}
 	next := slices.Clone(starts[:len(starts)-1])
 	slots := make([]slot, starts[len(starts)-1])
-	// index[p] is the position in records of slots[p], for sorting and
-	// for naming the records of duplicate hashes.
+	// index[p] is the position of slots[p] among the keys, for sorting
+	// and for naming the records of duplicate hashes.
 	index := make([]int32, len(slots))
 
-	for i, r := range b.records {
-		e := b.entry(i, r)
-		h := r.GetSha256()
+	for i := range n {
+		e := entry(i)
+		h := hash(i)
 		if len(h) != 32 {
 			continue
 		}
@@ -97,20 +116,43 @@ func (b *builder) build() (*Table, error) {
 	for bucket := range len(starts) - 1 {
 		b.sortBucket(slots[starts[bucket]:starts[bucket+1]], index[starts[bucket]:starts[bucket+1]])
 	}
-	if b.size > math.MaxUint32 {
-		b.problem(TooLarge, len(b.records)-1, "", -1, "the table's strings take %d bytes, more than 4 GiB", b.size)
+	return layer{slots: slots, starts: starts, shift: shift}
+}
+
+// buckets returns the shift and the zeroed starts of a layer of n keys.
+func buckets(n int) (uint8, []uint32) {
+	k := max(bits.Len(uint(n))-1, 0)
+	return uint8(64 - k), make([]uint32, 1<<k+1)
+}
+
+// finish gives l its arena, or returns the problems found. last is the
+// position of the last record, which a TooLarge problem names; other is the
+// size of the strings of the layer l is to join.
+func (b *builder) finish(l *layer, last int, other uint64) error {
+	if size := b.size + other; size > math.MaxUint32 {
+		b.problem(TooLarge, last, "", -1, "the table's strings take %d bytes, more than 4 GiB", size)
 	}
 	if len(b.problems) > 0 {
-		slices.SortStableFunc(b.problems, func(x, y Problem) int { return cmp.Compare(x.Index, y.Index) })
-		return nil, &BuildError{Problems: b.problems}
+		return b.err()
 	}
+	l.arena = b.arenaString()
+	return nil
+}
 
-	var arena strings.Builder
-	arena.Grow(int(b.size))
-	for _, s := range b.order {
-		arena.WriteString(s)
+// arenaString returns the arena built. The arena lives as long as the
+// table, and with it the spare capacity of the builder's buffer, up to half
+// of it: if that is more than a little, it returns a copy without.
+func (b *builder) arenaString() string {
+	if spare := b.arena.Cap() - b.arena.Len(); spare > b.arena.Len()/16 {
+		return strings.Clone(b.arena.String())
 	}
-	return &Table{slots: slots, starts: starts, shift: shift, arena: arena.String()}, nil
+	return b.arena.String()
+}
+
+// err returns the problems found, in the order of the records.
+func (b *builder) err() error {
+	slices.SortStableFunc(b.problems, func(x, y Problem) int { return cmp.Compare(x.Index, y.Index) })
+	return &BuildError{Problems: b.problems}
 }
 
 // entry checks record r, at position i, and returns its entry.
@@ -127,10 +169,12 @@ func (b *builder) entry(i int, r *configv1.KeyRecord) entry {
 	switch first, dup := b.ids[id]; {
 	case id == "":
 		b.problem(MissingKeyID, i, "", -1, "key_id is empty")
-	case dup:
+	case dup && !(b.revisions && bytes.Equal(r.GetSha256(), b.records[first].GetSha256())):
 		b.problem(DuplicateKeyID, i, id, int(first), "key_id also used by keys[%d]", first)
 	default:
-		b.ids[id] = int32(i)
+		if !dup {
+			b.ids[id] = int32(i)
+		}
 		if b.text(i, id, "key_id", id) {
 			e.off[fKeyID], e.n[fKeyID] = b.add(id)
 		}
@@ -227,8 +271,9 @@ func scopeToken(s string) bool {
 // add appends s to the arena and returns where it is.
 func (b *builder) add(s string) (uint32, uint16) {
 	off := b.size
-	b.size += uint64(len(s))
-	b.order = append(b.order, s)
+	if b.size += uint64(len(s)); b.size <= math.MaxUint32 {
+		b.arena.WriteString(s)
+	}
 	return uint32(off), uint16(len(s)) // size is checked once all are added
 }
 
@@ -236,6 +281,9 @@ func (b *builder) add(s string) (uint32, uint16) {
 func (b *builder) intern(s string) (uint32, uint16) {
 	if s == "" {
 		return 0, 0
+	}
+	if b.strs == nil {
+		return b.add(s)
 	}
 	if off, ok := b.strs[s]; ok {
 		return off, uint16(len(s))
@@ -254,13 +302,38 @@ func (b *builder) internBytes(p []byte) (uint32, uint16) {
 	return b.intern(string(p))
 }
 
+// reuse returns e, an entry of a layer already built whose strings are in
+// from, with its strings added to the arena being built. e was checked when
+// it was built, so reuse checks nothing.
+func (b *builder) reuse(e *entry, from split) entry {
+	c := *e
+	c.off[fKeyID], c.n[fKeyID] = b.add(from.str(e, fKeyID))
+	for _, f := range [...]int{fAppID, fTenantID, fPlan, fScopes, fSuccessor} {
+		c.off[f], c.n[f] = b.intern(from.str(e, f))
+	}
+	return c
+}
+
+// split is an arena in two parts, a then b, read as if they were joined.
+// No string of an entry spans both.
+type split struct{ a, b string }
+
+func (s split) str(e *entry, f int) string {
+	off, n := int(e.off[f]), int(e.n[f])
+	if off+n <= len(s.a) {
+		return s.a[off : off+n]
+	}
+	return s.b[off-len(s.a) : off-len(s.a)+n]
+}
+
 // sortBucket sorts a bucket's slots by hash, and for equal hashes by record
 // position, then reports every hash held by more than one record.
 func (b *builder) sortBucket(slots []slot, index []int32) {
 	if len(slots) < 2 {
 		return
 	}
-	sort.Sort(bucket{slots, index})
+	b.sorter = bucket{slots, index}
+	sort.Sort(&b.sorter)
 	first := 0 // the first slot of a run of equal hashes
 	for j := 1; j < len(slots); j++ {
 		if slots[j].hash != slots[first].hash {

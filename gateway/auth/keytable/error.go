@@ -33,8 +33,8 @@ func (e malformedError) Error() string        { return ErrMalformed.Error() + ":
 func (e malformedError) Is(target error) bool { return target == ErrMalformed }
 func (e malformedError) Unwrap() error        { return e.err }
 
-// BuildError is the error Build returns: every problem found, in the order of
-// the records.
+// BuildError is the error Build and Apply return: every problem found, in
+// the order of the records or changes.
 type BuildError struct {
 	Problems []Problem
 }
@@ -72,7 +72,8 @@ const (
 	InvalidHash
 	// MissingKeyID is a record without a key id.
 	MissingKeyID
-	// DuplicateKeyID is a key id already used by an earlier record (Other).
+	// DuplicateKeyID is a key id already used by an earlier record
+	// (Other), or, given to Apply, by another key of the table's overlay.
 	DuplicateKeyID
 	// DuplicateHash is a sha256 already held by an earlier record (Other).
 	DuplicateHash
@@ -90,14 +91,17 @@ const (
 	TooLarge
 )
 
-// Problem is one thing wrong with the records given to Build.
+// Problem is one thing wrong with the records given to Build, or the
+// changes given to Apply.
 type Problem struct {
 	Kind ProblemKind
-	// Index is the record's position in the list, KeyID its key id.
+	// Index is the record's position in the list (for Apply, the change's
+	// in the changes), KeyID its key id.
 	Index int
 	KeyID string
 	// Other is the position of the earlier record that a DuplicateKeyID or
-	// DuplicateHash collides with; -1 for other kinds.
+	// DuplicateHash collides with; -1 for other kinds, and for a key id
+	// that Apply finds in the table's overlay.
 	Other int
 	// Reason says what is wrong. It names key ids, never hash bytes.
 	Reason string

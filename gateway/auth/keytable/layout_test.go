@@ -10,28 +10,33 @@ import (
 )
 
 // TestPointerFree keeps the table invisible to the garbage collector: a
-// slot holds no pointer, and the Table only points at blocks of pointer-free
-// values (slices of them, or string bytes).
+// slot holds no pointer, and the Table, and the layers in it, only point at
+// blocks of pointer-free values (slices of them, or string bytes).
 func TestPointerFree(t *testing.T) {
 	t.Parallel()
 	if gclayout.HasPointers(reflect.TypeFor[slot]()) {
 		t.Errorf("slot holds pointers; every key would cost the collector work")
 	}
-	tt := reflect.TypeFor[Table]()
-	for i := range tt.NumField() {
-		f := tt.Field(i)
-		switch f.Type.Kind() {
-		case reflect.String:
-		case reflect.Slice:
-			if gclayout.HasPointers(f.Type.Elem()) {
-				t.Errorf("Table.%s is a %v whose elements hold pointers", f.Name, f.Type)
-			}
-		default:
-			if gclayout.HasPointers(f.Type) {
-				t.Errorf("Table.%s is a %v, which holds pointers", f.Name, f.Type)
+	var check func(name string, typ reflect.Type)
+	check = func(name string, typ reflect.Type) {
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			switch f.Type.Kind() {
+			case reflect.String:
+			case reflect.Slice:
+				if gclayout.HasPointers(f.Type.Elem()) {
+					t.Errorf("%s.%s is a %v whose elements hold pointers", name, f.Name, f.Type)
+				}
+			case reflect.Struct:
+				check(name+"."+f.Name, f.Type)
+			default:
+				if gclayout.HasPointers(f.Type) {
+					t.Errorf("%s.%s is a %v, which holds pointers", name, f.Name, f.Type)
+				}
 			}
 		}
 	}
+	check("Table", reflect.TypeFor[Table]())
 	// hasPointers itself must be able to say yes.
 	for _, typ := range []reflect.Type{reflect.TypeFor[string](), reflect.TypeFor[Record](), reflect.TypeFor[[2]*int](), reflect.TypeFor[[]byte]()} {
 		if !gclayout.HasPointers(typ) {
@@ -66,7 +71,7 @@ func TestArenaShared(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tbl.arena) != want {
-		t.Errorf("arena holds %d bytes, want %d", len(tbl.arena), want)
+	if len(tbl.base.arena) != want {
+		t.Errorf("arena holds %d bytes, want %d", len(tbl.base.arena), want)
 	}
 }
