@@ -28,6 +28,9 @@ type Options struct {
 	// NodeToken, if set, is the credential nodes must present on their
 	// streams (kept here as its hash only).
 	NodeToken string
+	// PublisherToken, if set, is the credential producers (the key
+	// service) must present to put changes on the fast lane.
+	PublisherToken string
 }
 
 // Plane is a running control plane.
@@ -59,7 +62,12 @@ func New(ctx context.Context, opts Options) (*Plane, error) {
 	if opts.NodeToken != "" {
 		nodeTokenHash = store.SHA256([]byte(opts.NodeToken))
 	}
-	dist := distribution.New(opts.Store, distribution.Options{Logger: log, Rollout: opts.Rollout, NodeTokenHash: nodeTokenHash})
+	var publisherTokenHash string
+	if opts.PublisherToken != "" {
+		publisherTokenHash = store.SHA256([]byte(opts.PublisherToken))
+	}
+	dist := distribution.New(opts.Store, distribution.Options{Logger: log, Rollout: opts.Rollout,
+		NodeTokenHash: nodeTokenHash, PublisherTokenHash: publisherTokenHash})
 	p := &Plane{Distribution: dist}
 	p.Admin = admin.New(opts.Store, admin.Options{Logger: log, Fleet: dist, OnCommit: func(v int64) {
 		// The version is stored; a failure to publish it leaves the fleet
@@ -74,6 +82,7 @@ func New(ctx context.Context, opts Options) (*Plane, error) {
 	mux := http.NewServeMux()
 	mux.Handle(p.Admin.Handler())
 	mux.Handle(dist.Handler())
+	mux.Handle(dist.Publisher().Handler())
 	p.Handler = mux
 	return p, nil
 }

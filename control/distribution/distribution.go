@@ -15,13 +15,11 @@ package distribution
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -47,6 +45,10 @@ type Options struct {
 	// hashes and topology, and a node's NACKs and counters steer
 	// rollouts. Empty lets any caller in (tests, a loopback-only dev).
 	NodeTokenHash string
+	// PublisherTokenHash, if set, is the hex SHA-256 of the token
+	// producers (the key service) must send to FastLaneService. Empty lets
+	// any caller publish (tests, a loopback-only dev).
+	PublisherTokenHash string
 }
 
 // Server is the control plane's side of the distribution streams. It is
@@ -69,6 +71,8 @@ type Server struct {
 	// that finished, versions sent at once): going back to one of them is
 	// not staged.
 	ranEverywhere map[string]bool
+
+	lane fastLane
 }
 
 // target is the version the fleet should run.
@@ -289,11 +293,8 @@ func (s *Server) notifyLocked() {
 
 // Stream serves one node's stream.
 func (s *Server) Stream(ctx context.Context, stream *connect.BidiStream[distributionv1.StreamRequest, distributionv1.StreamResponse]) error {
-	if want := s.opts.NodeTokenHash; want != "" {
-		token, _ := strings.CutPrefix(stream.RequestHeader().Get("Authorization"), "Bearer ")
-		if token == "" || subtle.ConstantTimeCompare([]byte(store.SHA256([]byte(token))), []byte(want)) != 1 {
-			return connect.NewError(connect.CodeUnauthenticated, errors.New("a node token is required"))
-		}
+	if err := s.authorizeNode(stream.RequestHeader()); err != nil {
+		return err
 	}
 	first, err := stream.Receive()
 	if err != nil {

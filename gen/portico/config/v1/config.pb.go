@@ -3243,6 +3243,316 @@ func (x *UpstreamTLS) GetClientKeyFile() string {
 	return ""
 }
 
+// FastLaneEntry is one change the fast lane carries to every node: an API
+// key, a token deny entry or an issuer's signing keys. An entry replaces
+// the node's entry of the same identity (the key's key_id, the deny
+// entry's match and issued_before, the issuer's name) when its rev is
+// higher, so the stream and the signed snapshot can deliver the same
+// change in any order and the newest always wins.
+type FastLaneEntry struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Rev is the producer's change number (the key service's sequence);
+	// higher is newer.
+	Rev uint64 `protobuf:"varint,1,opt,name=rev,proto3" json:"rev,omitempty"`
+	// Types that are valid to be assigned to Entry:
+	//
+	//	*FastLaneEntry_Key
+	//	*FastLaneEntry_Deny
+	//	*FastLaneEntry_IssuerKeys
+	Entry         isFastLaneEntry_Entry `protobuf_oneof:"entry"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FastLaneEntry) Reset() {
+	*x = FastLaneEntry{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FastLaneEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FastLaneEntry) ProtoMessage() {}
+
+func (x *FastLaneEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FastLaneEntry.ProtoReflect.Descriptor instead.
+func (*FastLaneEntry) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *FastLaneEntry) GetRev() uint64 {
+	if x != nil {
+		return x.Rev
+	}
+	return 0
+}
+
+func (x *FastLaneEntry) GetEntry() isFastLaneEntry_Entry {
+	if x != nil {
+		return x.Entry
+	}
+	return nil
+}
+
+func (x *FastLaneEntry) GetKey() *KeyRecord {
+	if x != nil {
+		if x, ok := x.Entry.(*FastLaneEntry_Key); ok {
+			return x.Key
+		}
+	}
+	return nil
+}
+
+func (x *FastLaneEntry) GetDeny() *DenyEntry {
+	if x != nil {
+		if x, ok := x.Entry.(*FastLaneEntry_Deny); ok {
+			return x.Deny
+		}
+	}
+	return nil
+}
+
+func (x *FastLaneEntry) GetIssuerKeys() *IssuerKeys {
+	if x != nil {
+		if x, ok := x.Entry.(*FastLaneEntry_IssuerKeys); ok {
+			return x.IssuerKeys
+		}
+	}
+	return nil
+}
+
+type isFastLaneEntry_Entry interface {
+	isFastLaneEntry_Entry()
+}
+
+type FastLaneEntry_Key struct {
+	Key *KeyRecord `protobuf:"bytes,2,opt,name=key,proto3,oneof"`
+}
+
+type FastLaneEntry_Deny struct {
+	Deny *DenyEntry `protobuf:"bytes,3,opt,name=deny,proto3,oneof"`
+}
+
+type FastLaneEntry_IssuerKeys struct {
+	IssuerKeys *IssuerKeys `protobuf:"bytes,4,opt,name=issuer_keys,json=issuerKeys,proto3,oneof"`
+}
+
+func (*FastLaneEntry_Key) isFastLaneEntry_Entry() {}
+
+func (*FastLaneEntry_Deny) isFastLaneEntry_Entry() {}
+
+func (*FastLaneEntry_IssuerKeys) isFastLaneEntry_Entry() {}
+
+// IssuerKeys are the signing keys an issuer published (new keys appear
+// before they sign anything). A node verifies the issuer's tokens with
+// them as well as with the issuer's jwks_json.
+type IssuerKeys struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Issuer names an Issuer of the snapshot; keys of an issuer the node
+	// does not have are kept until it does.
+	Issuer string `protobuf:"bytes,1,opt,name=issuer,proto3" json:"issuer,omitempty"`
+	// JwksJson is a JSON Web Key Set (RFC 7517).
+	JwksJson      string `protobuf:"bytes,2,opt,name=jwks_json,json=jwksJson,proto3" json:"jwks_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssuerKeys) Reset() {
+	*x = IssuerKeys{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssuerKeys) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssuerKeys) ProtoMessage() {}
+
+func (x *IssuerKeys) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssuerKeys.ProtoReflect.Descriptor instead.
+func (*IssuerKeys) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *IssuerKeys) GetIssuer() string {
+	if x != nil {
+		return x.Issuer
+	}
+	return ""
+}
+
+func (x *IssuerKeys) GetJwksJson() string {
+	if x != nil {
+		return x.JwksJson
+	}
+	return ""
+}
+
+// KeySnapshot is the key service's whole fast-lane state at one sequence
+// number: every key, every live deny entry, every issuer's keys. Nodes
+// poll it, signed, as the fallback when the fast lane's stream is down.
+type KeySnapshot struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Seq is the key service's change sequence the snapshot is at; a node
+	// refuses a snapshot older than one it applied.
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Generated     *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=generated,proto3" json:"generated,omitempty"`
+	Entries       []*FastLaneEntry       `protobuf:"bytes,3,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeySnapshot) Reset() {
+	*x = KeySnapshot{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeySnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeySnapshot) ProtoMessage() {}
+
+func (x *KeySnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeySnapshot.ProtoReflect.Descriptor instead.
+func (*KeySnapshot) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *KeySnapshot) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *KeySnapshot) GetGenerated() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Generated
+	}
+	return nil
+}
+
+func (x *KeySnapshot) GetEntries() []*FastLaneEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+// SignedKeySnapshot is a marshalled KeySnapshot with its signature.
+type SignedKeySnapshot struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Payload is a portico.config.v1.KeySnapshot in protobuf binary form.
+	Payload []byte `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
+	// Algorithm is "Ed25519": the signature is over payload as is.
+	Algorithm string `protobuf:"bytes,2,opt,name=algorithm,proto3" json:"algorithm,omitempty"`
+	// KeyId names the signing key, so keys can be rotated: a node holds
+	// every public key it trusts by id.
+	KeyId         string `protobuf:"bytes,3,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	Signature     []byte `protobuf:"bytes,4,opt,name=signature,proto3" json:"signature,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignedKeySnapshot) Reset() {
+	*x = SignedKeySnapshot{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignedKeySnapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignedKeySnapshot) ProtoMessage() {}
+
+func (x *SignedKeySnapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignedKeySnapshot.ProtoReflect.Descriptor instead.
+func (*SignedKeySnapshot) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *SignedKeySnapshot) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *SignedKeySnapshot) GetAlgorithm() string {
+	if x != nil {
+		return x.Algorithm
+	}
+	return ""
+}
+
+func (x *SignedKeySnapshot) GetKeyId() string {
+	if x != nil {
+		return x.KeyId
+	}
+	return ""
+}
+
+func (x *SignedKeySnapshot) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
 var File_portico_config_v1_config_proto protoreflect.FileDescriptor
 
 const file_portico_config_v1_config_proto_rawDesc = "" +
@@ -3504,7 +3814,28 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	"\x10client_cert_file\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\x0eclientCertFile\x120\n" +
 	"\x0fclient_key_file\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\rclientKeyFile:\xfc\x01\xbaH\xf8\x01\x1ah\n" +
 	"\x16upstream_tls.ca_one_of\x12%set at most one of ca_pem and ca_file\x1a'this.ca_pem == '' || this.ca_file == ''\x1a\x8b\x01\n" +
-	"\x18upstream_tls.client_pair\x120client_cert_file and client_key_file go together\x1a=(this.client_cert_file == '') == (this.client_key_file == '')*\x85\x01\n" +
+	"\x18upstream_tls.client_pair\x120client_cert_file and client_key_file go together\x1a=(this.client_cert_file == '') == (this.client_key_file == '')\"\xe2\x01\n" +
+	"\rFastLaneEntry\x12\x19\n" +
+	"\x03rev\x18\x01 \x01(\x04B\a\xbaH\x042\x02 \x00R\x03rev\x120\n" +
+	"\x03key\x18\x02 \x01(\v2\x1c.portico.config.v1.KeyRecordH\x00R\x03key\x122\n" +
+	"\x04deny\x18\x03 \x01(\v2\x1c.portico.config.v1.DenyEntryH\x00R\x04deny\x12@\n" +
+	"\vissuer_keys\x18\x04 \x01(\v2\x1d.portico.config.v1.IssuerKeysH\x00R\n" +
+	"issuerKeysB\x0e\n" +
+	"\x05entry\x12\x05\xbaH\x02\b\x01\"s\n" +
+	"\n" +
+	"IssuerKeys\x12;\n" +
+	"\x06issuer\x18\x01 \x01(\tB#\xbaH r\x1e2\x1c^[a-z0-9][a-z0-9._-]{0,127}$R\x06issuer\x12(\n" +
+	"\tjwks_json\x18\x02 \x01(\tB\v\xbaH\br\x06\x10\x01\x18\x80\x80@R\bjwksJson\"\xa2\x01\n" +
+	"\vKeySnapshot\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x128\n" +
+	"\tgenerated\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\tgenerated\x12G\n" +
+	"\aentries\x18\x03 \x03(\v2 .portico.config.v1.FastLaneEntryB\v\xbaH\b\x92\x01\x05\x10\x80\xda\xc4\tR\aentries\"\xac\x01\n" +
+	"\x11SignedKeySnapshot\x12!\n" +
+	"\apayload\x18\x01 \x01(\fB\a\xbaH\x04z\x02\x10\x01R\apayload\x12,\n" +
+	"\talgorithm\x18\x02 \x01(\tB\x0e\xbaH\vr\t\n" +
+	"\aEd25519R\talgorithm\x12\x1f\n" +
+	"\x06key_id\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x05keyId\x12%\n" +
+	"\tsignature\x18\x04 \x01(\fB\a\xbaH\x04z\x02h@R\tsignature*\x85\x01\n" +
 	"\x0eRateLimitScope\x12 \n" +
 	"\x1cRATE_LIMIT_SCOPE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17RATE_LIMIT_SCOPE_CALLER\x10\x01\x12\x18\n" +
@@ -3551,7 +3882,7 @@ func file_portico_config_v1_config_proto_rawDescGZIP() []byte {
 }
 
 var file_portico_config_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_portico_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_portico_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_portico_config_v1_config_proto_goTypes = []any{
 	(RateLimitScope)(0),           // 0: portico.config.v1.RateLimitScope
 	(RateLimitOnError)(0),         // 1: portico.config.v1.RateLimitOnError
@@ -3591,8 +3922,12 @@ var file_portico_config_v1_config_proto_goTypes = []any{
 	(*OutlierDetection)(nil),      // 35: portico.config.v1.OutlierDetection
 	(*ConnectionPool)(nil),        // 36: portico.config.v1.ConnectionPool
 	(*UpstreamTLS)(nil),           // 37: portico.config.v1.UpstreamTLS
-	(*durationpb.Duration)(nil),   // 38: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 39: google.protobuf.Timestamp
+	(*FastLaneEntry)(nil),         // 38: portico.config.v1.FastLaneEntry
+	(*IssuerKeys)(nil),            // 39: portico.config.v1.IssuerKeys
+	(*KeySnapshot)(nil),           // 40: portico.config.v1.KeySnapshot
+	(*SignedKeySnapshot)(nil),     // 41: portico.config.v1.SignedKeySnapshot
+	(*durationpb.Duration)(nil),   // 42: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 43: google.protobuf.Timestamp
 }
 var file_portico_config_v1_config_proto_depIdxs = []int32{
 	20, // 0: portico.config.v1.Snapshot.routes:type_name -> portico.config.v1.Route
@@ -3607,7 +3942,7 @@ var file_portico_config_v1_config_proto_depIdxs = []int32{
 	7,  // 9: portico.config.v1.Snapshot.services:type_name -> portico.config.v1.Service
 	8,  // 10: portico.config.v1.Service.descriptors:type_name -> portico.config.v1.Descriptors
 	27, // 11: portico.config.v1.Service.auth:type_name -> portico.config.v1.RouteAuth
-	38, // 12: portico.config.v1.Service.timeout:type_name -> google.protobuf.Duration
+	42, // 12: portico.config.v1.Service.timeout:type_name -> google.protobuf.Duration
 	4,  // 13: portico.config.v1.Service.priority:type_name -> portico.config.v1.Priority
 	13, // 14: portico.config.v1.Service.rate_limits:type_name -> portico.config.v1.RateLimit
 	9,  // 15: portico.config.v1.Descriptors.sources:type_name -> portico.config.v1.ProtoSources
@@ -3615,21 +3950,21 @@ var file_portico_config_v1_config_proto_depIdxs = []int32{
 	13, // 17: portico.config.v1.Plan.rate_limits:type_name -> portico.config.v1.RateLimit
 	0,  // 18: portico.config.v1.RateLimit.scope:type_name -> portico.config.v1.RateLimitScope
 	1,  // 19: portico.config.v1.RateLimit.on_error:type_name -> portico.config.v1.RateLimitOnError
-	38, // 20: portico.config.v1.RateLimit.stale_after:type_name -> google.protobuf.Duration
+	42, // 20: portico.config.v1.RateLimit.stale_after:type_name -> google.protobuf.Duration
 	15, // 21: portico.config.v1.RateLimiting.anonymous:type_name -> portico.config.v1.AnonymousLimit
-	38, // 22: portico.config.v1.RateLimiting.sync_interval:type_name -> google.protobuf.Duration
-	38, // 23: portico.config.v1.RateLimiting.redis_timeout:type_name -> google.protobuf.Duration
+	42, // 22: portico.config.v1.RateLimiting.sync_interval:type_name -> google.protobuf.Duration
+	42, // 23: portico.config.v1.RateLimiting.redis_timeout:type_name -> google.protobuf.Duration
 	4,  // 24: portico.config.v1.KeyRecord.priority:type_name -> portico.config.v1.Priority
 	2,  // 25: portico.config.v1.KeyRecord.status:type_name -> portico.config.v1.KeyStatus
-	39, // 26: portico.config.v1.KeyRecord.not_after:type_name -> google.protobuf.Timestamp
-	39, // 27: portico.config.v1.DenyEntry.issued_before:type_name -> google.protobuf.Timestamp
-	39, // 28: portico.config.v1.DenyEntry.expires:type_name -> google.protobuf.Timestamp
+	43, // 26: portico.config.v1.KeyRecord.not_after:type_name -> google.protobuf.Timestamp
+	43, // 27: portico.config.v1.DenyEntry.issued_before:type_name -> google.protobuf.Timestamp
+	43, // 28: portico.config.v1.DenyEntry.expires:type_name -> google.protobuf.Timestamp
 	3,  // 29: portico.config.v1.Issuer.algorithms:type_name -> portico.config.v1.JWTAlgorithm
-	38, // 30: portico.config.v1.Issuer.jwks_refresh:type_name -> google.protobuf.Duration
-	38, // 31: portico.config.v1.Issuer.leeway:type_name -> google.protobuf.Duration
-	38, // 32: portico.config.v1.Issuer.jwks_min_refresh:type_name -> google.protobuf.Duration
+	42, // 30: portico.config.v1.Issuer.jwks_refresh:type_name -> google.protobuf.Duration
+	42, // 31: portico.config.v1.Issuer.leeway:type_name -> google.protobuf.Duration
+	42, // 32: portico.config.v1.Issuer.jwks_min_refresh:type_name -> google.protobuf.Duration
 	29, // 33: portico.config.v1.Route.headers:type_name -> portico.config.v1.HeaderMatch
-	38, // 34: portico.config.v1.Route.timeout:type_name -> google.protobuf.Duration
+	42, // 34: portico.config.v1.Route.timeout:type_name -> google.protobuf.Duration
 	4,  // 35: portico.config.v1.Route.priority:type_name -> portico.config.v1.Priority
 	27, // 36: portico.config.v1.Route.auth:type_name -> portico.config.v1.RouteAuth
 	13, // 37: portico.config.v1.Route.rate_limits:type_name -> portico.config.v1.RateLimit
@@ -3648,18 +3983,23 @@ var file_portico_config_v1_config_proto_depIdxs = []int32{
 	35, // 50: portico.config.v1.Cluster.outlier_detection:type_name -> portico.config.v1.OutlierDetection
 	36, // 51: portico.config.v1.Cluster.pool:type_name -> portico.config.v1.ConnectionPool
 	37, // 52: portico.config.v1.Cluster.tls:type_name -> portico.config.v1.UpstreamTLS
-	38, // 53: portico.config.v1.Cluster.connect_timeout:type_name -> google.protobuf.Duration
-	38, // 54: portico.config.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	38, // 55: portico.config.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	42, // 53: portico.config.v1.Cluster.connect_timeout:type_name -> google.protobuf.Duration
+	42, // 54: portico.config.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	42, // 55: portico.config.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
 	33, // 56: portico.config.v1.HealthCheck.http:type_name -> portico.config.v1.HTTPProbe
 	34, // 57: portico.config.v1.HealthCheck.grpc:type_name -> portico.config.v1.GRPCProbe
-	38, // 58: portico.config.v1.OutlierDetection.base_ejection_time:type_name -> google.protobuf.Duration
-	38, // 59: portico.config.v1.ConnectionPool.idle_timeout:type_name -> google.protobuf.Duration
-	60, // [60:60] is the sub-list for method output_type
-	60, // [60:60] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	42, // 58: portico.config.v1.OutlierDetection.base_ejection_time:type_name -> google.protobuf.Duration
+	42, // 59: portico.config.v1.ConnectionPool.idle_timeout:type_name -> google.protobuf.Duration
+	17, // 60: portico.config.v1.FastLaneEntry.key:type_name -> portico.config.v1.KeyRecord
+	18, // 61: portico.config.v1.FastLaneEntry.deny:type_name -> portico.config.v1.DenyEntry
+	39, // 62: portico.config.v1.FastLaneEntry.issuer_keys:type_name -> portico.config.v1.IssuerKeys
+	43, // 63: portico.config.v1.KeySnapshot.generated:type_name -> google.protobuf.Timestamp
+	38, // 64: portico.config.v1.KeySnapshot.entries:type_name -> portico.config.v1.FastLaneEntry
+	65, // [65:65] is the sub-list for method output_type
+	65, // [65:65] is the sub-list for method input_type
+	65, // [65:65] is the sub-list for extension type_name
+	65, // [65:65] is the sub-list for extension extendee
+	0,  // [0:65] is the sub-list for field type_name
 }
 
 func init() { file_portico_config_v1_config_proto_init() }
@@ -3690,13 +4030,18 @@ func file_portico_config_v1_config_proto_init() {
 		(*HealthCheck_Http)(nil),
 		(*HealthCheck_Grpc)(nil),
 	}
+	file_portico_config_v1_config_proto_msgTypes[32].OneofWrappers = []any{
+		(*FastLaneEntry_Key)(nil),
+		(*FastLaneEntry_Deny)(nil),
+		(*FastLaneEntry_IssuerKeys)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_portico_config_v1_config_proto_rawDesc), len(file_portico_config_v1_config_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   32,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -8,8 +8,10 @@ package distributionv1
 
 import (
 	_ "buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go/buf/validate"
+	v1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -21,6 +23,760 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+type PublishRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Source names the producer ("keys").
+	Source string `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	// FromSeq is the producer's sequence the batch follows: the batch holds
+	// its changes after from_seq up to and including to_seq.
+	FromSeq       uint64              `protobuf:"varint,2,opt,name=from_seq,json=fromSeq,proto3" json:"from_seq,omitempty"`
+	ToSeq         uint64              `protobuf:"varint,3,opt,name=to_seq,json=toSeq,proto3" json:"to_seq,omitempty"`
+	Entries       []*v1.FastLaneEntry `protobuf:"bytes,4,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PublishRequest) Reset() {
+	*x = PublishRequest{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PublishRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PublishRequest) ProtoMessage() {}
+
+func (x *PublishRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PublishRequest.ProtoReflect.Descriptor instead.
+func (*PublishRequest) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *PublishRequest) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+func (x *PublishRequest) GetFromSeq() uint64 {
+	if x != nil {
+		return x.FromSeq
+	}
+	return 0
+}
+
+func (x *PublishRequest) GetToSeq() uint64 {
+	if x != nil {
+		return x.ToSeq
+	}
+	return 0
+}
+
+func (x *PublishRequest) GetEntries() []*v1.FastLaneEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+type PublishResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Version is the fast-lane version from which every node that holds it
+	// has the batch.
+	Version uint64 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// Seq is how far the control plane now has the producer's changes.
+	Seq           uint64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PublishResponse) Reset() {
+	*x = PublishResponse{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PublishResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PublishResponse) ProtoMessage() {}
+
+func (x *PublishResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PublishResponse.ProtoReflect.Descriptor instead.
+func (*PublishResponse) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PublishResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *PublishResponse) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+type SourceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Source        string                 `protobuf:"bytes,1,opt,name=source,proto3" json:"source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SourceRequest) Reset() {
+	*x = SourceRequest{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SourceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SourceRequest) ProtoMessage() {}
+
+func (x *SourceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SourceRequest.ProtoReflect.Descriptor instead.
+func (*SourceRequest) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SourceRequest) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
+}
+
+type SourceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Version is the fast lane's current version.
+	Version       uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SourceResponse) Reset() {
+	*x = SourceResponse{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SourceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SourceResponse) ProtoMessage() {}
+
+func (x *SourceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SourceResponse.ProtoReflect.Descriptor instead.
+func (*SourceResponse) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SourceResponse) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *SourceResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type WaitRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// Timeout; unset means 10 s.
+	Timeout       *durationpb.Duration `protobuf:"bytes,2,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitRequest) Reset() {
+	*x = WaitRequest{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitRequest) ProtoMessage() {}
+
+func (x *WaitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitRequest.ProtoReflect.Descriptor instead.
+func (*WaitRequest) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *WaitRequest) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *WaitRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+type WaitResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Complete is true when every connected node has the version.
+	Complete bool `protobuf:"varint,1,opt,name=complete,proto3" json:"complete,omitempty"`
+	// Nodes is how many nodes were connected.
+	Nodes int32 `protobuf:"varint,2,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	// Behind are the connected nodes that do not have the version yet.
+	Behind        []*NodeFastLane `protobuf:"bytes,3,rep,name=behind,proto3" json:"behind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitResponse) Reset() {
+	*x = WaitResponse{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitResponse) ProtoMessage() {}
+
+func (x *WaitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitResponse.ProtoReflect.Descriptor instead.
+func (*WaitResponse) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *WaitResponse) GetComplete() bool {
+	if x != nil {
+		return x.Complete
+	}
+	return false
+}
+
+func (x *WaitResponse) GetNodes() int32 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *WaitResponse) GetBehind() []*NodeFastLane {
+	if x != nil {
+		return x.Behind
+	}
+	return nil
+}
+
+// NodeFastLane is one node's fast-lane position.
+type NodeFastLane struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Version is the last version the node acknowledged.
+	Version uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// Error is the node's last refusal, if any.
+	Error         string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeFastLane) Reset() {
+	*x = NodeFastLane{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeFastLane) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeFastLane) ProtoMessage() {}
+
+func (x *NodeFastLane) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeFastLane.ProtoReflect.Descriptor instead.
+func (*NodeFastLane) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *NodeFastLane) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *NodeFastLane) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *NodeFastLane) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+// FastLaneRequest is a node's message on the fast lane: a hello, then one
+// ack per update.
+type FastLaneRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Message:
+	//
+	//	*FastLaneRequest_Hello
+	//	*FastLaneRequest_Ack
+	Message       isFastLaneRequest_Message `protobuf_oneof:"message"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FastLaneRequest) Reset() {
+	*x = FastLaneRequest{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FastLaneRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FastLaneRequest) ProtoMessage() {}
+
+func (x *FastLaneRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FastLaneRequest.ProtoReflect.Descriptor instead.
+func (*FastLaneRequest) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *FastLaneRequest) GetMessage() isFastLaneRequest_Message {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+func (x *FastLaneRequest) GetHello() *FastLaneHello {
+	if x != nil {
+		if x, ok := x.Message.(*FastLaneRequest_Hello); ok {
+			return x.Hello
+		}
+	}
+	return nil
+}
+
+func (x *FastLaneRequest) GetAck() *FastLaneAck {
+	if x != nil {
+		if x, ok := x.Message.(*FastLaneRequest_Ack); ok {
+			return x.Ack
+		}
+	}
+	return nil
+}
+
+type isFastLaneRequest_Message interface {
+	isFastLaneRequest_Message()
+}
+
+type FastLaneRequest_Hello struct {
+	Hello *FastLaneHello `protobuf:"bytes,1,opt,name=hello,proto3,oneof"`
+}
+
+type FastLaneRequest_Ack struct {
+	Ack *FastLaneAck `protobuf:"bytes,2,opt,name=ack,proto3,oneof"`
+}
+
+func (*FastLaneRequest_Hello) isFastLaneRequest_Message() {}
+
+func (*FastLaneRequest_Ack) isFastLaneRequest_Message() {}
+
+type FastLaneHello struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Epoch and Version are what the node holds; empty and 0 if nothing.
+	Epoch         string `protobuf:"bytes,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Version       uint64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FastLaneHello) Reset() {
+	*x = FastLaneHello{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FastLaneHello) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FastLaneHello) ProtoMessage() {}
+
+func (x *FastLaneHello) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FastLaneHello.ProtoReflect.Descriptor instead.
+func (*FastLaneHello) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *FastLaneHello) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *FastLaneHello) GetEpoch() string {
+	if x != nil {
+		return x.Epoch
+	}
+	return ""
+}
+
+func (x *FastLaneHello) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+type FastLaneAck struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	// Error is empty when the node applied the whole update; otherwise the
+	// entries it refused and why (it applied the others; sending the refused
+	// ones again would not mend them). A version acknowledged with an error
+	// does not count as the node's for Wait.
+	Error         string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FastLaneAck) Reset() {
+	*x = FastLaneAck{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FastLaneAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FastLaneAck) ProtoMessage() {}
+
+func (x *FastLaneAck) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FastLaneAck.ProtoReflect.Descriptor instead.
+func (*FastLaneAck) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *FastLaneAck) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *FastLaneAck) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type FastLaneResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Message:
+	//
+	//	*FastLaneResponse_Update
+	Message       isFastLaneResponse_Message `protobuf_oneof:"message"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FastLaneResponse) Reset() {
+	*x = FastLaneResponse{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FastLaneResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FastLaneResponse) ProtoMessage() {}
+
+func (x *FastLaneResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FastLaneResponse.ProtoReflect.Descriptor instead.
+func (*FastLaneResponse) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *FastLaneResponse) GetMessage() isFastLaneResponse_Message {
+	if x != nil {
+		return x.Message
+	}
+	return nil
+}
+
+func (x *FastLaneResponse) GetUpdate() *FastLaneUpdate {
+	if x != nil {
+		if x, ok := x.Message.(*FastLaneResponse_Update); ok {
+			return x.Update
+		}
+	}
+	return nil
+}
+
+type isFastLaneResponse_Message interface {
+	isFastLaneResponse_Message()
+}
+
+type FastLaneResponse_Update struct {
+	Update *FastLaneUpdate `protobuf:"bytes,1,opt,name=update,proto3,oneof"`
+}
+
+func (*FastLaneResponse_Update) isFastLaneResponse_Message() {}
+
+// FastLaneUpdate brings a node to a version.
+type FastLaneUpdate struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Epoch names the control plane's fast-lane history; versions of
+	// different epochs do not compare.
+	Epoch   string `protobuf:"bytes,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Version uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// Full: entries are the whole state (the node had nothing, or a version
+	// of another epoch, or one ahead of the control plane's). Otherwise they
+	// are the entries changed since the version the node had.
+	Full    bool                `protobuf:"varint,3,opt,name=full,proto3" json:"full,omitempty"`
+	Entries []*v1.FastLaneEntry `protobuf:"bytes,4,rep,name=entries,proto3" json:"entries,omitempty"`
+	// More: further updates of the same version follow (a large state is
+	// sent in parts); the node applies and acknowledges the version once
+	// the last part arrives.
+	More          bool `protobuf:"varint,5,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FastLaneUpdate) Reset() {
+	*x = FastLaneUpdate{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FastLaneUpdate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FastLaneUpdate) ProtoMessage() {}
+
+func (x *FastLaneUpdate) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FastLaneUpdate.ProtoReflect.Descriptor instead.
+func (*FastLaneUpdate) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *FastLaneUpdate) GetEpoch() string {
+	if x != nil {
+		return x.Epoch
+	}
+	return ""
+}
+
+func (x *FastLaneUpdate) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *FastLaneUpdate) GetFull() bool {
+	if x != nil {
+		return x.Full
+	}
+	return false
+}
+
+func (x *FastLaneUpdate) GetEntries() []*v1.FastLaneEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *FastLaneUpdate) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
 
 // StreamRequest is a node's message: first a Hello, then an Ack per
 // snapshot received, and a Report every few seconds.
@@ -38,7 +794,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[0]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -50,7 +806,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[0]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -63,7 +819,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{0}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StreamRequest) GetMessage() isStreamRequest_Message {
@@ -134,7 +890,7 @@ type Report struct {
 
 func (x *Report) Reset() {
 	*x = Report{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[1]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -146,7 +902,7 @@ func (x *Report) String() string {
 func (*Report) ProtoMessage() {}
 
 func (x *Report) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[1]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -159,7 +915,7 @@ func (x *Report) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Report.ProtoReflect.Descriptor instead.
 func (*Report) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{1}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Report) GetRoutes() []*RouteCounts {
@@ -186,7 +942,7 @@ type RouteCounts struct {
 
 func (x *RouteCounts) Reset() {
 	*x = RouteCounts{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[2]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -198,7 +954,7 @@ func (x *RouteCounts) String() string {
 func (*RouteCounts) ProtoMessage() {}
 
 func (x *RouteCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[2]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -211,7 +967,7 @@ func (x *RouteCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteCounts.ProtoReflect.Descriptor instead.
 func (*RouteCounts) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{2}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RouteCounts) GetRouteId() string {
@@ -259,7 +1015,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[3]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -271,7 +1027,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[3]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -284,7 +1040,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{3}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Hello) GetNodeId() string {
@@ -335,7 +1091,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[4]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -347,7 +1103,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[4]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -360,7 +1116,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{4}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Ack) GetSha256() string {
@@ -390,7 +1146,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[5]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -402,7 +1158,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[5]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -415,7 +1171,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{5}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StreamResponse) GetMessage() isStreamResponse_Message {
@@ -461,7 +1217,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[6]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -473,7 +1229,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[6]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -486,7 +1242,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{6}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Snapshot) GetVersion() int64 {
@@ -514,7 +1270,54 @@ var File_portico_distribution_v1_distribution_proto protoreflect.FileDescriptor
 
 const file_portico_distribution_v1_distribution_proto_rawDesc = "" +
 	"\n" +
-	"*portico/distribution/v1/distribution.proto\x12\x17portico.distribution.v1\x1a\x1bbuf/validate/validate.proto\"\xc6\x01\n" +
+	"*portico/distribution/v1/distribution.proto\x12\x17portico.distribution.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1eportico/config/v1/config.proto\"\x9e\x02\n" +
+	"\x0ePublishRequest\x125\n" +
+	"\x06source\x18\x01 \x01(\tB\x1d\xbaH\x1ar\x182\x16^[a-z][a-z0-9-]{0,31}$R\x06source\x12\x19\n" +
+	"\bfrom_seq\x18\x02 \x01(\x04R\afromSeq\x12\x15\n" +
+	"\x06to_seq\x18\x03 \x01(\x04R\x05toSeq\x12F\n" +
+	"\aentries\x18\x04 \x03(\v2 .portico.config.v1.FastLaneEntryB\n" +
+	"\xbaH\a\x92\x01\x04\x10\xa0\x8d\x06R\aentries:[\xbaHX\x1aV\n" +
+	"\x11publish.seq_order\x12$to_seq must be greater than from_seq\x1a\x1bthis.to_seq > this.from_seq\"=\n" +
+	"\x0fPublishResponse\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"F\n" +
+	"\rSourceRequest\x125\n" +
+	"\x06source\x18\x01 \x01(\tB\x1d\xbaH\x1ar\x182\x16^[a-z][a-z0-9-]{0,31}$R\x06source\"<\n" +
+	"\x0eSourceResponse\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\"t\n" +
+	"\vWaitRequest\x12!\n" +
+	"\aversion\x18\x01 \x01(\x04B\a\xbaH\x042\x02 \x00R\aversion\x12B\n" +
+	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationB\r\xbaH\n" +
+	"\xaa\x01\a\"\x03\b\xac\x02*\x00R\atimeout\"\x7f\n" +
+	"\fWaitResponse\x12\x1a\n" +
+	"\bcomplete\x18\x01 \x01(\bR\bcomplete\x12\x14\n" +
+	"\x05nodes\x18\x02 \x01(\x05R\x05nodes\x12=\n" +
+	"\x06behind\x18\x03 \x03(\v2%.portico.distribution.v1.NodeFastLaneR\x06behind\"W\n" +
+	"\fNodeFastLane\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\x9d\x01\n" +
+	"\x0fFastLaneRequest\x12>\n" +
+	"\x05hello\x18\x01 \x01(\v2&.portico.distribution.v1.FastLaneHelloH\x00R\x05hello\x128\n" +
+	"\x03ack\x18\x02 \x01(\v2$.portico.distribution.v1.FastLaneAckH\x00R\x03ackB\x10\n" +
+	"\amessage\x12\x05\xbaH\x02\b\x01\"\x8d\x01\n" +
+	"\rFastLaneHello\x12C\n" +
+	"\anode_id\x18\x01 \x01(\tB*\xbaH'r%2#^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$R\x06nodeId\x12\x1d\n" +
+	"\x05epoch\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x18@R\x05epoch\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\"H\n" +
+	"\vFastLaneAck\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x1f\n" +
+	"\x05error\x18\x02 \x01(\tB\t\xbaH\x06r\x04\x18\x80\x80\x04R\x05error\"`\n" +
+	"\x10FastLaneResponse\x12A\n" +
+	"\x06update\x18\x01 \x01(\v2'.portico.distribution.v1.FastLaneUpdateH\x00R\x06updateB\t\n" +
+	"\amessage\"\xa4\x01\n" +
+	"\x0eFastLaneUpdate\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\tR\x05epoch\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x12\n" +
+	"\x04full\x18\x03 \x01(\bR\x04full\x12:\n" +
+	"\aentries\x18\x04 \x03(\v2 .portico.config.v1.FastLaneEntryR\aentries\x12\x12\n" +
+	"\x04more\x18\x05 \x01(\bR\x04more\"\xc6\x01\n" +
 	"\rStreamRequest\x126\n" +
 	"\x05hello\x18\x01 \x01(\v2\x1e.portico.distribution.v1.HelloH\x00R\x05hello\x120\n" +
 	"\x03ack\x18\x02 \x01(\v2\x1c.portico.distribution.v1.AckH\x00R\x03ack\x129\n" +
@@ -546,9 +1349,14 @@ const file_portico_distribution_v1_distribution_proto_rawDesc = "" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x12\n" +
-	"\x04data\x18\x03 \x01(\fR\x04data2t\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data2\xd9\x01\n" +
 	"\x13DistributionService\x12]\n" +
-	"\x06Stream\x12&.portico.distribution.v1.StreamRequest\x1a'.portico.distribution.v1.StreamResponse(\x010\x01BJZHgithub.com/portico-gw/portico/gen/portico/distribution/v1;distributionv1b\x06proto3"
+	"\x06Stream\x12&.portico.distribution.v1.StreamRequest\x1a'.portico.distribution.v1.StreamResponse(\x010\x01\x12c\n" +
+	"\bFastLane\x12(.portico.distribution.v1.FastLaneRequest\x1a).portico.distribution.v1.FastLaneResponse(\x010\x012\xa9\x02\n" +
+	"\x0fFastLaneService\x12\\\n" +
+	"\aPublish\x12'.portico.distribution.v1.PublishRequest\x1a(.portico.distribution.v1.PublishResponse\x12^\n" +
+	"\x06Source\x12&.portico.distribution.v1.SourceRequest\x1a'.portico.distribution.v1.SourceResponse\"\x03\x90\x02\x01\x12X\n" +
+	"\x04Wait\x12$.portico.distribution.v1.WaitRequest\x1a%.portico.distribution.v1.WaitResponse\"\x03\x90\x02\x01BJZHgithub.com/portico-gw/portico/gen/portico/distribution/v1;distributionv1b\x06proto3"
 
 var (
 	file_portico_distribution_v1_distribution_proto_rawDescOnce sync.Once
@@ -562,31 +1370,60 @@ func file_portico_distribution_v1_distribution_proto_rawDescGZIP() []byte {
 	return file_portico_distribution_v1_distribution_proto_rawDescData
 }
 
-var file_portico_distribution_v1_distribution_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_portico_distribution_v1_distribution_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_portico_distribution_v1_distribution_proto_goTypes = []any{
-	(*StreamRequest)(nil),  // 0: portico.distribution.v1.StreamRequest
-	(*Report)(nil),         // 1: portico.distribution.v1.Report
-	(*RouteCounts)(nil),    // 2: portico.distribution.v1.RouteCounts
-	(*Hello)(nil),          // 3: portico.distribution.v1.Hello
-	(*Ack)(nil),            // 4: portico.distribution.v1.Ack
-	(*StreamResponse)(nil), // 5: portico.distribution.v1.StreamResponse
-	(*Snapshot)(nil),       // 6: portico.distribution.v1.Snapshot
-	nil,                    // 7: portico.distribution.v1.Hello.LabelsEntry
+	(*PublishRequest)(nil),      // 0: portico.distribution.v1.PublishRequest
+	(*PublishResponse)(nil),     // 1: portico.distribution.v1.PublishResponse
+	(*SourceRequest)(nil),       // 2: portico.distribution.v1.SourceRequest
+	(*SourceResponse)(nil),      // 3: portico.distribution.v1.SourceResponse
+	(*WaitRequest)(nil),         // 4: portico.distribution.v1.WaitRequest
+	(*WaitResponse)(nil),        // 5: portico.distribution.v1.WaitResponse
+	(*NodeFastLane)(nil),        // 6: portico.distribution.v1.NodeFastLane
+	(*FastLaneRequest)(nil),     // 7: portico.distribution.v1.FastLaneRequest
+	(*FastLaneHello)(nil),       // 8: portico.distribution.v1.FastLaneHello
+	(*FastLaneAck)(nil),         // 9: portico.distribution.v1.FastLaneAck
+	(*FastLaneResponse)(nil),    // 10: portico.distribution.v1.FastLaneResponse
+	(*FastLaneUpdate)(nil),      // 11: portico.distribution.v1.FastLaneUpdate
+	(*StreamRequest)(nil),       // 12: portico.distribution.v1.StreamRequest
+	(*Report)(nil),              // 13: portico.distribution.v1.Report
+	(*RouteCounts)(nil),         // 14: portico.distribution.v1.RouteCounts
+	(*Hello)(nil),               // 15: portico.distribution.v1.Hello
+	(*Ack)(nil),                 // 16: portico.distribution.v1.Ack
+	(*StreamResponse)(nil),      // 17: portico.distribution.v1.StreamResponse
+	(*Snapshot)(nil),            // 18: portico.distribution.v1.Snapshot
+	nil,                         // 19: portico.distribution.v1.Hello.LabelsEntry
+	(*v1.FastLaneEntry)(nil),    // 20: portico.config.v1.FastLaneEntry
+	(*durationpb.Duration)(nil), // 21: google.protobuf.Duration
 }
 var file_portico_distribution_v1_distribution_proto_depIdxs = []int32{
-	3, // 0: portico.distribution.v1.StreamRequest.hello:type_name -> portico.distribution.v1.Hello
-	4, // 1: portico.distribution.v1.StreamRequest.ack:type_name -> portico.distribution.v1.Ack
-	1, // 2: portico.distribution.v1.StreamRequest.report:type_name -> portico.distribution.v1.Report
-	2, // 3: portico.distribution.v1.Report.routes:type_name -> portico.distribution.v1.RouteCounts
-	7, // 4: portico.distribution.v1.Hello.labels:type_name -> portico.distribution.v1.Hello.LabelsEntry
-	6, // 5: portico.distribution.v1.StreamResponse.snapshot:type_name -> portico.distribution.v1.Snapshot
-	0, // 6: portico.distribution.v1.DistributionService.Stream:input_type -> portico.distribution.v1.StreamRequest
-	5, // 7: portico.distribution.v1.DistributionService.Stream:output_type -> portico.distribution.v1.StreamResponse
-	7, // [7:8] is the sub-list for method output_type
-	6, // [6:7] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	20, // 0: portico.distribution.v1.PublishRequest.entries:type_name -> portico.config.v1.FastLaneEntry
+	21, // 1: portico.distribution.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
+	6,  // 2: portico.distribution.v1.WaitResponse.behind:type_name -> portico.distribution.v1.NodeFastLane
+	8,  // 3: portico.distribution.v1.FastLaneRequest.hello:type_name -> portico.distribution.v1.FastLaneHello
+	9,  // 4: portico.distribution.v1.FastLaneRequest.ack:type_name -> portico.distribution.v1.FastLaneAck
+	11, // 5: portico.distribution.v1.FastLaneResponse.update:type_name -> portico.distribution.v1.FastLaneUpdate
+	20, // 6: portico.distribution.v1.FastLaneUpdate.entries:type_name -> portico.config.v1.FastLaneEntry
+	15, // 7: portico.distribution.v1.StreamRequest.hello:type_name -> portico.distribution.v1.Hello
+	16, // 8: portico.distribution.v1.StreamRequest.ack:type_name -> portico.distribution.v1.Ack
+	13, // 9: portico.distribution.v1.StreamRequest.report:type_name -> portico.distribution.v1.Report
+	14, // 10: portico.distribution.v1.Report.routes:type_name -> portico.distribution.v1.RouteCounts
+	19, // 11: portico.distribution.v1.Hello.labels:type_name -> portico.distribution.v1.Hello.LabelsEntry
+	18, // 12: portico.distribution.v1.StreamResponse.snapshot:type_name -> portico.distribution.v1.Snapshot
+	12, // 13: portico.distribution.v1.DistributionService.Stream:input_type -> portico.distribution.v1.StreamRequest
+	7,  // 14: portico.distribution.v1.DistributionService.FastLane:input_type -> portico.distribution.v1.FastLaneRequest
+	0,  // 15: portico.distribution.v1.FastLaneService.Publish:input_type -> portico.distribution.v1.PublishRequest
+	2,  // 16: portico.distribution.v1.FastLaneService.Source:input_type -> portico.distribution.v1.SourceRequest
+	4,  // 17: portico.distribution.v1.FastLaneService.Wait:input_type -> portico.distribution.v1.WaitRequest
+	17, // 18: portico.distribution.v1.DistributionService.Stream:output_type -> portico.distribution.v1.StreamResponse
+	10, // 19: portico.distribution.v1.DistributionService.FastLane:output_type -> portico.distribution.v1.FastLaneResponse
+	1,  // 20: portico.distribution.v1.FastLaneService.Publish:output_type -> portico.distribution.v1.PublishResponse
+	3,  // 21: portico.distribution.v1.FastLaneService.Source:output_type -> portico.distribution.v1.SourceResponse
+	5,  // 22: portico.distribution.v1.FastLaneService.Wait:output_type -> portico.distribution.v1.WaitResponse
+	18, // [18:23] is the sub-list for method output_type
+	13, // [13:18] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_portico_distribution_v1_distribution_proto_init() }
@@ -594,12 +1431,19 @@ func file_portico_distribution_v1_distribution_proto_init() {
 	if File_portico_distribution_v1_distribution_proto != nil {
 		return
 	}
-	file_portico_distribution_v1_distribution_proto_msgTypes[0].OneofWrappers = []any{
+	file_portico_distribution_v1_distribution_proto_msgTypes[7].OneofWrappers = []any{
+		(*FastLaneRequest_Hello)(nil),
+		(*FastLaneRequest_Ack)(nil),
+	}
+	file_portico_distribution_v1_distribution_proto_msgTypes[10].OneofWrappers = []any{
+		(*FastLaneResponse_Update)(nil),
+	}
+	file_portico_distribution_v1_distribution_proto_msgTypes[12].OneofWrappers = []any{
 		(*StreamRequest_Hello)(nil),
 		(*StreamRequest_Ack)(nil),
 		(*StreamRequest_Report)(nil),
 	}
-	file_portico_distribution_v1_distribution_proto_msgTypes[5].OneofWrappers = []any{
+	file_portico_distribution_v1_distribution_proto_msgTypes[17].OneofWrappers = []any{
 		(*StreamResponse_Snapshot)(nil),
 	}
 	type x struct{}
@@ -608,9 +1452,9 @@ func file_portico_distribution_v1_distribution_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_portico_distribution_v1_distribution_proto_rawDesc), len(file_portico_distribution_v1_distribution_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   20,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_portico_distribution_v1_distribution_proto_goTypes,
 		DependencyIndexes: file_portico_distribution_v1_distribution_proto_depIdxs,

@@ -19,7 +19,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	DistributionService_Stream_FullMethodName = "/portico.distribution.v1.DistributionService/Stream"
+	DistributionService_Stream_FullMethodName   = "/portico.distribution.v1.DistributionService/Stream"
+	DistributionService_FastLane_FullMethodName = "/portico.distribution.v1.DistributionService/FastLane"
 )
 
 // DistributionServiceClient is the client API for DistributionService service.
@@ -34,6 +35,12 @@ const (
 // stream keeps serving its snapshot and reconnects with jittered backoff.
 type DistributionServiceClient interface {
 	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamRequest, StreamResponse], error)
+	// FastLane carries what must reach every node at once and is never
+	// staged: API key changes, token deny entries, issuers' signing keys. It
+	// has its own version; a node says which it holds, gets every entry that
+	// changed since (or everything, marked full, when it holds nothing or a
+	// version of another epoch), and acknowledges each update.
+	FastLane(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[FastLaneRequest, FastLaneResponse], error)
 }
 
 type distributionServiceClient struct {
@@ -57,6 +64,19 @@ func (c *distributionServiceClient) Stream(ctx context.Context, opts ...grpc.Cal
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type DistributionService_StreamClient = grpc.BidiStreamingClient[StreamRequest, StreamResponse]
 
+func (c *distributionServiceClient) FastLane(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[FastLaneRequest, FastLaneResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &DistributionService_ServiceDesc.Streams[1], DistributionService_FastLane_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[FastLaneRequest, FastLaneResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DistributionService_FastLaneClient = grpc.BidiStreamingClient[FastLaneRequest, FastLaneResponse]
+
 // DistributionServiceServer is the server API for DistributionService service.
 // All implementations must embed UnimplementedDistributionServiceServer
 // for forward compatibility.
@@ -69,6 +89,12 @@ type DistributionService_StreamClient = grpc.BidiStreamingClient[StreamRequest, 
 // stream keeps serving its snapshot and reconnects with jittered backoff.
 type DistributionServiceServer interface {
 	Stream(grpc.BidiStreamingServer[StreamRequest, StreamResponse]) error
+	// FastLane carries what must reach every node at once and is never
+	// staged: API key changes, token deny entries, issuers' signing keys. It
+	// has its own version; a node says which it holds, gets every entry that
+	// changed since (or everything, marked full, when it holds nothing or a
+	// version of another epoch), and acknowledges each update.
+	FastLane(grpc.BidiStreamingServer[FastLaneRequest, FastLaneResponse]) error
 	mustEmbedUnimplementedDistributionServiceServer()
 }
 
@@ -81,6 +107,9 @@ type UnimplementedDistributionServiceServer struct{}
 
 func (UnimplementedDistributionServiceServer) Stream(grpc.BidiStreamingServer[StreamRequest, StreamResponse]) error {
 	return status.Error(codes.Unimplemented, "method Stream not implemented")
+}
+func (UnimplementedDistributionServiceServer) FastLane(grpc.BidiStreamingServer[FastLaneRequest, FastLaneResponse]) error {
+	return status.Error(codes.Unimplemented, "method FastLane not implemented")
 }
 func (UnimplementedDistributionServiceServer) mustEmbedUnimplementedDistributionServiceServer() {}
 func (UnimplementedDistributionServiceServer) testEmbeddedByValue()                             {}
@@ -110,6 +139,13 @@ func _DistributionService_Stream_Handler(srv interface{}, stream grpc.ServerStre
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type DistributionService_StreamServer = grpc.BidiStreamingServer[StreamRequest, StreamResponse]
 
+func _DistributionService_FastLane_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(DistributionServiceServer).FastLane(&grpc.GenericServerStream[FastLaneRequest, FastLaneResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DistributionService_FastLaneServer = grpc.BidiStreamingServer[FastLaneRequest, FastLaneResponse]
+
 // DistributionService_ServiceDesc is the grpc.ServiceDesc for DistributionService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -124,6 +160,218 @@ var DistributionService_ServiceDesc = grpc.ServiceDesc{
 			ServerStreams: true,
 			ClientStreams: true,
 		},
+		{
+			StreamName:    "FastLane",
+			Handler:       _DistributionService_FastLane_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
 	},
+	Metadata: "portico/distribution/v1/distribution.proto",
+}
+
+const (
+	FastLaneService_Publish_FullMethodName = "/portico.distribution.v1.FastLaneService/Publish"
+	FastLaneService_Source_FullMethodName  = "/portico.distribution.v1.FastLaneService/Source"
+	FastLaneService_Wait_FullMethodName    = "/portico.distribution.v1.FastLaneService/Wait"
+)
+
+// FastLaneServiceClient is the client API for FastLaneService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// FastLaneService is how producers (the key service) put changes on the
+// fast lane and learn when every node has them. Calls carry the
+// publisher's bearer token.
+type FastLaneServiceClient interface {
+	// Publish adds one batch of a producer's changes, in the producer's
+	// order, and answers the fast-lane version that holds them. A batch
+	// whose changes the control plane already has is answered without a new
+	// version (a retry); a batch that leaves a gap after what the control
+	// plane has is refused with FailedPrecondition, and the producer resends
+	// from Source's seq.
+	Publish(ctx context.Context, in *PublishRequest, opts ...grpc.CallOption) (*PublishResponse, error)
+	// Source answers how far the control plane has a producer's changes.
+	Source(ctx context.Context, in *SourceRequest, opts ...grpc.CallOption) (*SourceResponse, error)
+	// Wait returns once every connected node has acknowledged a fast-lane
+	// version at least the one asked for, or when the timeout passes, with
+	// the nodes that have not.
+	Wait(ctx context.Context, in *WaitRequest, opts ...grpc.CallOption) (*WaitResponse, error)
+}
+
+type fastLaneServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewFastLaneServiceClient(cc grpc.ClientConnInterface) FastLaneServiceClient {
+	return &fastLaneServiceClient{cc}
+}
+
+func (c *fastLaneServiceClient) Publish(ctx context.Context, in *PublishRequest, opts ...grpc.CallOption) (*PublishResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PublishResponse)
+	err := c.cc.Invoke(ctx, FastLaneService_Publish_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fastLaneServiceClient) Source(ctx context.Context, in *SourceRequest, opts ...grpc.CallOption) (*SourceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SourceResponse)
+	err := c.cc.Invoke(ctx, FastLaneService_Source_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *fastLaneServiceClient) Wait(ctx context.Context, in *WaitRequest, opts ...grpc.CallOption) (*WaitResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WaitResponse)
+	err := c.cc.Invoke(ctx, FastLaneService_Wait_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// FastLaneServiceServer is the server API for FastLaneService service.
+// All implementations must embed UnimplementedFastLaneServiceServer
+// for forward compatibility.
+//
+// FastLaneService is how producers (the key service) put changes on the
+// fast lane and learn when every node has them. Calls carry the
+// publisher's bearer token.
+type FastLaneServiceServer interface {
+	// Publish adds one batch of a producer's changes, in the producer's
+	// order, and answers the fast-lane version that holds them. A batch
+	// whose changes the control plane already has is answered without a new
+	// version (a retry); a batch that leaves a gap after what the control
+	// plane has is refused with FailedPrecondition, and the producer resends
+	// from Source's seq.
+	Publish(context.Context, *PublishRequest) (*PublishResponse, error)
+	// Source answers how far the control plane has a producer's changes.
+	Source(context.Context, *SourceRequest) (*SourceResponse, error)
+	// Wait returns once every connected node has acknowledged a fast-lane
+	// version at least the one asked for, or when the timeout passes, with
+	// the nodes that have not.
+	Wait(context.Context, *WaitRequest) (*WaitResponse, error)
+	mustEmbedUnimplementedFastLaneServiceServer()
+}
+
+// UnimplementedFastLaneServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedFastLaneServiceServer struct{}
+
+func (UnimplementedFastLaneServiceServer) Publish(context.Context, *PublishRequest) (*PublishResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Publish not implemented")
+}
+func (UnimplementedFastLaneServiceServer) Source(context.Context, *SourceRequest) (*SourceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Source not implemented")
+}
+func (UnimplementedFastLaneServiceServer) Wait(context.Context, *WaitRequest) (*WaitResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Wait not implemented")
+}
+func (UnimplementedFastLaneServiceServer) mustEmbedUnimplementedFastLaneServiceServer() {}
+func (UnimplementedFastLaneServiceServer) testEmbeddedByValue()                         {}
+
+// UnsafeFastLaneServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to FastLaneServiceServer will
+// result in compilation errors.
+type UnsafeFastLaneServiceServer interface {
+	mustEmbedUnimplementedFastLaneServiceServer()
+}
+
+func RegisterFastLaneServiceServer(s grpc.ServiceRegistrar, srv FastLaneServiceServer) {
+	// If the following call panics, it indicates UnimplementedFastLaneServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&FastLaneService_ServiceDesc, srv)
+}
+
+func _FastLaneService_Publish_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PublishRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FastLaneServiceServer).Publish(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FastLaneService_Publish_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FastLaneServiceServer).Publish(ctx, req.(*PublishRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FastLaneService_Source_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SourceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FastLaneServiceServer).Source(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FastLaneService_Source_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FastLaneServiceServer).Source(ctx, req.(*SourceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _FastLaneService_Wait_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WaitRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FastLaneServiceServer).Wait(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FastLaneService_Wait_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FastLaneServiceServer).Wait(ctx, req.(*WaitRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// FastLaneService_ServiceDesc is the grpc.ServiceDesc for FastLaneService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var FastLaneService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "portico.distribution.v1.FastLaneService",
+	HandlerType: (*FastLaneServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Publish",
+			Handler:    _FastLaneService_Publish_Handler,
+		},
+		{
+			MethodName: "Source",
+			Handler:    _FastLaneService_Source_Handler,
+		},
+		{
+			MethodName: "Wait",
+			Handler:    _FastLaneService_Wait_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
 	Metadata: "portico/distribution/v1/distribution.proto",
 }

@@ -23,6 +23,8 @@ const _ = connect.IsAtLeastVersion1_13_0
 const (
 	// DistributionServiceName is the fully-qualified name of the DistributionService service.
 	DistributionServiceName = "portico.distribution.v1.DistributionService"
+	// FastLaneServiceName is the fully-qualified name of the FastLaneService service.
+	FastLaneServiceName = "portico.distribution.v1.FastLaneService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -36,12 +38,27 @@ const (
 	// DistributionServiceStreamProcedure is the fully-qualified name of the DistributionService's
 	// Stream RPC.
 	DistributionServiceStreamProcedure = "/portico.distribution.v1.DistributionService/Stream"
+	// DistributionServiceFastLaneProcedure is the fully-qualified name of the DistributionService's
+	// FastLane RPC.
+	DistributionServiceFastLaneProcedure = "/portico.distribution.v1.DistributionService/FastLane"
+	// FastLaneServicePublishProcedure is the fully-qualified name of the FastLaneService's Publish RPC.
+	FastLaneServicePublishProcedure = "/portico.distribution.v1.FastLaneService/Publish"
+	// FastLaneServiceSourceProcedure is the fully-qualified name of the FastLaneService's Source RPC.
+	FastLaneServiceSourceProcedure = "/portico.distribution.v1.FastLaneService/Source"
+	// FastLaneServiceWaitProcedure is the fully-qualified name of the FastLaneService's Wait RPC.
+	FastLaneServiceWaitProcedure = "/portico.distribution.v1.FastLaneService/Wait"
 )
 
 // DistributionServiceClient is a client for the portico.distribution.v1.DistributionService
 // service.
 type DistributionServiceClient interface {
 	Stream(context.Context) *connect.BidiStreamForClient[v1.StreamRequest, v1.StreamResponse]
+	// FastLane carries what must reach every node at once and is never
+	// staged: API key changes, token deny entries, issuers' signing keys. It
+	// has its own version; a node says which it holds, gets every entry that
+	// changed since (or everything, marked full, when it holds nothing or a
+	// version of another epoch), and acknowledges each update.
+	FastLane(context.Context) *connect.BidiStreamForClient[v1.FastLaneRequest, v1.FastLaneResponse]
 }
 
 // NewDistributionServiceClient constructs a client for the
@@ -62,12 +79,19 @@ func NewDistributionServiceClient(httpClient connect.HTTPClient, baseURL string,
 			connect.WithSchema(distributionServiceMethods.ByName("Stream")),
 			connect.WithClientOptions(opts...),
 		),
+		fastLane: connect.NewClient[v1.FastLaneRequest, v1.FastLaneResponse](
+			httpClient,
+			baseURL+DistributionServiceFastLaneProcedure,
+			connect.WithSchema(distributionServiceMethods.ByName("FastLane")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // distributionServiceClient implements DistributionServiceClient.
 type distributionServiceClient struct {
-	stream *connect.Client[v1.StreamRequest, v1.StreamResponse]
+	stream   *connect.Client[v1.StreamRequest, v1.StreamResponse]
+	fastLane *connect.Client[v1.FastLaneRequest, v1.FastLaneResponse]
 }
 
 // Stream calls portico.distribution.v1.DistributionService.Stream.
@@ -75,10 +99,21 @@ func (c *distributionServiceClient) Stream(ctx context.Context) *connect.BidiStr
 	return c.stream.CallBidiStream(ctx)
 }
 
+// FastLane calls portico.distribution.v1.DistributionService.FastLane.
+func (c *distributionServiceClient) FastLane(ctx context.Context) *connect.BidiStreamForClient[v1.FastLaneRequest, v1.FastLaneResponse] {
+	return c.fastLane.CallBidiStream(ctx)
+}
+
 // DistributionServiceHandler is an implementation of the
 // portico.distribution.v1.DistributionService service.
 type DistributionServiceHandler interface {
 	Stream(context.Context, *connect.BidiStream[v1.StreamRequest, v1.StreamResponse]) error
+	// FastLane carries what must reach every node at once and is never
+	// staged: API key changes, token deny entries, issuers' signing keys. It
+	// has its own version; a node says which it holds, gets every entry that
+	// changed since (or everything, marked full, when it holds nothing or a
+	// version of another epoch), and acknowledges each update.
+	FastLane(context.Context, *connect.BidiStream[v1.FastLaneRequest, v1.FastLaneResponse]) error
 }
 
 // NewDistributionServiceHandler builds an HTTP handler from the service implementation. It returns
@@ -94,10 +129,18 @@ func NewDistributionServiceHandler(svc DistributionServiceHandler, opts ...conne
 		connect.WithSchema(distributionServiceMethods.ByName("Stream")),
 		connect.WithHandlerOptions(opts...),
 	)
+	distributionServiceFastLaneHandler := connect.NewBidiStreamHandler(
+		DistributionServiceFastLaneProcedure,
+		svc.FastLane,
+		connect.WithSchema(distributionServiceMethods.ByName("FastLane")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/portico.distribution.v1.DistributionService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case DistributionServiceStreamProcedure:
 			distributionServiceStreamHandler.ServeHTTP(w, r)
+		case DistributionServiceFastLaneProcedure:
+			distributionServiceFastLaneHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -109,4 +152,155 @@ type UnimplementedDistributionServiceHandler struct{}
 
 func (UnimplementedDistributionServiceHandler) Stream(context.Context, *connect.BidiStream[v1.StreamRequest, v1.StreamResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("portico.distribution.v1.DistributionService.Stream is not implemented"))
+}
+
+func (UnimplementedDistributionServiceHandler) FastLane(context.Context, *connect.BidiStream[v1.FastLaneRequest, v1.FastLaneResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("portico.distribution.v1.DistributionService.FastLane is not implemented"))
+}
+
+// FastLaneServiceClient is a client for the portico.distribution.v1.FastLaneService service.
+type FastLaneServiceClient interface {
+	// Publish adds one batch of a producer's changes, in the producer's
+	// order, and answers the fast-lane version that holds them. A batch
+	// whose changes the control plane already has is answered without a new
+	// version (a retry); a batch that leaves a gap after what the control
+	// plane has is refused with FailedPrecondition, and the producer resends
+	// from Source's seq.
+	Publish(context.Context, *connect.Request[v1.PublishRequest]) (*connect.Response[v1.PublishResponse], error)
+	// Source answers how far the control plane has a producer's changes.
+	Source(context.Context, *connect.Request[v1.SourceRequest]) (*connect.Response[v1.SourceResponse], error)
+	// Wait returns once every connected node has acknowledged a fast-lane
+	// version at least the one asked for, or when the timeout passes, with
+	// the nodes that have not.
+	Wait(context.Context, *connect.Request[v1.WaitRequest]) (*connect.Response[v1.WaitResponse], error)
+}
+
+// NewFastLaneServiceClient constructs a client for the portico.distribution.v1.FastLaneService
+// service. By default, it uses the Connect protocol with the binary Protobuf Codec, asks for
+// gzipped responses, and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply
+// the connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewFastLaneServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) FastLaneServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	fastLaneServiceMethods := v1.File_portico_distribution_v1_distribution_proto.Services().ByName("FastLaneService").Methods()
+	return &fastLaneServiceClient{
+		publish: connect.NewClient[v1.PublishRequest, v1.PublishResponse](
+			httpClient,
+			baseURL+FastLaneServicePublishProcedure,
+			connect.WithSchema(fastLaneServiceMethods.ByName("Publish")),
+			connect.WithClientOptions(opts...),
+		),
+		source: connect.NewClient[v1.SourceRequest, v1.SourceResponse](
+			httpClient,
+			baseURL+FastLaneServiceSourceProcedure,
+			connect.WithSchema(fastLaneServiceMethods.ByName("Source")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		wait: connect.NewClient[v1.WaitRequest, v1.WaitResponse](
+			httpClient,
+			baseURL+FastLaneServiceWaitProcedure,
+			connect.WithSchema(fastLaneServiceMethods.ByName("Wait")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// fastLaneServiceClient implements FastLaneServiceClient.
+type fastLaneServiceClient struct {
+	publish *connect.Client[v1.PublishRequest, v1.PublishResponse]
+	source  *connect.Client[v1.SourceRequest, v1.SourceResponse]
+	wait    *connect.Client[v1.WaitRequest, v1.WaitResponse]
+}
+
+// Publish calls portico.distribution.v1.FastLaneService.Publish.
+func (c *fastLaneServiceClient) Publish(ctx context.Context, req *connect.Request[v1.PublishRequest]) (*connect.Response[v1.PublishResponse], error) {
+	return c.publish.CallUnary(ctx, req)
+}
+
+// Source calls portico.distribution.v1.FastLaneService.Source.
+func (c *fastLaneServiceClient) Source(ctx context.Context, req *connect.Request[v1.SourceRequest]) (*connect.Response[v1.SourceResponse], error) {
+	return c.source.CallUnary(ctx, req)
+}
+
+// Wait calls portico.distribution.v1.FastLaneService.Wait.
+func (c *fastLaneServiceClient) Wait(ctx context.Context, req *connect.Request[v1.WaitRequest]) (*connect.Response[v1.WaitResponse], error) {
+	return c.wait.CallUnary(ctx, req)
+}
+
+// FastLaneServiceHandler is an implementation of the portico.distribution.v1.FastLaneService
+// service.
+type FastLaneServiceHandler interface {
+	// Publish adds one batch of a producer's changes, in the producer's
+	// order, and answers the fast-lane version that holds them. A batch
+	// whose changes the control plane already has is answered without a new
+	// version (a retry); a batch that leaves a gap after what the control
+	// plane has is refused with FailedPrecondition, and the producer resends
+	// from Source's seq.
+	Publish(context.Context, *connect.Request[v1.PublishRequest]) (*connect.Response[v1.PublishResponse], error)
+	// Source answers how far the control plane has a producer's changes.
+	Source(context.Context, *connect.Request[v1.SourceRequest]) (*connect.Response[v1.SourceResponse], error)
+	// Wait returns once every connected node has acknowledged a fast-lane
+	// version at least the one asked for, or when the timeout passes, with
+	// the nodes that have not.
+	Wait(context.Context, *connect.Request[v1.WaitRequest]) (*connect.Response[v1.WaitResponse], error)
+}
+
+// NewFastLaneServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewFastLaneServiceHandler(svc FastLaneServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	fastLaneServiceMethods := v1.File_portico_distribution_v1_distribution_proto.Services().ByName("FastLaneService").Methods()
+	fastLaneServicePublishHandler := connect.NewUnaryHandler(
+		FastLaneServicePublishProcedure,
+		svc.Publish,
+		connect.WithSchema(fastLaneServiceMethods.ByName("Publish")),
+		connect.WithHandlerOptions(opts...),
+	)
+	fastLaneServiceSourceHandler := connect.NewUnaryHandler(
+		FastLaneServiceSourceProcedure,
+		svc.Source,
+		connect.WithSchema(fastLaneServiceMethods.ByName("Source")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	fastLaneServiceWaitHandler := connect.NewUnaryHandler(
+		FastLaneServiceWaitProcedure,
+		svc.Wait,
+		connect.WithSchema(fastLaneServiceMethods.ByName("Wait")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/portico.distribution.v1.FastLaneService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case FastLaneServicePublishProcedure:
+			fastLaneServicePublishHandler.ServeHTTP(w, r)
+		case FastLaneServiceSourceProcedure:
+			fastLaneServiceSourceHandler.ServeHTTP(w, r)
+		case FastLaneServiceWaitProcedure:
+			fastLaneServiceWaitHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedFastLaneServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedFastLaneServiceHandler struct{}
+
+func (UnimplementedFastLaneServiceHandler) Publish(context.Context, *connect.Request[v1.PublishRequest]) (*connect.Response[v1.PublishResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("portico.distribution.v1.FastLaneService.Publish is not implemented"))
+}
+
+func (UnimplementedFastLaneServiceHandler) Source(context.Context, *connect.Request[v1.SourceRequest]) (*connect.Response[v1.SourceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("portico.distribution.v1.FastLaneService.Source is not implemented"))
+}
+
+func (UnimplementedFastLaneServiceHandler) Wait(context.Context, *connect.Request[v1.WaitRequest]) (*connect.Response[v1.WaitResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("portico.distribution.v1.FastLaneService.Wait is not implemented"))
 }

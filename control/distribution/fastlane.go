@@ -1,0 +1,550 @@
+package distribution
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"buf.build/go/protovalidate"
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/portico-gw/portico/control/store"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
+	"github.com/portico-gw/portico/gen/portico/distribution/v1/distributionv1connect"
+)
+
+// The fast lane carries what must reach every node at once and is never
+// staged: API key changes, token deny entries and issuers' signing keys.
+//
+// Producers publish ordered batches (PublishRequest); the store keeps the
+// newest state of every entry with the fast-lane version it last changed
+// at, so what a node lacks is always "the entries changed after the
+// version it holds", whatever that version is. The newest batches are also
+// kept in memory, so that a node one batch behind (the usual case) is sent
+// the batch without a query.
+//
+// A node's update is one message per version (several parts for a large
+// state); the node applies it and acknowledges the version. Wait answers
+// when every connected node has acknowledged a version, which is how the
+// key service knows that a new key works everywhere before it shows it.
+
+// recentBatches is how many of the newest batches are kept in memory.
+const recentBatches = 4096
+
+// partEntries bounds the entries of one message of an update.
+const partEntries = 10000
+
+// pruneEvery is how often expired deny entries are dropped from the store,
+// pruneGrace how long after their expires.
+const (
+	pruneEvery = 10 * time.Minute
+	pruneGrace = time.Hour
+)
+
+// fastLane is the Server's fast-lane state.
+type fastLane struct {
+	// publishMu serialises publishes, so that the in-memory batches are
+	// in version order.
+	publishMu sync.Mutex
+	lastPrune time.Time
+
+	mu      sync.Mutex
+	epoch   string
+	version uint64
+	// recent holds the newest batches, oldest first, with consecutive
+	// versions ending at version.
+	recent []laneBatch
+	nodes  map[string]*laneNode
+	// changed is closed and replaced when a node acknowledges.
+	changed chan struct{}
+	loaded  bool
+}
+
+type laneBatch struct {
+	version uint64
+	entries []*configv1.FastLaneEntry
+}
+
+// laneNode is one node's fast-lane stream.
+type laneNode struct {
+	id string
+	// acked is the newest version the node acknowledged; sent the newest
+	// it was sent (or, before the first send, the version it said it
+	// holds).
+	acked, sent uint64
+	// reset: the next update sends the whole state (the node holds
+	// nothing, or a version of another epoch).
+	reset   bool
+	lastErr string
+	wake    chan struct{} // buffered 1
+}
+
+// load reads the epoch and version from the store, once.
+func (s *Server) laneLoad(ctx context.Context) error {
+	f := &s.lane
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.loaded {
+		return nil
+	}
+	epoch, version, err := s.store.FastLaneInfo(ctx)
+	if err != nil {
+		return fmt.Errorf("distribution: reading the fast lane: %w", err)
+	}
+	f.epoch, f.version, f.loaded = epoch, version, true
+	if f.nodes == nil {
+		f.nodes = map[string]*laneNode{}
+	}
+	if f.changed == nil {
+		f.changed = make(chan struct{})
+	}
+	return nil
+}
+
+// entryIdentity is the kind and id an entry is stored under, and when it
+// may be dropped (zero: never).
+func entryIdentity(e *configv1.FastLaneEntry) (kind, id string, expires time.Time) {
+	switch x := e.GetEntry().(type) {
+	case *configv1.FastLaneEntry_Key:
+		return "key", x.Key.GetKeyId(), time.Time{}
+	case *configv1.FastLaneEntry_Deny:
+		return "deny", DenyID(x.Deny), x.Deny.GetExpires().AsTime()
+	case *configv1.FastLaneEntry_IssuerKeys:
+		return "issuer_keys", x.IssuerKeys.GetIssuer(), time.Time{}
+	}
+	return "", "", time.Time{}
+}
+
+// DenyID is a deny entry's identity: its issuer, what it matches, and its
+// cut-off time. The same entry added twice is one entry.
+func DenyID(d *configv1.DenyEntry) string {
+	var kind, value string
+	switch m := d.GetMatch().(type) {
+	case *configv1.DenyEntry_Jti:
+		kind, value = "jti", m.Jti
+	case *configv1.DenyEntry_Subject:
+		kind, value = "sub", m.Subject
+	case *configv1.DenyEntry_ClientId:
+		kind, value = "client_id", m.ClientId
+	}
+	var before string
+	if ib := d.GetIssuedBefore(); ib != nil && kind != "jti" {
+		before = strconv.FormatInt(ib.GetSeconds(), 10) + "." + strconv.FormatInt(int64(ib.GetNanos()), 10)
+	}
+	sum := sha256.Sum256([]byte(strings.Join([]string{d.GetIssuer(), kind, value, before}, "\x00")))
+	return hex.EncodeToString(sum[:16])
+}
+
+// publish stores a producer's batch and sends it to the connected nodes.
+func (s *Server) publish(ctx context.Context, req *distributionv1.PublishRequest) (*distributionv1.PublishResponse, error) {
+	if err := s.laneLoad(ctx); err != nil {
+		return nil, err
+	}
+	f := &s.lane
+	rows := make([]store.FastLaneEntry, len(req.GetEntries()))
+	for i, e := range req.GetEntries() {
+		kind, id, expires := entryIdentity(e)
+		data, err := proto.MarshalOptions{Deterministic: true}.Marshal(e)
+		if err != nil {
+			return nil, fmt.Errorf("distribution: entry %d: %w", i, err)
+		}
+		rows[i] = store.FastLaneEntry{Kind: kind, ID: id, Rev: e.GetRev(), Data: data, Expires: expires}
+	}
+	f.publishMu.Lock()
+	defer f.publishMu.Unlock()
+	before := f.current()
+	version, seq, err := s.store.PublishFastLane(ctx, req.GetSource(), req.GetFromSeq(), req.GetToSeq(), rows)
+	if err != nil {
+		return nil, err
+	}
+	if version > before {
+		// The batch kept is what the store changed at the version, not the
+		// request: an entry older than the stored one was skipped, and a
+		// retry may be answered with a version another control plane wrote.
+		changed, known := s.laneChanged(ctx, before, version)
+		f.mu.Lock()
+		f.version = version
+		if !known || len(f.recent) > 0 && f.recent[len(f.recent)-1].version != version-1 {
+			f.recent = nil // not consecutive (another control plane wrote): start again
+		}
+		if known {
+			f.recent = append(f.recent, laneBatch{version: version, entries: changed})
+		}
+		if len(f.recent) > recentBatches {
+			f.recent = append(f.recent[:0:0], f.recent[len(f.recent)-recentBatches:]...)
+		}
+		for _, n := range f.nodes {
+			n.poke()
+		}
+		f.mu.Unlock()
+	}
+	if now := s.now(); now.Sub(f.lastPrune) > pruneEvery {
+		f.lastPrune = now
+		// Nodes keep a deny entry a grace period after it expires (the
+		// most leeway an issuer may give exp): prune well after that.
+		if n, err := s.store.PruneFastLane(ctx, now.Add(-pruneGrace)); err != nil {
+			s.log.Warn("pruning expired fast-lane entries failed", "err", err)
+		} else if n > 0 {
+			s.log.Info("pruned expired fast-lane entries", "entries", n)
+		}
+	}
+	return &distributionv1.PublishResponse{Version: version, Seq: seq}, nil
+}
+
+// laneChanged returns the entries the store changed at version, reading
+// those changed after before; known is false if it cannot tell (the read
+// failed, or the lane moved past version meanwhile).
+func (s *Server) laneChanged(ctx context.Context, before, version uint64) (changed []*configv1.FastLaneEntry, known bool) {
+	rows, current, err := s.store.FastLaneSince(ctx, before)
+	if err != nil {
+		s.log.Warn("reading a published fast-lane batch failed; nodes behind it read the store", "version", version, "err", err)
+		return nil, false
+	}
+	if current != version {
+		return nil, false
+	}
+	for _, r := range rows {
+		if r.Version != version {
+			continue
+		}
+		e := &configv1.FastLaneEntry{}
+		if err := proto.Unmarshal(r.Data, e); err != nil {
+			return nil, false
+		}
+		changed = append(changed, e)
+	}
+	return changed, true
+}
+
+func (f *fastLane) current() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.version
+}
+
+func (n *laneNode) poke() {
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+// laneWait waits until every connected node has acknowledged version, or
+// ctx ends; it answers the nodes that have not.
+func (s *Server) laneWait(ctx context.Context, version uint64) (*distributionv1.WaitResponse, error) {
+	if err := s.laneLoad(ctx); err != nil {
+		return nil, err
+	}
+	f := &s.lane
+	for {
+		f.mu.Lock()
+		ch := f.changed
+		resp := &distributionv1.WaitResponse{Nodes: int32(len(f.nodes))}
+		for _, n := range f.nodes {
+			if n.acked < version {
+				resp.Behind = append(resp.Behind, &distributionv1.NodeFastLane{NodeId: n.id, Version: n.acked, Error: n.lastErr})
+			}
+		}
+		f.mu.Unlock()
+		sort.Slice(resp.Behind, func(i, j int) bool { return resp.Behind[i].NodeId < resp.Behind[j].NodeId })
+		resp.Complete = len(resp.Behind) == 0
+		if resp.Complete {
+			return resp, nil
+		}
+		select {
+		case <-ctx.Done():
+			return resp, nil
+		case <-ch:
+		}
+	}
+}
+
+// LaneNodes returns every connected node's fast-lane position.
+func (s *Server) LaneNodes() []*distributionv1.NodeFastLane {
+	f := &s.lane
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]*distributionv1.NodeFastLane, 0, len(f.nodes))
+	for _, n := range f.nodes {
+		out = append(out, &distributionv1.NodeFastLane{NodeId: n.id, Version: n.acked, Error: n.lastErr})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].NodeId < out[j].NodeId })
+	return out
+}
+
+// WaitLane waits until cond holds of the connected nodes' fast-lane
+// positions (LaneNodes), or ctx ends.
+func (s *Server) WaitLane(ctx context.Context, cond func([]*distributionv1.NodeFastLane) bool) error {
+	if err := s.laneLoad(ctx); err != nil {
+		return err
+	}
+	for {
+		s.lane.mu.Lock()
+		ch := s.lane.changed
+		s.lane.mu.Unlock()
+		if cond(s.LaneNodes()) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+func (f *fastLane) notifyLocked() {
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+// FastLane serves one node's fast-lane stream.
+func (s *Server) FastLane(ctx context.Context, stream *connect.BidiStream[distributionv1.FastLaneRequest, distributionv1.FastLaneResponse]) error {
+	if err := s.authorizeNode(stream.RequestHeader()); err != nil {
+		return err
+	}
+	if err := s.laneLoad(ctx); err != nil {
+		return connect.NewError(connect.CodeUnavailable, err)
+	}
+	first, err := stream.Receive()
+	if err != nil {
+		return err
+	}
+	hello := first.GetHello()
+	if hello == nil {
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("the stream starts with a hello"))
+	}
+	if err := protovalidate.Validate(first); err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("hello: %w", err))
+	}
+	f := &s.lane
+	n := &laneNode{id: hello.GetNodeId(), wake: make(chan struct{}, 1)}
+	f.mu.Lock()
+	if hello.GetEpoch() == f.epoch && hello.GetVersion() <= f.version {
+		n.acked, n.sent = hello.GetVersion(), hello.GetVersion()
+	} else {
+		n.reset = true
+	}
+	f.nodes[n.id] = n // a reconnect replaces the stream the node left
+	f.notifyLocked()
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		if f.nodes[n.id] == n {
+			delete(f.nodes, n.id)
+		}
+		f.notifyLocked()
+		f.mu.Unlock()
+	}()
+	n.poke()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sendErr := make(chan error, 1)
+	go func() { sendErr <- s.laneSend(ctx, stream, n) }()
+	// Receiving has its own goroutine too, so that a send that fails (the
+	// store cannot be read) ends the stream at once and the node
+	// reconnects, instead of waiting on a stream that sends nothing until
+	// it sends an ACK it has no reason to. Returning closes the request,
+	// which ends a Receive in progress.
+	recvErr := make(chan error, 1)
+	go func() { recvErr <- s.laneReceive(stream, n) }()
+	select {
+	case err := <-recvErr:
+		cancel()
+		<-sendErr
+		return err
+	case err := <-sendErr:
+		return err
+	}
+}
+
+// laneReceive records n's ACKs until the stream ends; it returns the
+// error the stream ends with, nil if the node left.
+func (s *Server) laneReceive(stream *connect.BidiStream[distributionv1.FastLaneRequest, distributionv1.FastLaneResponse], n *laneNode) error {
+	f := &s.lane
+	for {
+		req, err := stream.Receive()
+		if err != nil {
+			if errors.Is(err, context.Canceled) || connect.CodeOf(err) == connect.CodeCanceled {
+				return nil
+			}
+			return err
+		}
+		if err := protovalidate.Validate(req); err != nil {
+			return connect.NewError(connect.CodeInvalidArgument, err)
+		}
+		if ack := req.GetAck(); ack != nil {
+			f.mu.Lock()
+			if ack.GetError() == "" {
+				n.acked = max(n.acked, ack.GetVersion())
+				n.lastErr = ""
+			} else {
+				// The node applied the rest and refused the entries it
+				// names; sending them again would not mend them. The
+				// version does not count as the node's, for Wait.
+				n.lastErr = ack.GetError()
+				s.log.Warn("a node refused fast-lane entries", "node", n.id, "version", ack.GetVersion(), "error", ack.GetError())
+			}
+			f.notifyLocked()
+			f.mu.Unlock()
+		}
+	}
+}
+
+// laneSend sends n what it lacks whenever the lane moves on.
+func (s *Server) laneSend(ctx context.Context, stream *connect.BidiStream[distributionv1.FastLaneRequest, distributionv1.FastLaneResponse], n *laneNode) error {
+	f := &s.lane
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-n.wake:
+		}
+		f.mu.Lock()
+		epoch, version, reset, from := f.epoch, f.version, n.reset, n.sent
+		var entries []*configv1.FastLaneEntry
+		fromMemory := false
+		if !reset && from < version && len(f.recent) > 0 && f.recent[0].version <= from+1 {
+			fromMemory = true
+			for _, b := range f.recent[from+1-f.recent[0].version:] {
+				entries = append(entries, b.entries...)
+			}
+		}
+		f.mu.Unlock()
+		if !reset && from >= version {
+			continue
+		}
+		if !fromMemory {
+			after := from
+			if reset {
+				after = 0
+			}
+			rows, v, err := s.store.FastLaneSince(ctx, after)
+			if err != nil {
+				s.log.Error("reading the fast lane failed", "node", n.id, "err", err)
+				return connect.NewError(connect.CodeUnavailable, errors.New("the control plane cannot read the fast lane"))
+			}
+			version = v
+			entries = entries[:0]
+			for _, r := range rows {
+				e := &configv1.FastLaneEntry{}
+				if err := proto.Unmarshal(r.Data, e); err != nil {
+					s.log.Error("a stored fast-lane entry does not decode", "kind", r.Kind, "id", r.ID, "err", err)
+					continue
+				}
+				entries = append(entries, e)
+			}
+		}
+		for i := 0; ; i += partEntries {
+			end := min(i+partEntries, len(entries))
+			msg := &distributionv1.FastLaneUpdate{Epoch: epoch, Version: version, Full: reset, Entries: entries[i:end], More: end < len(entries)}
+			if err := stream.Send(&distributionv1.FastLaneResponse{Message: &distributionv1.FastLaneResponse_Update{Update: msg}}); err != nil {
+				return err
+			}
+			if !msg.More {
+				break
+			}
+		}
+		f.mu.Lock()
+		n.sent, n.reset = version, false
+		if n.sent < f.version {
+			n.poke()
+		}
+		f.mu.Unlock()
+	}
+}
+
+// authorizeNode checks a node's bearer token, when one is required.
+func (s *Server) authorizeNode(h http.Header) error {
+	return checkBearer(h, s.opts.NodeTokenHash, "a node token is required")
+}
+
+func checkBearer(h http.Header, wantHash, msg string) error {
+	if wantHash == "" {
+		return nil
+	}
+	token, _ := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
+	if token == "" || subtle.ConstantTimeCompare([]byte(store.SHA256([]byte(token))), []byte(wantHash)) != 1 {
+		return connect.NewError(connect.CodeUnauthenticated, errors.New(msg))
+	}
+	return nil
+}
+
+// Publisher serves portico.distribution.v1.FastLaneService for s.
+type Publisher struct{ s *Server }
+
+// Publisher returns the fast lane's producer API.
+func (s *Server) Publisher() *Publisher { return &Publisher{s} }
+
+// Handler returns the service's path and HTTP handler.
+func (p *Publisher) Handler() (string, http.Handler) {
+	return distributionv1connect.NewFastLaneServiceHandler(p, connect.WithReadMaxBytes(256<<20),
+		connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+			return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+				if err := checkBearer(req.Header(), p.s.opts.PublisherTokenHash, "a publisher token is required"); err != nil {
+					return nil, err
+				}
+				if msg, ok := req.Any().(proto.Message); ok {
+					if err := protovalidate.Validate(msg); err != nil {
+						return nil, connect.NewError(connect.CodeInvalidArgument, err)
+					}
+				}
+				return next(ctx, req)
+			}
+		})))
+}
+
+// Publish stores a producer's batch and sends it to every node.
+func (p *Publisher) Publish(ctx context.Context, req *connect.Request[distributionv1.PublishRequest]) (*connect.Response[distributionv1.PublishResponse], error) {
+	resp, err := p.s.publish(ctx, req.Msg)
+	var gap *store.SeqGapError
+	switch {
+	case errors.As(err, &gap):
+		return nil, connect.NewError(connect.CodeFailedPrecondition,
+			fmt.Errorf("the control plane has source %q up to seq %d; send from there", gap.Source, gap.Have))
+	case err != nil:
+		p.s.log.Error("publishing to the fast lane failed", "source", req.Msg.GetSource(), "err", err)
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the control plane could not store the batch"))
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// Source answers how far the control plane has a producer's changes.
+func (p *Publisher) Source(ctx context.Context, req *connect.Request[distributionv1.SourceRequest]) (*connect.Response[distributionv1.SourceResponse], error) {
+	seq, err := p.s.store.FastLaneSource(ctx, req.Msg.GetSource())
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the control plane could not read the fast lane"))
+	}
+	if err := p.s.laneLoad(ctx); err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the control plane could not read the fast lane"))
+	}
+	return connect.NewResponse(&distributionv1.SourceResponse{Seq: seq, Version: p.s.lane.current()}), nil
+}
+
+// Wait returns when every connected node has the version, or at the
+// timeout with the nodes that do not.
+func (p *Publisher) Wait(ctx context.Context, req *connect.Request[distributionv1.WaitRequest]) (*connect.Response[distributionv1.WaitResponse], error) {
+	timeout := 10 * time.Second
+	if d := req.Msg.GetTimeout(); d != nil {
+		timeout = d.AsDuration()
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := p.s.laneWait(ctx, req.Msg.GetVersion())
+	if err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the control plane could not read the fast lane"))
+	}
+	return connect.NewResponse(resp), nil
+}
