@@ -7,6 +7,12 @@ import (
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
 
+// DenyGrace is how long a deny entry keeps denying after its expires: the
+// most leeway an issuer may give exp (Issuer.leeway is at most 5 minutes),
+// so that a token the entry covers cannot come back to life in the
+// leeway after the entry lapses.
+const DenyGrace = 5 * time.Minute
+
 // denyList revokes verified tokens. It is immutable once built and looked
 // up by map on every Verify, cache hits included, so revocation takes
 // effect with the Update that carries it.
@@ -24,7 +30,8 @@ type denyRule struct {
 	// before is issued_before in Unix seconds; subject and client rules
 	// deny tokens issued before it, and tokens without iat.
 	before float64
-	// expires is when the rule stops counting: every token it covers has
+	// expires is when the rule stops counting (the entry's expires plus
+	// DenyGrace): every token it covers has
 	// expired by then.
 	expires time.Time
 }
@@ -47,7 +54,7 @@ func newDenyList(entries []*configv1.DenyEntry, now time.Time) (*denyList, error
 		if !e.GetExpires().IsValid() {
 			return nil, fmt.Errorf("deny entry %d: expires is missing or invalid", i)
 		}
-		r := denyRule{issuer: e.GetIssuer(), expires: e.GetExpires().AsTime()}
+		r := denyRule{issuer: e.GetIssuer(), expires: e.GetExpires().AsTime().Add(DenyGrace)}
 		if !now.Before(r.expires) {
 			continue
 		}

@@ -82,8 +82,11 @@ func TestDenyList(t *testing.T) {
 		})
 	}
 
-	// Past their expires, entries deny nothing.
-	clk.Set(later)
+	// Within DenyGrace of their expires they still deny (an issuer's
+	// leeway could still accept the tokens); past it, nothing.
+	clk.Set(later.Add(jwt.DenyGrace - time.Second))
+	wantReason(t, v, key.mint(t, claims("jti", "stolen", "iat", later.Unix(), "exp", later.Add(time.Hour).Unix())), "revoked")
+	clk.Set(later.Add(jwt.DenyGrace))
 	wantOK(t, v, key.mint(t, claims("jti", "stolen", "iat", later.Unix(), "exp", later.Add(time.Hour).Unix())))
 	wantOK(t, v, key.mint(t, claims("sub", "alice", "iat", absent, "exp", later.Add(time.Hour).Unix())))
 }
@@ -126,7 +129,7 @@ func TestDenyDropsExpiredEntries(t *testing.T) {
 	clk := newClock()
 	v := newVerifier(t, clk, jwt.Options{}, issuer(jwksOf(key)))
 	gone := denyJTI("", "j-gone")
-	gone.Expires = timestamppb.New(t0.Add(-time.Second))
+	gone.Expires = timestamppb.New(t0.Add(-jwt.DenyGrace - time.Second))
 	if err := v.Update([]*configv1.Issuer{issuer(jwksOf(key))}, []*configv1.DenyEntry{gone, denyJTI("", "j-live")}); err != nil {
 		t.Fatal(err)
 	}

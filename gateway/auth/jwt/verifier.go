@@ -213,6 +213,13 @@ func (v *Verifier) Update(issuers []*configv1.Issuer, deny []*configv1.DenyEntry
 	return nil
 }
 
+// CheckIssuer reports whether Update would accept cfg (its keys, their
+// algorithms, its settings), without changing anything.
+func (v *Verifier) CheckIssuer(cfg *configv1.Issuer) error {
+	_, err := v.compile(cfg)
+	return err
+}
+
 // compile checks one issuer's config and builds everything Verify needs,
 // short of starting its fetcher.
 func (v *Verifier) compile(cfg *configv1.Issuer) (*issuer, error) {
