@@ -34,6 +34,7 @@ import (
 
 	"github.com/portico-gw/portico/gateway/auth"
 	"github.com/portico-gw/portico/gateway/auth/jwt"
+	"github.com/portico-gw/portico/gateway/fastlane"
 	"github.com/portico-gw/portico/gateway/internal/framing"
 	"github.com/portico-gw/portico/gateway/proxy"
 	"github.com/portico-gw/portico/gateway/ratelimit"
@@ -109,7 +110,14 @@ type Node struct {
 	trusted   []netip.Prefix
 	tokens    *jwt.Verifier
 	auth      *auth.Authenticator
-	limits    *ratelimit.Table
+	lane      *fastlane.Lane
+	// tokensMu guards what the token verifier is built from: the
+	// snapshot's issuers and deny list, and the fast lane's.
+	tokensMu   sync.Mutex
+	snapTokens *configv1.Snapshot // issuers and deny_list only
+	laneDeny   []*configv1.DenyEntry
+	laneJWKS   map[string]string
+	limits     *ratelimit.Table
 	// stopSync stops the rate limit sync; nil without Redis.
 	stopSync context.CancelFunc
 	syncDone chan struct{}
@@ -155,6 +163,7 @@ func New(opts Options) (*Node, error) {
 		tokens:    jwt.New(jwt.Options{Now: opts.Now, Logger: opts.Logger, HTTPClient: opts.JWKSClient}),
 	}
 	n.auth = auth.New(n.tokens, opts.Now)
+	n.lane = fastlane.New(fastlane.Options{SetKeys: n.auth.SetLaneKeys, SetTokens: n.setLaneTokens, Now: opts.Now, Logger: opts.Logger})
 	poolIndex := map[string]int{}
 	for _, l := range opts.Listeners {
 		name := l.Pool
@@ -320,6 +329,7 @@ func (n *Node) Close() {
 		n.closeListeners()
 		n.upstreams.Close()
 		n.tokens.Close()
+		n.lane.Close()
 		if n.stopSync != nil {
 			n.stopSync()
 			<-n.syncDone

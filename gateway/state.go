@@ -3,9 +3,13 @@ package gateway
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/portico-gw/portico/gateway/auth/keytable"
+	"github.com/portico-gw/portico/gateway/fastlane"
 	"github.com/portico-gw/portico/gateway/router"
 	"github.com/portico-gw/portico/gateway/routestats"
 	"github.com/portico-gw/portico/gateway/snapshot"
@@ -55,7 +59,7 @@ func (n *Node) Apply(cfg *configv1.Snapshot) error {
 		st.set.Release()
 		return fmt.Errorf("snapshot %q: %w", cfg.GetVersion(), err)
 	}
-	if err := n.tokens.Update(cfg.GetIssuers(), cfg.GetDenyList()); err != nil {
+	if err := n.setSnapshotTokens(cfg.GetIssuers(), cfg.GetDenyList()); err != nil {
 		st.set.Release()
 		return fmt.Errorf("snapshot %q: %w", cfg.GetVersion(), err)
 	}
@@ -74,6 +78,81 @@ func (n *Node) Apply(cfg *configv1.Snapshot) error {
 	}
 	n.log.Info("snapshot applied", "version", st.snap.Version, "sha256", st.snap.SHA256, "routes", len(st.snap.Routes), "clusters", len(st.snap.ClusterNames), "keys", keys.Len(), "issuers", len(cfg.GetIssuers()))
 	return nil
+}
+
+// FastLane returns the node's fast-lane state: the API keys, deny entries
+// and issuers' keys that arrive outside snapshots (the distribution
+// client's fast-lane stream and signed-snapshot poll apply to it).
+func (n *Node) FastLane() *fastlane.Lane { return n.lane }
+
+// setSnapshotTokens updates the token verifier with a snapshot's issuers
+// and deny list, and the fast lane's.
+func (n *Node) setSnapshotTokens(issuers []*configv1.Issuer, deny []*configv1.DenyEntry) error {
+	n.tokensMu.Lock()
+	defer n.tokensMu.Unlock()
+	snap := &configv1.Snapshot{Issuers: issuers, DenyList: deny}
+	if err := n.updateTokensLocked(snap, n.laneDeny, n.laneJWKS, true); err != nil {
+		return err
+	}
+	n.snapTokens = snap
+	return nil
+}
+
+// setLaneTokens updates the token verifier with the fast lane's deny
+// entries and issuers' keys, and the snapshot's.
+func (n *Node) setLaneTokens(deny []*configv1.DenyEntry, jwks map[string]string) error {
+	n.tokensMu.Lock()
+	defer n.tokensMu.Unlock()
+	if err := n.updateTokensLocked(n.snapTokens, deny, jwks, false); err != nil {
+		return err
+	}
+	n.laneDeny, n.laneJWKS = deny, jwks
+	return nil
+}
+
+// updateTokensLocked merges the snapshot's issuers and deny list with the
+// fast lane's and installs them: a published key set is added to its
+// issuer's jwks_json, and the deny lists are joined. With lenient (a new
+// snapshot), published keys that do not fit their issuer as the snapshot
+// configures it (an algorithm it no longer allows) are left out and
+// logged, so that they never make the node refuse a snapshot; without (a
+// fast-lane change), they are an error the lane reports.
+func (n *Node) updateTokensLocked(snap *configv1.Snapshot, laneDeny []*configv1.DenyEntry, laneJWKS map[string]string, lenient bool) error {
+	issuers := snap.GetIssuers()
+	if len(laneJWKS) > 0 {
+		issuers = make([]*configv1.Issuer, len(snap.GetIssuers()))
+		for i, is := range snap.GetIssuers() {
+			published, ok := laneJWKS[is.GetName()]
+			if !ok {
+				issuers[i] = is
+				continue
+			}
+			merged, err := fastlane.MergeJWKS(is.GetJwksJson(), published)
+			if err != nil && lenient {
+				n.log.Warn("the fast lane's keys of an issuer do not merge with its new config; left out", "issuer", is.GetName(), "err", err)
+				issuers[i] = is
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("issuer %q: %w", is.GetName(), err)
+			}
+			c := proto.CloneOf(is)
+			c.JwksJson = merged
+			if lenient {
+				if err := n.tokens.CheckIssuer(c); err != nil {
+					n.log.Warn("the fast lane's keys of an issuer do not fit its new config; left out", "issuer", is.GetName(), "err", err)
+					issuers[i] = is
+					continue
+				}
+			}
+			issuers[i] = c
+		}
+	}
+	deny := snap.GetDenyList()
+	if len(laneDeny) > 0 {
+		deny = append(slices.Clip(deny), laneDeny...)
+	}
+	return n.tokens.Update(issuers, deny)
 }
 
 // Current returns the snapshot new requests use.

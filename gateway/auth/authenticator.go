@@ -16,11 +16,14 @@ import (
 // Authenticator checks credentials and permissions. It is safe for
 // concurrent use.
 //
-// Lifecycle: New; SetKeys with each new key table (a snapshot, later the
-// fast lane); the token verifier is updated by its owner; Check on the hot
-// path.
+// Lifecycle: New; SetKeys with each snapshot's key table and SetLaneKeys
+// with each of the fast lane's; the token verifier is updated by its
+// owner; Check on the hot path.
 type Authenticator struct {
-	keys   atomic.Pointer[keytable.Table]
+	keys atomic.Pointer[keytable.Table]
+	// lane is the fast lane's key table, consulted first: a key it holds
+	// (a revocation above all) overrides the snapshot's.
+	lane   atomic.Pointer[keytable.Table]
 	tokens *jwt.Verifier
 	now    func() time.Time
 }
@@ -36,6 +39,20 @@ func New(tokens *jwt.Verifier, now func() time.Time) *Authenticator {
 
 // SetKeys installs the API key table every later Check uses.
 func (a *Authenticator) SetKeys(t *keytable.Table) { a.keys.Store(t) }
+
+// SetLaneKeys installs the fast lane's key table every later Check
+// consults before the snapshot's.
+func (a *Authenticator) SetLaneKeys(t *keytable.Table) { a.lane.Store(t) }
+
+// checkKey authenticates an API key against the fast lane's table, then,
+// for a key the lane does not know, the snapshot's.
+func (a *Authenticator) checkKey(key string, now int64) (keytable.Record, error) {
+	rec, err := a.lane.Load().Check(key, now)
+	if errors.Is(err, keytable.ErrUnknown) {
+		return a.keys.Load().Check(key, now)
+	}
+	return rec, err
+}
 
 // Failure is a refused request: the problem to answer with and, for 401 and
 // 403, the WWW-Authenticate challenge (RFC 6750). Detail never contains any
@@ -73,7 +90,7 @@ func (a *Authenticator) Check(r *http.Request, route *snapshot.Route, snap *snap
 	var id Identity
 	switch cred.kind {
 	case APIKey:
-		rec, err := a.keys.Load().Check(cred.value, a.now().UnixNano())
+		rec, err := a.checkKey(cred.value, a.now().UnixNano())
 		if err != nil {
 			return Identity{}, unauthenticated(keyReason(err), true)
 		}

@@ -1,0 +1,490 @@
+// Package fastlane holds a gateway node's fast-lane state: the API keys,
+// token deny entries and issuers' signing keys that reach the node through
+// the control plane's fast lane and the key service's signed snapshot,
+// outside the staged snapshots.
+//
+// Every entry carries the key service's revision number. An entry replaces
+// the one of the same identity only when its revision is higher, so the
+// stream and the signed snapshot may deliver the same change twice and in
+// any order, and the newest always wins; nothing is ever taken back by an
+// older message.
+//
+// Changing the state never blocks a request: the key table is
+// copy-on-write (keytable.Table.Apply builds a small overlay over the
+// shared base, in time proportional to the overlay, not to the table) and
+// is published with one atomic store. When the overlay grows, a background
+// goroutine merges it into a new base, and the changes that arrived
+// meanwhile are applied again on top (the revision rule makes that
+// harmless).
+//
+// Lifecycle: New, then Apply (stream updates) and ApplySigned (polled
+// snapshots) from any goroutine; they serialise. Close stops a compaction
+// in progress.
+package fastlane
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/portico-gw/portico/gateway/auth/jwt"
+	"github.com/portico-gw/portico/gateway/auth/keytable"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+)
+
+// Options configure a Lane.
+type Options struct {
+	// SetKeys installs the fast lane's key table for every later request
+	// (auth.Authenticator.SetLaneKeys). It must not block.
+	SetKeys func(*keytable.Table)
+	// SetTokens installs the deny entries and the issuers' published keys
+	// (by issuer name, each a JWKS document). It returns an error, and the
+	// node keeps what it had, when the keys do not parse; the Lane then
+	// leaves out the issuers' keys the call changed, and offers them
+	// again one issuer at a time.
+	SetTokens func(deny []*configv1.DenyEntry, issuerKeys map[string]string) error
+	// Now is the clock for dropping expired deny entries; nil: time.Now.
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Lane is a node's fast-lane state. It is safe for concurrent use.
+type Lane struct {
+	opts Options
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	keys    *keytable.Table
+	deny    map[denyKey]denyItem
+	issuers map[string]issuerItem
+	// compacting is set while a compaction runs; pending are the key
+	// changes applied since it started, to apply again on its result.
+	compacting bool
+	pending    []keytable.Change
+	// signedSeq is the sequence of the newest signed snapshot applied.
+	signedSeq uint64
+	maxRev    uint64
+	closed    bool
+	// compacted is closed and replaced after each compaction (tests).
+	compacted chan struct{}
+}
+
+// denyKey is a deny entry's identity: its issuer, what it matches, and
+// its cut-off time.
+type denyKey struct {
+	issuer, kind, value string
+	before              int64
+}
+
+type denyItem struct {
+	rev   uint64
+	entry *configv1.DenyEntry
+}
+
+type issuerItem struct {
+	rev  uint64
+	jwks string
+}
+
+// New returns an empty Lane.
+func New(opts Options) *Lane {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	l := &Lane{opts: opts, log: opts.Logger, deny: map[denyKey]denyItem{}, issuers: map[string]issuerItem{},
+		compacted: make(chan struct{})}
+	if l.log == nil {
+		l.log = slog.Default()
+	}
+	return l
+}
+
+// EntryError lists the entries a Lane refused; it applied the others.
+type EntryError struct {
+	Problems []string
+}
+
+func (e *EntryError) Error() string {
+	const listed = 10
+	var b strings.Builder
+	fmt.Fprintf(&b, "fastlane: refused %d entries", len(e.Problems))
+	for i, p := range e.Problems {
+		if i == listed {
+			fmt.Fprintf(&b, "; and %d more", len(e.Problems)-listed)
+			break
+		}
+		b.WriteString("; ")
+		b.WriteString(p)
+	}
+	return b.String()
+}
+
+// Apply merges entries into the state: each replaces the entry of the same
+// identity if its revision is higher. Entries that are invalid are left
+// out and listed in the *EntryError returned; the others are applied.
+func (l *Lane) Apply(entries []*configv1.FastLaneEntry) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.applyLocked(entries)
+}
+
+// ApplySigned merges a signed snapshot's entries, already verified, at
+// its sequence: a snapshot not newer than the last one applied is refused
+// with ErrStale.
+func (l *Lane) ApplySigned(seq uint64, entries []*configv1.FastLaneEntry) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if seq <= l.signedSeq {
+		return fmt.Errorf("%w: sequence %d, the node applied %d", ErrStale, seq, l.signedSeq)
+	}
+	err := l.applyLocked(entries)
+	l.signedSeq = seq
+	return err
+}
+
+// ErrStale is ApplySigned's error for a snapshot older than one applied.
+var ErrStale = errors.New("fastlane: signed snapshot is not newer than the one applied")
+
+// SignedSeq returns the sequence of the newest signed snapshot applied.
+func (l *Lane) SignedSeq() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.signedSeq
+}
+
+// MaxRev returns the highest revision the lane has applied.
+func (l *Lane) MaxRev() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.maxRev
+}
+
+// Keys returns the lane's key table.
+func (l *Lane) Keys() *keytable.Table {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.keys
+}
+
+func (l *Lane) applyLocked(entries []*configv1.FastLaneEntry) error {
+	var problems []string
+	var changes []keytable.Change
+	// where[i] is the position in entries of changes[i].
+	var where []int
+	tokens := false
+	// The issuers whose keys the call changes, as they were, so that
+	// keys the node refuses can be taken back.
+	var issuers []issuerChange
+	now := l.opts.Now()
+	for i, e := range entries {
+		if e.GetRev() == 0 {
+			problems = append(problems, fmt.Sprintf("entries[%d]: rev 0", i))
+			continue
+		}
+		switch x := e.GetEntry().(type) {
+		case *configv1.FastLaneEntry_Key:
+			changes = append(changes, keytable.Change{Record: x.Key, Rev: e.GetRev()})
+			where = append(where, i)
+		case *configv1.FastLaneEntry_Deny:
+			k, err := identity(x.Deny)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("entries[%d]: %v", i, err))
+				continue
+			}
+			if old, ok := l.deny[k]; ok && old.rev >= e.GetRev() {
+				continue
+			}
+			if x.Deny.GetExpires().AsTime().Add(jwt.DenyGrace).After(now) {
+				l.deny[k] = denyItem{rev: e.GetRev(), entry: x.Deny}
+			} else {
+				delete(l.deny, k)
+			}
+			tokens = true
+		case *configv1.FastLaneEntry_IssuerKeys:
+			name := x.IssuerKeys.GetIssuer()
+			err := checkJWKS(x.IssuerKeys.GetJwksJson())
+			if name == "" {
+				err = errors.New("no issuer name")
+			}
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("entries[%d]: issuer %q: %v", i, name, err))
+				continue
+			}
+			old, ok := l.issuers[name]
+			if ok && old.rev >= e.GetRev() {
+				continue
+			}
+			if j := slices.IndexFunc(issuers, func(c issuerChange) bool { return c.name == name }); j >= 0 {
+				issuers[j].at = i
+			} else {
+				issuers = append(issuers, issuerChange{name: name, at: i, old: old, had: ok})
+			}
+			l.issuers[name] = issuerItem{rev: e.GetRev(), jwks: x.IssuerKeys.GetJwksJson()}
+			tokens = true
+		default:
+			problems = append(problems, fmt.Sprintf("entries[%d]: no entry", i))
+			continue
+		}
+		l.maxRev = max(l.maxRev, e.GetRev())
+	}
+	if len(changes) > 0 {
+		p := l.applyKeysLocked(changes, where)
+		problems = append(problems, p...)
+	}
+	// Expired deny entries (past their grace) go with any change: they
+	// deny nothing more.
+	for k, d := range l.deny {
+		if !d.entry.GetExpires().AsTime().Add(jwt.DenyGrace).After(now) {
+			delete(l.deny, k)
+			tokens = true
+		}
+	}
+	if tokens && l.opts.SetTokens != nil {
+		problems = append(problems, l.setTokensLocked(issuers)...)
+	}
+	if len(problems) > 0 {
+		return &EntryError{Problems: problems}
+	}
+	return nil
+}
+
+// issuerChange is an issuer's keys before a call of applyLocked changed
+// them, and the position of the entry that did.
+type issuerChange struct {
+	name string
+	at   int
+	old  issuerItem
+	had  bool
+}
+
+func (c issuerChange) undo(l *Lane) {
+	if c.had {
+		l.issuers[c.name] = c.old
+	} else {
+		delete(l.issuers, c.name)
+	}
+}
+
+// setTokensLocked installs the deny entries and issuers' keys. When the
+// node refuses them, it keeps what it had, and so must the lane, or every
+// later change (a deny entry above all) would be refused with the same
+// keys: the issuers' keys changed by the call are taken back, then offered
+// again one issuer at a time, and those the node refuses are left out and
+// answered as problems.
+func (l *Lane) setTokensLocked(changed []issuerChange) []string {
+	err := l.opts.SetTokens(l.tokensLocked())
+	if err == nil {
+		return nil
+	}
+	if len(changed) == 0 {
+		return []string{"tokens: " + err.Error()}
+	}
+	next := make([]issuerItem, len(changed))
+	for i, c := range changed {
+		next[i] = l.issuers[c.name]
+		c.undo(l)
+	}
+	if err := l.opts.SetTokens(l.tokensLocked()); err != nil {
+		problems := []string{"tokens: " + err.Error()}
+		for _, c := range changed {
+			problems = append(problems, fmt.Sprintf("entries[%d]: issuer %q: not applied", c.at, c.name))
+		}
+		return problems
+	}
+	var problems []string
+	for i, c := range changed {
+		l.issuers[c.name] = next[i]
+		if err := l.opts.SetTokens(l.tokensLocked()); err != nil {
+			c.undo(l)
+			problems = append(problems, fmt.Sprintf("entries[%d]: issuer %q: %v", c.at, c.name, err))
+		}
+	}
+	return problems
+}
+
+// applyKeysLocked applies key changes, leaving out the ones the table
+// refuses, and answers why it refused them.
+func (l *Lane) applyKeysLocked(changes []keytable.Change, where []int) []string {
+	var problems []string
+	next, err := l.keys.Apply(changes)
+	var be *keytable.BuildError
+	if errors.As(err, &be) {
+		bad := map[int]bool{}
+		for _, p := range be.Problems {
+			if p.Index >= 0 && p.Index < len(changes) && !bad[p.Index] {
+				bad[p.Index] = true
+				problems = append(problems, fmt.Sprintf("entries[%d]: %s", where[p.Index], p.Error()))
+			}
+		}
+		kept := changes[:0:0]
+		for i, c := range changes {
+			if !bad[i] {
+				kept = append(kept, c)
+			}
+		}
+		changes = kept
+		next, err = l.keys.Apply(changes)
+	}
+	if err != nil {
+		return append(problems, "keys: "+err.Error())
+	}
+	l.keys = next
+	if l.compacting {
+		l.pending = append(l.pending, changes...)
+	}
+	if l.opts.SetKeys != nil {
+		l.opts.SetKeys(next)
+	}
+	if !l.compacting && !l.closed && next.ShouldCompact() {
+		l.compacting = true
+		go l.compact(next)
+	}
+	return problems
+}
+
+// compact merges t's overlay into a new base off every request, then
+// publishes it with the changes applied since t.
+func (l *Lane) compact(t *keytable.Table) {
+	merged := t.Compact()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	next, err := merged.Apply(l.pending)
+	if err != nil {
+		// The pending changes were applied once already; they cannot
+		// fail on the same keys. Keep the uncompacted table.
+		l.log.Error("fast lane: applying changes after a compaction failed", "err", err)
+	} else {
+		l.keys = next
+		if l.opts.SetKeys != nil {
+			l.opts.SetKeys(next)
+		}
+	}
+	l.pending = nil
+	l.compacting = false
+	close(l.compacted)
+	l.compacted = make(chan struct{})
+}
+
+// tokensLocked returns the deny entries in a stable order and the
+// issuers' keys.
+func (l *Lane) tokensLocked() ([]*configv1.DenyEntry, map[string]string) {
+	deny := make([]*configv1.DenyEntry, 0, len(l.deny))
+	keys := make([]denyKey, 0, len(l.deny))
+	for k := range l.deny {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
+		if a.issuer != b.issuer {
+			return a.issuer < b.issuer
+		}
+		if a.kind != b.kind {
+			return a.kind < b.kind
+		}
+		if a.value != b.value {
+			return a.value < b.value
+		}
+		return a.before < b.before
+	})
+	for _, k := range keys {
+		deny = append(deny, l.deny[k].entry)
+	}
+	issuers := make(map[string]string, len(l.issuers))
+	for name, it := range l.issuers {
+		issuers[name] = it.jwks
+	}
+	return deny, issuers
+}
+
+// Close stops starting compactions and waits for one that runs.
+func (l *Lane) Close() {
+	l.mu.Lock()
+	l.closed = true
+	running, done := l.compacting, l.compacted
+	l.mu.Unlock()
+	if running {
+		<-done
+	}
+}
+
+func identity(d *configv1.DenyEntry) (denyKey, error) {
+	k := denyKey{issuer: d.GetIssuer()}
+	switch m := d.GetMatch().(type) {
+	case *configv1.DenyEntry_Jti:
+		k.kind, k.value = "jti", m.Jti
+	case *configv1.DenyEntry_Subject:
+		k.kind, k.value = "sub", m.Subject
+	case *configv1.DenyEntry_ClientId:
+		k.kind, k.value = "client_id", m.ClientId
+	default:
+		return k, errors.New("deny entry matches nothing")
+	}
+	if k.value == "" {
+		return k, errors.New("deny entry matches an empty value")
+	}
+	if !d.GetExpires().IsValid() {
+		return k, errors.New("deny entry has no valid expires")
+	}
+	if k.kind != "jti" {
+		ib := d.GetIssuedBefore()
+		if !ib.IsValid() {
+			return k, errors.New("a subject or client_id deny entry needs issued_before")
+		}
+		k.before = ib.AsTime().UnixNano()
+	}
+	return k, nil
+}
+
+// checkJWKS checks that s is a JSON Web Key Set: an object with a "keys"
+// array of objects. The verifier checks the keys themselves.
+func checkJWKS(s string) error {
+	var set struct {
+		Keys []map[string]json.RawMessage `json:"keys"`
+	}
+	if err := json.Unmarshal([]byte(s), &set); err != nil {
+		return fmt.Errorf("not a JSON Web Key Set: %w", err)
+	}
+	if set.Keys == nil {
+		return errors.New(`not a JSON Web Key Set: no "keys" array`)
+	}
+	return nil
+}
+
+// MergeJWKS returns the key set of base (an issuer's jwks_json, possibly
+// empty) with the published keys added; a published key replaces a base
+// key of the same kid.
+func MergeJWKS(base, published string) (string, error) {
+	type set struct {
+		Keys []map[string]json.RawMessage `json:"keys"`
+	}
+	var b, p set
+	if base != "" {
+		if err := json.Unmarshal([]byte(base), &b); err != nil {
+			return "", fmt.Errorf("jwks_json: %w", err)
+		}
+	}
+	if err := json.Unmarshal([]byte(published), &p); err != nil {
+		return "", fmt.Errorf("published keys: %w", err)
+	}
+	kids := map[string]bool{}
+	for _, k := range p.Keys {
+		if kid, ok := k["kid"]; ok {
+			kids[string(kid)] = true
+		}
+	}
+	out := set{Keys: p.Keys}
+	for _, k := range b.Keys {
+		if kid, ok := k["kid"]; ok && kids[string(kid)] {
+			continue
+		}
+		out.Keys = append(out.Keys, k)
+	}
+	j, err := json.Marshal(out)
+	return string(j), err
+}
