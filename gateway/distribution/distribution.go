@@ -58,10 +58,20 @@ type Options struct {
 	// (default 5 s), for its rollouts.
 	Stats          func(fn func(routeID string, c routestats.Counts))
 	ReportInterval time.Duration
+	// Lane, if set, is fed by the fast-lane stream, held beside the
+	// snapshot stream (gateway.Node.FastLane).
+	Lane Lane
 	// MinBackoff and MaxBackoff bound the wait between reconnects
 	// (defaults 200 ms and 15 s); each wait is a random fraction of the
 	// current bound, which doubles per failure.
 	MinBackoff, MaxBackoff time.Duration
+}
+
+// Lane is what the fast-lane stream feeds (*fastlane.Lane). Apply merges
+// an update's entries; a *fastlane.EntryError means it applied all but
+// the entries it names.
+type Lane interface {
+	Apply(entries []*configv1.FastLaneEntry) error
 }
 
 // Client is a node's distribution client.
@@ -72,6 +82,9 @@ type Client struct {
 	mu      sync.Mutex
 	running string // sha256 of the snapshot the node runs
 	version int64  // its control plane version number, 0 if unknown
+	// laneEpoch and laneVersion are the fast-lane version the node holds.
+	laneEpoch   string
+	laneVersion uint64
 }
 
 // New returns a client; Boot and Run use it.
@@ -127,31 +140,48 @@ func (c *Client) Boot() (bool, error) {
 	return true, nil
 }
 
-// Run holds the stream until ctx ends, reconnecting after every failure.
-// It returns nil when ctx ends.
+// Run holds the snapshot stream, and the fast-lane stream if the client
+// has a Lane, until ctx ends, reconnecting each after every failure. It
+// returns nil when ctx ends.
 func (c *Client) Run(ctx context.Context) error {
 	var copts []connect.ClientOption
 	if c.opts.Token != "" {
 		copts = append(copts, connect.WithInterceptors(bearer(c.opts.Token)))
 	}
 	client := distributionv1connect.NewDistributionServiceClient(c.opts.HTTPClient, c.opts.URL, copts...)
+	var wg sync.WaitGroup
+	if c.opts.Lane != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.loop(ctx, "fast lane", func(ctx context.Context) error { return c.laneSession(ctx, client) })
+		}()
+	}
+	c.loop(ctx, "snapshot", func(ctx context.Context) error { return c.session(ctx, client) })
+	wg.Wait()
+	return nil
+}
+
+// loop runs session until ctx ends, waiting a jittered, growing backoff
+// between two.
+func (c *Client) loop(ctx context.Context, name string, session func(context.Context) error) {
 	bound := c.opts.MinBackoff
 	for {
 		start := time.Now()
-		err := c.session(ctx, client)
+		err := session(ctx)
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
 		if time.Since(start) > c.opts.MaxBackoff {
 			bound = c.opts.MinBackoff // it had been up a while: start again small
 		}
 		wait := time.Duration(rand.Int64N(int64(bound)) + 1)
-		c.log.Warn("control plane stream ended; reconnecting", "err", err, "in", wait.Round(time.Millisecond))
+		c.log.Warn("control plane stream ended; reconnecting", "stream", name, "err", err, "in", wait.Round(time.Millisecond))
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil
+			return
 		case <-t.C:
 		}
 		bound = min(2*bound, c.opts.MaxBackoff)
@@ -163,18 +193,8 @@ func (c *Client) session(ctx context.Context, client distributionv1connect.Distr
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream := client.Stream(ctx)
-	// Ending the request side is what ends a stream blocked in Receive:
-	// the HTTP/2 transport does not abort a response body read on the
-	// context while the request body is still open.
-	stopped := make(chan struct{})
+	stopped := closeOnDone(ctx, stream)
 	defer close(stopped)
-	go func() {
-		select {
-		case <-ctx.Done():
-		case <-stopped:
-		}
-		_ = stream.CloseRequest()
-	}()
 	defer func() { _ = stream.CloseResponse() }()
 	// Sends come from here (hello, ACKs) and from the reporter: one at a
 	// time.
@@ -214,6 +234,22 @@ func (c *Client) session(ctx context.Context, client distributionv1connect.Distr
 			return err
 		}
 	}
+}
+
+// closeOnDone ends the request side of stream when ctx ends or the
+// returned channel is closed. Ending the request side is what ends a
+// stream blocked in Receive: the HTTP/2 transport does not abort a
+// response body read on the context while the request body is still open.
+func closeOnDone(ctx context.Context, stream interface{ CloseRequest() error }) chan struct{} {
+	stopped := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-stopped:
+		}
+		_ = stream.CloseRequest()
+	}()
+	return stopped
 }
 
 // report sends the route counters every ReportInterval until the session

@@ -1,0 +1,215 @@
+package distribution
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/portico-gw/portico/gateway/fastlane"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+)
+
+// The signed snapshot is the fast lane's fallback: the key service
+// publishes its whole state (keys, deny entries, issuers' keys), signed
+// with Ed25519, and every node polls it, so that a revocation lands
+// within one poll period even when no stream to the control plane is up.
+
+// Errors of a signed snapshot a node refuses.
+var (
+	ErrBadSignature  = errors.New("signed snapshot: bad signature")
+	ErrUnknownSigner = errors.New("signed snapshot: signed by a key the node does not trust")
+	ErrMalformed     = errors.New("signed snapshot: malformed")
+)
+
+// SignerID names an Ed25519 public key: the first 16 hex digits of the
+// SHA-256 of the key. It is the key_id of the snapshots it signs.
+func SignerID(pub ed25519.PublicKey) string {
+	sum := sha256.Sum256(pub)
+	return hex.EncodeToString(sum[:8])
+}
+
+// VerifySnapshot checks a SignedKeySnapshot's signature against the
+// trusted keys and returns the KeySnapshot it carries.
+func VerifySnapshot(data []byte, trusted []ed25519.PublicKey) (*configv1.KeySnapshot, error) {
+	var signed configv1.SignedKeySnapshot
+	if err := proto.Unmarshal(data, &signed); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if signed.GetAlgorithm() != "Ed25519" {
+		return nil, fmt.Errorf("%w: algorithm %q, want Ed25519", ErrMalformed, signed.GetAlgorithm())
+	}
+	var pub ed25519.PublicKey
+	for _, k := range trusted {
+		if SignerID(k) == signed.GetKeyId() {
+			pub = k
+			break
+		}
+	}
+	if pub == nil {
+		return nil, fmt.Errorf("%w: key id %q", ErrUnknownSigner, signed.GetKeyId())
+	}
+	if len(signed.GetSignature()) != ed25519.SignatureSize || !ed25519.Verify(pub, signed.GetPayload(), signed.GetSignature()) {
+		return nil, ErrBadSignature
+	}
+	snap := &configv1.KeySnapshot{}
+	if err := proto.Unmarshal(signed.GetPayload(), snap); err != nil {
+		return nil, fmt.Errorf("%w: payload: %v", ErrMalformed, err)
+	}
+	return snap, nil
+}
+
+// PollerOptions configure a Poller.
+type PollerOptions struct {
+	// URL serves the key service's SignedKeySnapshot
+	// ("http://keys:7100/v1/key-snapshot").
+	URL        string
+	HTTPClient *http.Client
+	// Trusted are the key service's signing keys; a snapshot signed by
+	// another is refused.
+	Trusted []ed25519.PublicKey
+	// Interval between polls; zero means 60 s. Each wait is jittered by
+	// up to a tenth, so nodes do not poll in step.
+	Interval time.Duration
+	// MaxBytes bounds a snapshot; zero means 1 GiB.
+	MaxBytes int64
+	Lane     *fastlane.Lane
+	Logger   *slog.Logger
+}
+
+// Poller polls the signed snapshot and applies each newer one to a Lane.
+type Poller struct {
+	opts PollerOptions
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	etag    string
+	lastErr error
+	polls   int
+}
+
+// NewPoller checks opts and returns a Poller.
+func NewPoller(opts PollerOptions) (*Poller, error) {
+	if opts.URL == "" || opts.Lane == nil {
+		return nil, errors.New("distribution: a snapshot poller needs a URL and a Lane")
+	}
+	if len(opts.Trusted) == 0 {
+		return nil, errors.New("distribution: a snapshot poller needs the key service's public key")
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = 60 * time.Second
+	}
+	if opts.MaxBytes <= 0 {
+		opts.MaxBytes = 1 << 30
+	}
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = &http.Client{Timeout: 30 * time.Second}
+	}
+	p := &Poller{opts: opts, log: opts.Logger}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	return p, nil
+}
+
+// Run polls at once, then every Interval, until ctx ends.
+func (p *Poller) Run(ctx context.Context) {
+	for {
+		if err := p.Poll(ctx); err != nil && ctx.Err() == nil {
+			p.log.Warn("polling the signed key snapshot failed", "url", p.opts.URL, "err", err)
+		}
+		jitter := time.Duration(rand.Int64N(int64(p.opts.Interval)/10 + 1))
+		t := time.NewTimer(p.opts.Interval - jitter)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Status returns how many polls ran and the last one's error.
+func (p *Poller) Status() (polls int, lastErr error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.polls, p.lastErr
+}
+
+// Poll fetches the snapshot once and applies it if it is newer than the
+// one the Lane holds. A snapshot the node refuses (bad signature, unknown
+// signer, older) changes nothing.
+func (p *Poller) Poll(ctx context.Context) error {
+	err := p.poll(ctx)
+	p.mu.Lock()
+	p.polls++
+	p.lastErr = err
+	p.mu.Unlock()
+	return err
+}
+
+func (p *Poller) poll(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.opts.URL, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/x-protobuf")
+	p.mu.Lock()
+	if p.etag != "" {
+		req.Header.Set("If-None-Match", p.etag)
+	}
+	p.mu.Unlock()
+	resp, err := p.opts.HTTPClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusNotModified:
+		return nil
+	case http.StatusOK:
+	default:
+		return fmt.Errorf("signed snapshot: %s", resp.Status)
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, p.opts.MaxBytes+1))
+	if err != nil {
+		return fmt.Errorf("signed snapshot: reading: %w", err)
+	}
+	if int64(len(data)) > p.opts.MaxBytes {
+		return fmt.Errorf("%w: larger than %d bytes", ErrMalformed, p.opts.MaxBytes)
+	}
+	snap, err := VerifySnapshot(data, p.opts.Trusted)
+	if err != nil {
+		return err
+	}
+	switch have := p.opts.Lane.SignedSeq(); {
+	case snap.GetSeq() < have:
+		return fmt.Errorf("%w: sequence %d, the node applied %d", fastlane.ErrStale, snap.GetSeq(), have)
+	case snap.GetSeq() == have:
+		return nil // the one the node has (a server that ignores If-None-Match)
+	}
+	err = p.opts.Lane.ApplySigned(snap.GetSeq(), snap.GetEntries())
+	var refused *fastlane.EntryError
+	if err != nil && !errors.As(err, &refused) {
+		return err
+	}
+	if et := resp.Header.Get("ETag"); et != "" && strings.Contains(et, strconv.FormatUint(snap.GetSeq(), 10)) {
+		p.mu.Lock()
+		p.etag = et
+		p.mu.Unlock()
+	}
+	p.log.Info("signed key snapshot applied", "seq", snap.GetSeq(), "entries", len(snap.GetEntries()))
+	return err
+}
