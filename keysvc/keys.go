@@ -1,0 +1,304 @@
+package keysvc
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/portico-gw/portico/gateway/apikey"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
+	keysv1 "github.com/portico-gw/portico/gen/portico/keys/v1"
+	"github.com/portico-gw/portico/keysvc/store"
+)
+
+// keyAPI serves portico.keys.v1.KeyService.
+type keyAPI struct{ s *Service }
+
+// ErrNotConfirmed is CreateKey's and RotateKey's error when the nodes did
+// not all confirm the new key in time: the key is revoked, never shown
+// (and a rotation undone, so that it can be tried again).
+// neverShown is the revocation reason of a withdrawn key.
+const neverShown = "never shown: not every node confirmed it"
+var ErrNotConfirmed = errors.New("keysvc: not every node has the key")
+
+// newKey generates a raw key and its record, without storing it.
+func (s *Service) newKey(env keysv1.Environment) (string, store.Key, error) {
+	e := apikey.Live
+	envName := "live"
+	if env == keysv1.Environment_ENVIRONMENT_TEST {
+		e, envName = apikey.Test, "test"
+	}
+	raw, err := apikey.Generate(e, s.opts.Rand)
+	if err != nil {
+		return "", store.Key{}, err
+	}
+	var id [10]byte
+	if _, err := io.ReadFull(s.opts.Rand, id[:]); err != nil {
+		return "", store.Key{}, err
+	}
+	return raw, store.Key{
+		ID:      "key_" + hex.EncodeToString(id[:]),
+		Hash:    apikey.Hash(raw),
+		Prefix:  apikey.DisplayPrefix(raw),
+		Env:     envName,
+		Status:  store.StatusActive,
+		Created: s.now().UTC(),
+	}, nil
+}
+
+func (a *keyAPI) CreateKey(ctx context.Context, req *connect.Request[keysv1.CreateKeyRequest]) (*connect.Response[keysv1.CreateKeyResponse], error) {
+	s, m := a.s, req.Msg
+	raw, k, err := s.newKey(m.GetEnv())
+	if err != nil {
+		return nil, s.internal("generating a key failed", err)
+	}
+	k.AppID, k.TenantID, k.Plan, k.Scopes, k.Priority = m.GetAppId(), m.GetTenantId(), m.GetPlan(), m.GetScopes(), int32(m.GetPriority())
+	if m.GetNotAfter() != nil {
+		k.NotAfter = m.GetNotAfter().AsTime()
+	}
+	k, err = s.store.CreateKey(ctx, k)
+	if err != nil {
+		return nil, s.internal("storing the key failed", err)
+	}
+	s.log.Info("key created", "key", k.ID, "app", k.AppID, "by", callerOf(ctx).Name, "rev", k.Rev)
+	withdraw := func(ctx context.Context) error {
+		_, _, err := s.store.RevokeKey(ctx, k.ID, neverShown, "keysvc", s.now())
+		return err
+	}
+	if err := s.confirm(ctx, k, waitTimeout(m.GetWaitTimeout(), s.opts.WaitTimeout), withdraw); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&keysv1.CreateKeyResponse{Key: toAPI(k), RawKey: raw}), nil
+}
+
+func (a *keyAPI) RotateKey(ctx context.Context, req *connect.Request[keysv1.RotateKeyRequest]) (*connect.Response[keysv1.RotateKeyResponse], error) {
+	s, m := a.s, req.Msg
+	old, err := s.store.GetKey(ctx, m.GetKeyId())
+	if err != nil {
+		return nil, s.storeError(err, "key "+m.GetKeyId())
+	}
+	env := keysv1.Environment_ENVIRONMENT_LIVE
+	if old.Env == "test" {
+		env = keysv1.Environment_ENVIRONMENT_TEST
+	}
+	raw, k, err := s.newKey(env)
+	if err != nil {
+		return nil, s.internal("generating a key failed", err)
+	}
+	k.AppID, k.TenantID, k.Plan, k.Scopes, k.Priority, k.NotAfter = old.AppID, old.TenantID, old.Plan, old.Scopes, old.Priority, old.NotAfter
+	overlap := s.opts.Overlap
+	if d := m.GetOverlap(); d != nil {
+		overlap = d.AsDuration()
+	}
+	next, prev, err := s.store.RotateKey(ctx, old.ID, k, s.now().Add(overlap))
+	if err != nil {
+		return nil, s.storeError(err, "key "+m.GetKeyId())
+	}
+	s.log.Info("key rotated", "key", prev.ID, "successor", next.ID, "old_key_ends", prev.NotAfter, "by", callerOf(ctx).Name)
+	withdraw := func(ctx context.Context) error {
+		_, err := s.store.WithdrawRotation(ctx, old.ID, next.ID, old.NotAfter, neverShown, "keysvc", s.now())
+		return err
+	}
+	if err := s.confirm(ctx, next, waitTimeout(m.GetWaitTimeout(), s.opts.WaitTimeout), withdraw); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&keysv1.RotateKeyResponse{Key: toAPI(next), RawKey: raw, Previous: toAPI(prev)}), nil
+}
+
+// confirm publishes a new key and waits until every connected node has
+// it. When that fails the key is withdrawn (revoked; for a rotation, the
+// rotation undone), so that a key nobody was shown does not stay valid,
+// and the error says which nodes lack it.
+func (s *Service) confirm(ctx context.Context, k store.Key, timeout time.Duration, withdraw func(context.Context) error) error {
+	if s.pub.client == nil {
+		return nil // no fast lane: nodes learn keys from the signed snapshot
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	version, err := s.pub.sync(ctx)
+	var resp *distributionv1.WaitResponse
+	if err == nil {
+		// The control plane answers at its timeout with the nodes that
+		// lack the key: ask it to answer a little before ours.
+		deadline, _ := ctx.Deadline()
+		left := time.Until(deadline)
+		resp, err = s.pub.wait(ctx, version, left-min(left/10, 100*time.Millisecond))
+	}
+	if err == nil && resp.GetComplete() {
+		return nil
+	}
+	if rerr := withdraw(context.WithoutCancel(ctx)); rerr != nil {
+		s.log.Error("withdrawing an unconfirmed key failed", "key", k.ID, "err", rerr)
+	}
+	s.pub.kick()
+	if err != nil {
+		s.log.Warn("a new key could not be published", "key", k.ID, "err", err)
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w: the control plane could not be reached; the key was withdrawn, try again", ErrNotConfirmed))
+	}
+	var behind []string
+	for _, n := range resp.GetBehind() {
+		b := fmt.Sprintf("%s (at version %d", n.GetNodeId(), n.GetVersion())
+		if n.GetError() != "" {
+			b += ", refused: " + n.GetError()
+		}
+		behind = append(behind, b+")")
+	}
+	return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("%w: %d of %d nodes had not acknowledged fast-lane version %d after %s: %s; the key was withdrawn, try again",
+		ErrNotConfirmed, len(behind), resp.GetNodes(), version, timeout, strings.Join(behind, ", ")))
+}
+
+func waitTimeout(d *durationpb.Duration, def time.Duration) time.Duration {
+	if d.IsValid() && d.AsDuration() > 0 {
+		return d.AsDuration()
+	}
+	return def
+}
+
+func (a *keyAPI) RevokeKey(ctx context.Context, req *connect.Request[keysv1.RevokeKeyRequest]) (*connect.Response[keysv1.RevokeKeyResponse], error) {
+	s := a.s
+	k, changed, err := s.store.RevokeKey(ctx, req.Msg.GetKeyId(), req.Msg.GetReason(), callerOf(ctx).Name, s.now())
+	if err != nil {
+		return nil, s.storeError(err, "key "+req.Msg.GetKeyId())
+	}
+	if changed {
+		s.log.Info("key revoked", "key", k.ID, "by", callerOf(ctx).Name, "reason", req.Msg.GetReason(), "rev", k.Rev)
+	}
+	return connect.NewResponse(&keysv1.RevokeKeyResponse{Key: toAPI(k), Version: s.publishNow(ctx)}), nil
+}
+
+func (a *keyAPI) RevokeApp(ctx context.Context, req *connect.Request[keysv1.RevokeAppRequest]) (*connect.Response[keysv1.RevokeAppResponse], error) {
+	s := a.s
+	keys, err := s.store.RevokeApp(ctx, req.Msg.GetAppId(), req.Msg.GetReason(), callerOf(ctx).Name, s.now())
+	if err != nil {
+		return nil, s.storeError(err, "app "+req.Msg.GetAppId())
+	}
+	s.log.Info("app revoked", "app", req.Msg.GetAppId(), "keys", len(keys), "by", callerOf(ctx).Name, "reason", req.Msg.GetReason())
+	resp := &keysv1.RevokeAppResponse{Version: s.publishNow(ctx)}
+	for _, k := range keys {
+		resp.Keys = append(resp.Keys, toAPI(k))
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// publishNow publishes what the control plane lacks and returns the
+// fast-lane version that holds it; 0 when it cannot within WaitTimeout
+// (the change is committed: it reaches nodes through the signed snapshot,
+// and through the lane once the publisher gets through).
+func (s *Service) publishNow(ctx context.Context) uint64 {
+	if s.pub.client == nil {
+		return 0
+	}
+	// The change is committed: a control plane that does not answer must
+	// not hold up the answer.
+	ctx, cancel := context.WithTimeout(ctx, s.opts.WaitTimeout)
+	defer cancel()
+	v, err := s.pub.sync(ctx)
+	if err != nil {
+		s.log.Warn("publishing to the fast lane failed; retrying in the background", "err", err)
+		s.pub.kick()
+		return 0
+	}
+	return v
+}
+
+func (a *keyAPI) GetKey(ctx context.Context, req *connect.Request[keysv1.GetKeyRequest]) (*connect.Response[keysv1.GetKeyResponse], error) {
+	k, err := a.s.store.GetKey(ctx, req.Msg.GetKeyId())
+	if err != nil {
+		return nil, a.s.storeError(err, "key "+req.Msg.GetKeyId())
+	}
+	return connect.NewResponse(&keysv1.GetKeyResponse{Key: toAPI(k)}), nil
+}
+
+func (a *keyAPI) ListKeys(ctx context.Context, req *connect.Request[keysv1.ListKeysRequest]) (*connect.Response[keysv1.ListKeysResponse], error) {
+	m := req.Msg
+	limit := int(m.GetPageSize())
+	if limit == 0 {
+		limit = 100
+	}
+	f := store.ListFilter{AppID: m.GetAppId(), TenantID: m.GetTenantId(), After: m.GetPageToken(), Limit: limit}
+	keys, err := a.s.store.ListKeys(ctx, f)
+	if err != nil {
+		return nil, a.s.internal("listing keys failed", err)
+	}
+	resp := &keysv1.ListKeysResponse{}
+	if len(keys) == limit {
+		// A full page: is there more? (Asking for limit+1 keys instead
+		// fails at the largest page, as the store returns at most 1000.)
+		f.After, f.Limit = keys[limit-1].ID, 1
+		more, err := a.s.store.ListKeys(ctx, f)
+		if err != nil {
+			return nil, a.s.internal("listing keys failed", err)
+		}
+		if len(more) > 0 {
+			resp.NextPageToken = keys[limit-1].ID
+		}
+	}
+	for _, k := range keys {
+		resp.Keys = append(resp.Keys, toAPI(k))
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// storeError maps the store's errors to the API's.
+func (s *Service) storeError(err error, what string) error {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("%s not found", what))
+	case errors.Is(err, store.ErrConflict):
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("%s: %v", what, err))
+	}
+	return s.internal("the key store failed", err)
+}
+
+func ts(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+// toAPI is a key's metadata: never the hash.
+func toAPI(k store.Key) *keysv1.Key {
+	env := keysv1.Environment_ENVIRONMENT_LIVE
+	if k.Env == "test" {
+		env = keysv1.Environment_ENVIRONMENT_TEST
+	}
+	return &keysv1.Key{
+		KeyId: k.ID, Prefix: k.Prefix, AppId: k.AppID, TenantId: k.TenantID, Plan: k.Plan, Scopes: k.Scopes, Env: env,
+		Priority: configv1.Priority(k.Priority), Status: configv1.KeyStatus(k.Status), Created: ts(k.Created), NotAfter: ts(k.NotAfter),
+		SuccessorKeyId: k.Successor, PredecessorKeyId: k.Predecessor, Revoked: ts(k.Revoked), RevokeReason: k.RevokeReason,
+		RevokedBy: k.RevokedBy, Rev: k.Rev,
+	}
+}
+
+// toRecord is a key as the nodes hold it.
+func toRecord(k *store.Key) *configv1.KeyRecord {
+	return &configv1.KeyRecord{
+		Sha256: k.Hash[:], KeyId: k.ID, AppId: k.AppID, TenantId: k.TenantID, Plan: k.Plan, Scopes: k.Scopes,
+		Priority: configv1.Priority(k.Priority), Status: configv1.KeyStatus(k.Status), NotAfter: ts(k.NotAfter),
+		SuccessorKeyId: k.Successor,
+	}
+}
+
+// toEntry is a store change as a fast-lane entry.
+func toEntry(c store.Change) *configv1.FastLaneEntry {
+	e := &configv1.FastLaneEntry{Rev: c.Rev}
+	switch {
+	case c.Key != nil:
+		e.Entry = &configv1.FastLaneEntry_Key{Key: toRecord(c.Key)}
+	case c.Deny != nil:
+		e.Entry = &configv1.FastLaneEntry_Deny{Deny: c.Deny.Entry}
+	case c.IssuerKeys != nil:
+		e.Entry = &configv1.FastLaneEntry_IssuerKeys{IssuerKeys: &configv1.IssuerKeys{Issuer: c.IssuerKeys.Issuer, JwksJson: c.IssuerKeys.JWKS}}
+	}
+	return e
+}

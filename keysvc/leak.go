@@ -1,0 +1,222 @@
+package keysvc
+
+import (
+	"crypto/ecdsa"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/portico-gw/portico/gateway/apikey"
+	"github.com/portico-gw/portico/keysvc/store"
+)
+
+// LeakPath is where secret scanners post leaked keys (ReportLeakedKey).
+//
+// The request is a JSON array of reports, as GitHub's secret scanning
+// partner programme sends them:
+//
+//	[{"token": "ak_live_…", "type": "portico_api_key", "url": "https://…", "source": "content"}]
+//
+// with three headers:
+//
+//	Portico-Scanner-Id:        the scanner's configured id
+//	Portico-Scanner-Timestamp: Unix seconds when the scanner signed it
+//	Portico-Scanner-Signature: base64 of the ASN.1 ECDSA P-256 signature,
+//	                           by the scanner's key, of SHA-256(timestamp + "." + body)
+//
+// A report that is not signed by a configured scanner, or whose timestamp
+// is more than ReplayWindow from the service's clock, is refused (401)
+// and changes nothing. Otherwise every reported key is hashed, a matching
+// key revoked, and the report recorded (reporter, URL, source); the answer
+// is a JSON array in the same order:
+//
+//	[{"token_prefix": "ak_live_Ab3x", "key_id": "key_…", "outcome": "revoked"}]
+//
+// where outcome is "revoked", "already_revoked" or "unknown". The answer
+// never repeats a reported key.
+const LeakPath = "/v1/leaked-keys"
+
+// ReplayWindow is how far a report's timestamp may be from the clock.
+const ReplayWindow = 5 * time.Minute
+
+// Limits of one report.
+const (
+	maxLeakBody    = 1 << 20
+	maxLeakReports = 1000
+)
+
+// leakReport is one reported key.
+type leakReport struct {
+	Token  string `json:"token"`
+	Type   string `json:"type"`
+	URL    string `json:"url"`
+	Source string `json:"source"`
+}
+
+// leakAnswer is the answer for one reported key.
+type leakAnswer struct {
+	TokenPrefix string `json:"token_prefix,omitempty"`
+	KeyID       string `json:"key_id,omitempty"`
+	Outcome     string `json:"outcome"`
+}
+
+// errScanner is why a report was not accepted; its text is the answer.
+type errScanner struct {
+	status int
+	msg    string
+}
+
+func (e *errScanner) Error() string { return e.msg }
+
+// verifyReport checks a report's scanner, timestamp and signature.
+func (s *Service) verifyReport(h http.Header, body []byte) (Scanner, error) {
+	id := h.Get("Portico-Scanner-Id")
+	var sc *Scanner
+	for i := range s.opts.Scanners {
+		if s.opts.Scanners[i].ID == id {
+			sc = &s.opts.Scanners[i]
+		}
+	}
+	if sc == nil {
+		return Scanner{}, &errScanner{http.StatusUnauthorized, "unknown scanner: set Portico-Scanner-Id to a configured scanner"}
+	}
+	tsText := h.Get("Portico-Scanner-Timestamp")
+	sec, err := strconv.ParseInt(tsText, 10, 64)
+	if err != nil {
+		return Scanner{}, &errScanner{http.StatusUnauthorized, "Portico-Scanner-Timestamp must be Unix seconds"}
+	}
+	if d := s.now().Sub(time.Unix(sec, 0)); d > ReplayWindow || d < -ReplayWindow {
+		return Scanner{}, &errScanner{http.StatusUnauthorized, "the report's timestamp is more than 5 minutes from the service's clock (a replay, or a wrong clock)"}
+	}
+	sig, err := base64.StdEncoding.DecodeString(h.Get("Portico-Scanner-Signature"))
+	if err != nil || len(sig) == 0 {
+		return Scanner{}, &errScanner{http.StatusUnauthorized, "Portico-Scanner-Signature must be a base64 ECDSA signature"}
+	}
+	digest := signedDigest(tsText, body)
+	if !ecdsa.VerifyASN1(sc.Key, digest[:], sig) {
+		return Scanner{}, &errScanner{http.StatusUnauthorized, "the report's signature does not verify"}
+	}
+	return *sc, nil
+}
+
+// signedDigest is what a scanner signs: SHA-256(timestamp + "." + body).
+func signedDigest(timestamp string, body []byte) [32]byte {
+	h := sha256.New()
+	h.Write([]byte(timestamp))
+	h.Write([]byte{'.'})
+	h.Write(body)
+	var d [32]byte
+	h.Sum(d[:0])
+	return d
+}
+
+// SignReport returns the headers a scanner sends with body: for scanners'
+// client code and tests.
+func SignReport(scannerID string, key *ecdsa.PrivateKey, at time.Time, body []byte) (http.Header, error) {
+	ts := strconv.FormatInt(at.Unix(), 10)
+	d := signedDigest(ts, body)
+	sig, err := ecdsa.SignASN1(rand.Reader, key, d[:])
+	if err != nil {
+		return nil, err
+	}
+	h := http.Header{}
+	h.Set("Portico-Scanner-Id", scannerID)
+	h.Set("Portico-Scanner-Timestamp", ts)
+	h.Set("Portico-Scanner-Signature", base64.StdEncoding.EncodeToString(sig))
+	h.Set("Content-Type", "application/json")
+	return h, nil
+}
+
+func (s *Service) serveLeakReport(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		writeJSONError(w, http.StatusMethodNotAllowed, "POST a JSON array of reports")
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxLeakBody+1))
+	if err != nil {
+		writeJSONError(w, http.StatusBadRequest, "the body could not be read")
+		return
+	}
+	if len(body) > maxLeakBody {
+		writeJSONError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("a report is at most %d bytes", maxLeakBody))
+		return
+	}
+	sc, err := s.verifyReport(r.Header, body)
+	if err != nil {
+		var es *errScanner
+		errors.As(err, &es)
+		s.log.Warn("leaked-key report refused", "scanner", r.Header.Get("Portico-Scanner-Id"), "remote", r.RemoteAddr, "why", es.msg)
+		writeJSONError(w, es.status, es.msg)
+		return
+	}
+	var reports []leakReport
+	if err := json.Unmarshal(body, &reports); err != nil {
+		writeJSONError(w, http.StatusBadRequest, "the body must be a JSON array of {token, type, url, source}")
+		return
+	}
+	if len(reports) == 0 || len(reports) > maxLeakReports {
+		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("a report holds 1 to %d keys", maxLeakReports))
+		return
+	}
+	// One report may name keys found at several URLs; they are recorded
+	// one URL at a time, each in its own transaction.
+	answers := make([]leakAnswer, len(reports))
+	byURL := map[[2]string][]int{}
+	var order [][2]string
+	for i, rep := range reports {
+		k := [2]string{rep.URL, rep.Source}
+		if _, ok := byURL[k]; !ok {
+			order = append(order, k)
+		}
+		byURL[k] = append(byURL[k], i)
+	}
+	for _, k := range order {
+		idx := byURL[k]
+		hashes := make([][32]byte, len(idx))
+		for j, i := range idx {
+			hashes[j] = apikey.Hash(reports[i].Token)
+		}
+		rows, err := s.store.ReportLeaked(r.Context(), hashes, store.LeakReport{
+			At: s.now(), Reporter: sc.ID, URL: k[0], Source: k[1], Reason: "leaked: found at " + k[0],
+		})
+		if err != nil {
+			s.log.Error("recording a leaked-key report failed", "scanner", sc.ID, "err", err)
+			writeJSONError(w, http.StatusServiceUnavailable, "the report could not be recorded; send it again")
+			return
+		}
+		for j, i := range idx {
+			answers[i] = leakAnswer{TokenPrefix: apikey.DisplayPrefix(reports[i].Token), KeyID: rows[j].KeyID, Outcome: rows[j].Outcome}
+			if rows[j].Outcome == "revoked" {
+				s.log.Warn("leaked key revoked", "key", rows[j].KeyID, "scanner", sc.ID, "url", k[0])
+			}
+		}
+	}
+	s.publishNow(r.Context())
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(answers)
+}
+
+func writeJSONError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
+
+func cutBearer(h string) (string, bool) {
+	t, ok := strings.CutPrefix(h, "Bearer ")
+	return t, ok && t != ""
+}
+
+func equalHash(a, b string) bool {
+	return subtle.ConstantTimeCompare([]byte(a), []byte(strings.ToLower(b))) == 1
+}

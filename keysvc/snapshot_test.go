@@ -1,0 +1,254 @@
+package keysvc_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/portico-gw/portico/gateway/apikey"
+	gwdist "github.com/portico-gw/portico/gateway/distribution"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	keysv1 "github.com/portico-gw/portico/gen/portico/keys/v1"
+	"github.com/portico-gw/portico/keysvc"
+	"github.com/portico-gw/portico/testing/testclock"
+)
+
+const nodeToken = "keysvc-test-node-token-0123456789abcdef"
+
+// fetch sends method to the snapshot path with the given headers
+// (name, value pairs) and returns the answer and its body.
+func fetch(t *testing.T, s *service, method string, headers ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, s.url+keysvc.SnapshotPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, body
+}
+
+func newSigningKey(t *testing.T) (ed25519.PublicKey, ed25519.PrivateKey) {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub, priv
+}
+
+// snapshotState is what a snapshot holds, by id.
+type snapshotState struct {
+	keys    map[string]*configv1.KeyRecord
+	deny    map[string]*configv1.DenyEntry // by jti
+	issuers map[string]*configv1.IssuerKeys
+}
+
+func stateOf(t *testing.T, snap *configv1.KeySnapshot) snapshotState {
+	t.Helper()
+	st := snapshotState{keys: map[string]*configv1.KeyRecord{}, deny: map[string]*configv1.DenyEntry{}, issuers: map[string]*configv1.IssuerKeys{}}
+	for _, e := range snap.GetEntries() {
+		switch {
+		case e.GetKey() != nil:
+			st.keys[e.GetKey().GetKeyId()] = e.GetKey()
+		case e.GetDeny() != nil:
+			st.deny[e.GetDeny().GetJti()] = e.GetDeny()
+		case e.GetIssuerKeys() != nil:
+			st.issuers[e.GetIssuerKeys().GetIssuer()] = e.GetIssuerKeys()
+		default:
+			t.Errorf("the snapshot has an empty entry at rev %d", e.GetRev())
+		}
+	}
+	return st
+}
+
+// TestSnapshot: the snapshot is the store's whole state at its seq,
+// signed; it is named by its seq in the ETag, and a poller that has it
+// is answered 304 until the state changes.
+func TestSnapshot(t *testing.T) {
+	t.Parallel()
+	clock := testclock.New(epoch)
+	pub, priv := newSigningKey(t)
+	s := startService(t, keysvc.Options{SigningKey: priv, Now: clock.Now})
+	ctx := context.Background()
+
+	live := s.create(t, "app-snap")
+	test, err := s.keys.CreateKey(ctx, connect.NewRequest(&keysv1.CreateKeyRequest{AppId: "app-snap", TenantId: "t-2", Plan: "free", Env: keysv1.Environment_ENVIRONMENT_TEST}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	revoked := s.create(t, "app-snap")
+	if _, err := s.keys.RevokeKey(ctx, connect.NewRequest(&keysv1.RevokeKeyRequest{KeyId: revoked.GetKey().GetKeyId()})); err != nil {
+		t.Fatal(err)
+	}
+	raw := map[string]string{}
+	for _, k := range []*keysv1.CreateKeyResponse{live, test.Msg, revoked} {
+		raw[k.GetKey().GetKeyId()] = k.GetRawKey()
+	}
+	for jti, d := range map[string]time.Duration{"jti-long": time.Hour, "jti-short": time.Minute} {
+		if _, err := s.tokens.Deny(ctx, connect.NewRequest(&keysv1.DenyRequest{Entry: &configv1.DenyEntry{
+			Match: &configv1.DenyEntry_Jti{Jti: jti}, Expires: timestamppb.New(epoch.Add(d))}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const jwks = `{"keys": [{"kty": "OKP", "crv": "Ed25519", "kid": "idp-2", "x": "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"}]}`
+	if _, err := s.tokens.PublishIssuerKeys(ctx, connect.NewRequest(&keysv1.PublishIssuerKeysRequest{Keys: &configv1.IssuerKeys{Issuer: "idp", JwksJson: jwks}})); err != nil {
+		t.Fatal(err)
+	}
+	seq := s.seq(t)
+
+	resp, body := fetch(t, s, "GET")
+	etag := fmt.Sprintf(`"seq-%d"`, seq)
+	if resp.StatusCode != 200 || resp.Header.Get("ETag") != etag || resp.Header.Get("Content-Type") != "application/x-protobuf" {
+		t.Fatalf("GET = %d, ETag %s, Content-Type %s; want 200, %s, application/x-protobuf", resp.StatusCode, resp.Header.Get("ETag"), resp.Header.Get("Content-Type"), etag)
+	}
+	snap, err := gwdist.VerifySnapshot(body, []ed25519.PublicKey{pub})
+	if err != nil {
+		t.Fatalf("VerifySnapshot: %v", err)
+	}
+	signed := &configv1.SignedKeySnapshot{}
+	if err := proto.Unmarshal(body, signed); err != nil {
+		t.Fatal(err)
+	}
+	if signed.GetKeyId() != gwdist.SignerID(pub) || keysvc.SignerID(pub) != gwdist.SignerID(pub) {
+		t.Errorf("the snapshot is signed by key id %q, want %q", signed.GetKeyId(), gwdist.SignerID(pub))
+	}
+	other, _ := newSigningKey(t)
+	if _, err := gwdist.VerifySnapshot(body, []ed25519.PublicKey{other}); err == nil {
+		t.Errorf("VerifySnapshot with another key succeeded")
+	}
+	if snap.GetSeq() != seq || !snap.GetGenerated().AsTime().Equal(epoch) {
+		t.Errorf("snapshot seq %d, generated %v; want %d, %v", snap.GetSeq(), snap.GetGenerated().AsTime(), seq, epoch)
+	}
+	st := stateOf(t, snap)
+	if len(st.keys) != 3 || len(st.deny) != 2 || len(st.issuers) != 1 {
+		t.Errorf("the snapshot has %d keys, %d deny entries, %d issuers; want 3, 2, 1", len(st.keys), len(st.deny), len(st.issuers))
+	}
+	for id, r := range raw {
+		k, want := st.keys[id], s.storedKey(t, id)
+		if k == nil {
+			t.Errorf("the snapshot lacks key %s", id)
+			continue
+		}
+		h := apikey.Hash(r)
+		if !bytes.Equal(k.GetSha256(), h[:]) || k.GetStatus() != configv1.KeyStatus(want.Status) || k.GetAppId() != want.AppID ||
+			k.GetTenantId() != want.TenantID || k.GetPlan() != want.Plan {
+			t.Errorf("the snapshot has key %s as %v, want the hash of its key and %+v", id, k, want)
+		}
+	}
+	if st.keys[revoked.GetKey().GetKeyId()].GetStatus() != configv1.KeyStatus_KEY_STATUS_REVOKED {
+		t.Errorf("the snapshot has the revoked key as %v", st.keys[revoked.GetKey().GetKeyId()].GetStatus())
+	}
+	if ik := st.issuers["idp"]; ik.GetJwksJson() != jwks {
+		t.Errorf("the snapshot has the issuer's keys as %v", ik)
+	}
+
+	// A poller that has it is told so.
+	resp, body = fetch(t, s, "GET", "If-None-Match", etag)
+	if resp.StatusCode != http.StatusNotModified || len(body) != 0 || resp.Header.Get("ETag") != etag {
+		t.Errorf("GET with If-None-Match %s = %d with %d bytes, ETag %s; want 304, no body", etag, resp.StatusCode, len(body), resp.Header.Get("ETag"))
+	}
+	if resp, _ := fetch(t, s, "GET", "If-None-Match", `"seq-1"`); resp.StatusCode != 200 {
+		t.Errorf("GET with If-None-Match of an older seq = %d, want 200", resp.StatusCode)
+	}
+	if resp, body := fetch(t, s, "HEAD"); resp.StatusCode != 200 || len(body) != 0 || resp.Header.Get("ETag") != etag {
+		t.Errorf("HEAD = %d with %d bytes, ETag %s; want 200, no body, %s", resp.StatusCode, len(body), resp.Header.Get("ETag"), etag)
+	}
+
+	// An expired deny entry leaves the snapshot, though nothing changed.
+	clock.Add(2 * time.Minute)
+	_, body = fetch(t, s, "GET")
+	snap, err = gwdist.VerifySnapshot(body, []ed25519.PublicKey{pub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := stateOf(t, snap); st.deny["jti-short"] != nil || st.deny["jti-long"] == nil || snap.GetSeq() != seq {
+		t.Errorf("two minutes later the snapshot at seq %d has deny entries %v; want only jti-long", snap.GetSeq(), st.deny)
+	}
+
+	// A change: a new snapshot, a new ETag.
+	if _, err := s.keys.RevokeKey(ctx, connect.NewRequest(&keysv1.RevokeKeyRequest{KeyId: live.GetKey().GetKeyId()})); err != nil {
+		t.Fatal(err)
+	}
+	resp, body = fetch(t, s, "GET", "If-None-Match", etag)
+	next := fmt.Sprintf(`"seq-%d"`, seq+1)
+	if resp.StatusCode != 200 || resp.Header.Get("ETag") != next {
+		t.Fatalf("after a change GET with If-None-Match %s = %d, ETag %s; want 200, %s", etag, resp.StatusCode, resp.Header.Get("ETag"), next)
+	}
+	snap, err = gwdist.VerifySnapshot(body, []ed25519.PublicKey{pub})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := stateOf(t, snap); snap.GetSeq() != seq+1 || st.keys[live.GetKey().GetKeyId()].GetStatus() != configv1.KeyStatus_KEY_STATUS_REVOKED {
+		t.Errorf("after a revocation the snapshot at seq %d has the key as %v", snap.GetSeq(), st.keys[live.GetKey().GetKeyId()])
+	}
+}
+
+// TestSnapshotAccess: with a node token configured only its bearer gets
+// the snapshot; without a signing key there is none; only GET and HEAD
+// are served.
+func TestSnapshotAccess(t *testing.T) {
+	t.Parallel()
+	_, priv := newSigningKey(t)
+	guarded := startService(t, keysvc.Options{SigningKey: priv, SnapshotTokenHash: keysvc.HashToken(nodeToken)})
+	open := startService(t, keysvc.Options{SigningKey: priv})
+	unsigned := startService(t, keysvc.Options{})
+	for _, c := range []struct {
+		name    string
+		s       *service
+		method  string
+		headers []string
+		want    int
+	}{
+		{"no token", guarded, "GET", nil, http.StatusUnauthorized},
+		{"a wrong token", guarded, "GET", []string{"Authorization", "Bearer not-the-node-token"}, http.StatusUnauthorized},
+		{"the platform token", guarded, "GET", []string{"Authorization", "Bearer " + platformToken}, http.StatusUnauthorized},
+		{"the hash of the node token", guarded, "GET", []string{"Authorization", "Bearer " + keysvc.HashToken(nodeToken)}, http.StatusUnauthorized},
+		{"the node token, not as a bearer", guarded, "GET", []string{"Authorization", nodeToken}, http.StatusUnauthorized},
+		{"the node token", guarded, "GET", []string{"Authorization", "Bearer " + nodeToken}, http.StatusOK},
+		{"no token, none required", open, "GET", nil, http.StatusOK},
+		{"no signing key", unsigned, "GET", nil, http.StatusNotFound},
+		{"POST", open, "POST", nil, http.StatusMethodNotAllowed},
+		{"PUT", open, "PUT", nil, http.StatusMethodNotAllowed},
+		{"POST with the node token", guarded, "POST", []string{"Authorization", "Bearer " + nodeToken}, http.StatusMethodNotAllowed},
+	} {
+		resp, body := fetch(t, c.s, c.method, c.headers...)
+		if resp.StatusCode != c.want {
+			t.Errorf("%s: %s = %d, want %d", c.name, c.method, resp.StatusCode, c.want)
+		}
+		switch resp.StatusCode {
+		case http.StatusOK:
+			if _, err := gwdist.VerifySnapshot(body, []ed25519.PublicKey{priv.Public().(ed25519.PublicKey)}); err != nil {
+				t.Errorf("%s: VerifySnapshot: %v", c.name, err)
+			}
+		case http.StatusUnauthorized:
+			if resp.Header.Get("WWW-Authenticate") == "" || resp.Header.Get("ETag") != "" {
+				t.Errorf("%s: 401 with WWW-Authenticate %q, ETag %q; want a challenge and no ETag", c.name, resp.Header.Get("WWW-Authenticate"), resp.Header.Get("ETag"))
+			}
+		case http.StatusMethodNotAllowed:
+			if resp.Header.Get("Allow") != "GET, HEAD" {
+				t.Errorf("%s: 405 with Allow %q, want GET, HEAD", c.name, resp.Header.Get("Allow"))
+			}
+		}
+	}
+}

@@ -1,0 +1,79 @@
+package keysvc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	keysv1 "github.com/portico-gw/portico/gen/portico/keys/v1"
+)
+
+// tokenAPI serves portico.keys.v1.TokenService.
+type tokenAPI struct{ s *Service }
+
+func (a *tokenAPI) Deny(ctx context.Context, req *connect.Request[keysv1.DenyRequest]) (*connect.Response[keysv1.DenyResponse], error) {
+	s := a.s
+	e := req.Msg.GetEntry()
+	if !e.GetExpires().AsTime().After(s.now()) {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errExpired)
+	}
+	d, err := s.store.PutDeny(ctx, e)
+	if err != nil {
+		return nil, s.internal("storing the deny entry failed", err)
+	}
+	s.log.Info("token deny entry added", "id", d.ID, "by", callerOf(ctx).Name, "expires", d.Expires, "rev", d.Rev)
+	return connect.NewResponse(&keysv1.DenyResponse{Rev: d.Rev, Version: s.publishNow(ctx)}), nil
+}
+
+func (a *tokenAPI) ListDenyEntries(ctx context.Context, _ *connect.Request[keysv1.ListDenyEntriesRequest]) (*connect.Response[keysv1.ListDenyEntriesResponse], error) {
+	entries, err := a.s.store.DenyEntries(ctx, a.s.now())
+	if err != nil {
+		return nil, a.s.internal("listing deny entries failed", err)
+	}
+	resp := &keysv1.ListDenyEntriesResponse{Entries: make([]*configv1.DenyEntry, len(entries))}
+	for i, d := range entries {
+		resp.Entries[i] = d.Entry
+	}
+	return connect.NewResponse(resp), nil
+}
+
+func (a *tokenAPI) PublishIssuerKeys(ctx context.Context, req *connect.Request[keysv1.PublishIssuerKeysRequest]) (*connect.Response[keysv1.PublishIssuerKeysResponse], error) {
+	s := a.s
+	k := req.Msg.GetKeys()
+	// A set nodes would refuse never gets on the lane.
+	if err := checkJWKS(k.GetJwksJson()); err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
+	ik, err := s.store.PutIssuerKeys(ctx, k.GetIssuer(), k.GetJwksJson())
+	if err != nil {
+		return nil, s.internal("storing the issuer's keys failed", err)
+	}
+	s.log.Info("issuer keys published", "issuer", ik.Issuer, "by", callerOf(ctx).Name, "rev", ik.Rev)
+	return connect.NewResponse(&keysv1.PublishIssuerKeysResponse{Rev: ik.Rev, Version: s.publishNow(ctx)}), nil
+}
+
+var errExpired = errors.New("the deny entry's expires is not in the future")
+
+// checkJWKS checks that s is a JSON Web Key Set whose keys each have a
+// kty; nodes check the keys themselves.
+func checkJWKS(s string) error {
+	var set struct {
+		Keys []map[string]json.RawMessage `json:"keys"`
+	}
+	if err := json.Unmarshal([]byte(s), &set); err != nil {
+		return fmt.Errorf("jwks_json is not a JSON Web Key Set: %w", err)
+	}
+	if len(set.Keys) == 0 {
+		return errors.New(`jwks_json has no "keys"`)
+	}
+	for i, k := range set.Keys {
+		if _, ok := k["kty"]; !ok {
+			return fmt.Errorf("jwks_json keys[%d] has no kty", i)
+		}
+	}
+	return nil
+}
