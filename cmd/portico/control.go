@@ -23,6 +23,7 @@ func runControl(ctx context.Context, args []string) error {
 		dsn       = fs.String("store", "sqlite:portico-control.db", "the store: postgres://user@host/db or sqlite:PATH")
 		bootstrap = fs.String("bootstrap-token-file", "", "file holding a platform-admin token (ptk_...) to create if missing: how the first admin gets in")
 		nodeToken = fs.String("node-token-file", "", "file holding the token gateway nodes must present (their -control-token-file); without it any caller may take snapshots")
+		pubToken  = fs.String("publisher-token-file", "", "file holding the token the key service presents to publish on the fast lane (its -control-token-file); without it any caller may publish")
 		certFile  = fs.String("tls-cert", "", "PEM certificate (chain) to serve TLS with")
 		keyFile   = fs.String("tls-key", "", "PEM private key for -tls-cert")
 		logLevel  = fs.String("log-level", "info", "debug, info, warn or error")
@@ -57,12 +58,20 @@ func runControl(ctx context.Context, args []string) error {
 	} else {
 		log.Warn("nodes are not authenticated: any caller may take snapshots and report as a node (set -node-token-file)")
 	}
+	var ptoken string
+	if *pubToken != "" {
+		if ptoken, err = readToken(*pubToken); err != nil {
+			return fmt.Errorf("control: -publisher-token-file: %w", err)
+		}
+	} else {
+		log.Warn("fast-lane publishers are not authenticated: any caller may publish keys (set -publisher-token-file)")
+	}
 	st, err := store.Open(ctx, *dsn)
 	if err != nil {
 		return fmt.Errorf("control: %w", err)
 	}
 	defer st.Close()
-	plane, err := control.New(ctx, control.Options{Store: st, BootstrapToken: token, NodeToken: ntoken, Logger: log, Rollout: distribution.RolloutOptions{
+	plane, err := control.New(ctx, control.Options{Store: st, BootstrapToken: token, NodeToken: ntoken, PublisherToken: ptoken, Logger: log, Rollout: distribution.RolloutOptions{
 		Bake: *bake, MinRequests: *minCalls, MaxErrorRateIncrease: *maxErrInc,
 	}})
 	if err != nil {

@@ -89,6 +89,10 @@ func runDev(ctx context.Context, args []string) error {
 		node.Close()
 		return fmt.Errorf("dev: the node did not get version %d from the control plane: %w", version, err)
 	}
+	if ident.Key, err = ctl.demoKey(ctx); err != nil {
+		node.Close()
+		return err
+	}
 	addrs := node.Addrs()
 	printDevBanner(os.Stdout, addrs[0].String(), addrs[1].String(), caFile, ident)
 	printDevControl(os.Stdout, ctl)
@@ -111,6 +115,10 @@ The node above takes its routes from it: change them with porticoctl and they ap
   go run ./cmd/porticoctl versions
   go run ./cmd/porticoctl nodes
   go run ./cmd/porticoctl route put -team demo -f ROUTE.yaml   # see README.md and docs/configuration.md
+The key service shares its address; keys and revocations reach the node through the fast lane:
+  go run ./cmd/porticoctl keys create -app app-demo -tenant tenant-demo -plan demo -scope inventory:read -env test
+  go run ./cmd/porticoctl keys list -app app-demo
+  go run ./cmd/porticoctl keys revoke KEY_ID -reason 'leaked'      # the next call with it is a 401
 `, c.url, c.dataDir, c.tokenFile)
 }
 
@@ -200,8 +208,8 @@ Portico dev is running: one gateway node in front of two demo backends.
   http://%[1]s     HTTP/1.1 and h2c (gRPC)
   https://localhost:%[2]s  HTTP/2 and HTTP/1.1 over TLS; self-signed CA in %[3]s
 
-Demo credentials (made up at start, valid while this process runs):
-  API key (app %[5]s, plan %[6]s; scopes inventory:read orders:read orders:write):
+Demo credentials (made up at start):
+  API key (issued by the key service at start; app %[5]s, plan %[6]s; scopes inventory:read orders:read orders:write):
     %[4]s
   Access token from the demo issuer (user-42; scopes inventory:read inventory:write orders:read; 1 h):
     %[7]s

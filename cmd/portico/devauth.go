@@ -4,7 +4,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -12,13 +11,13 @@ import (
 
 	gojwt "github.com/golang-jwt/jwt/v5"
 
-	"github.com/portico-gw/portico/gateway/apikey"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
 
 // devIdentity is what `portico dev` makes up so its demo calls can
-// authenticate: a tenant with an app on a plan, an API key for the app, and
-// a JWT issuer whose signing key only this process holds.
+// authenticate: a tenant with an app on a plan, an API key for the app
+// (issued by the key service), and a JWT issuer whose signing key only
+// this process holds.
 type devIdentity struct {
 	Key       string // the raw demo API key, printed once, never logged
 	Token     string // an access token minted by the demo issuer
@@ -29,7 +28,6 @@ type devIdentity struct {
 const (
 	devTenant   = "tenant-demo"
 	devApp      = "app-demo"
-	devKeyID    = "key-demo"
 	devPlan     = "demo"
 	devRate     = 20 // per second, per caller
 	devBurst    = 40
@@ -39,15 +37,11 @@ const (
 )
 
 func newDevIdentity() (*devIdentity, error) {
-	key, err := apikey.Generate(apikey.Test, rand.Reader)
-	if err != nil {
-		return nil, err
-	}
 	signer, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
 	}
-	d := &devIdentity{Key: key, issuerKey: signer}
+	d := &devIdentity{issuerKey: signer}
 	if d.jwks, err = jwksOf(devKID, &signer.PublicKey); err != nil {
 		return nil, err
 	}
@@ -93,10 +87,10 @@ func jwksOf(kid string, pub *ecdsa.PublicKey) (string, error) {
 	return string(b), err
 }
 
-// addTo puts the demo catalog, key record and issuer into cfg.
+// addTo puts the demo catalog and issuer into cfg.
 func (d *devIdentity) addTo(cfg *configv1.Snapshot) {
 	addCatalog(cfg)
-	d.addCredentials(cfg)
+	d.addIssuer(cfg)
 }
 
 // addCatalog puts the demo products, plan and scopes into cfg.
@@ -119,17 +113,13 @@ func addCatalog(cfg *configv1.Snapshot) {
 	}
 }
 
-// addCredentials adds the demo key record and issuer to cfg (the ones
-// made up at start, which live as long as this process).
-func (d *devIdentity) addCredentials(cfg *configv1.Snapshot) {
-	sum := sha256.Sum256([]byte(d.Key))
-	cfg.Keys = append(cfg.Keys, &configv1.KeyRecord{
-		Sha256: sum[:], KeyId: devKeyID, AppId: devApp, TenantId: devTenant, Plan: devPlan,
-		// No inventory:write: the demo key shows what a 403 looks like.
-		Scopes:   []string{"inventory:read", "orders:read", "orders:write"},
-		Priority: configv1.Priority_PRIORITY_PAID,
-		Status:   configv1.KeyStatus_KEY_STATUS_ACTIVE,
-	})
+// devScopes are the demo key's scopes: no inventory:write, so the demo
+// key shows what a 403 looks like.
+var devScopes = []string{"inventory:read", "orders:read", "orders:write"}
+
+// addIssuer adds the demo issuer to cfg (its signing key is made up at
+// start and lives as long as this process).
+func (d *devIdentity) addIssuer(cfg *configv1.Snapshot) {
 	for _, is := range cfg.Issuers {
 		if is.GetName() == "dev" {
 			return

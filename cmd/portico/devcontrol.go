@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,6 +25,11 @@ import (
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 	"github.com/portico-gw/portico/gen/portico/admin/v1/adminv1connect"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
+	keysv1 "github.com/portico-gw/portico/gen/portico/keys/v1"
+	"github.com/portico-gw/portico/gen/portico/keys/v1/keysv1connect"
+	"github.com/portico-gw/portico/keysvc"
+	keystore "github.com/portico-gw/portico/keysvc/store"
 )
 
 // devControl is the control plane of `portico dev`: SQLite under the data
@@ -35,6 +41,11 @@ type devControl struct {
 	dataDir   string
 	plane     *control.Plane
 	store     *store.Store
+	// keys is the key service, served on the same address; keysStore
+	// its SQLite store and signer the public key of its snapshots.
+	keys      *keysvc.Service
+	keysStore *keystore.Store
+	signer    ed25519.PublicKey
 }
 
 // startDevControl starts the control plane and serves it on addr until
@@ -63,18 +74,79 @@ func startDevControl(ctx context.Context, addr, dataDir string, log *slog.Logger
 		_ = st.Close()
 		return nil, err
 	}
+	c := &devControl{tokenFile: tokenFile, nodeToken: nodeToken, dataDir: dataDir, plane: plane, store: st}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		plane.Close()
-		_ = st.Close()
+		c.close()
 		return nil, fmt.Errorf("dev: the control plane: %w (choose another port with -control-addr)", err)
 	}
+	c.url = "http://" + ln.Addr().String()
+	if err := c.startKeys(ctx, token, log); err != nil {
+		_ = ln.Close()
+		c.close()
+		return nil, err
+	}
+	// The key service shares the control plane's address: its paths
+	// (/portico.keys.v1.*, /v1/key-snapshot, /v1/leaked-keys) are its own.
+	mux := http.NewServeMux()
+	mux.Handle("/", plane.Handler)
+	keysHandler := c.keys.Handler()
+	for _, p := range []string{"/portico.keys.v1.KeyService/", "/portico.keys.v1.TokenService/", keysvc.SnapshotPath, keysvc.LeakPath} {
+		mux.Handle(p, keysHandler)
+	}
 	go func() {
-		if err := serveControl(ctx, ln, plane.Handler, "", ""); err != nil {
+		if err := serveControl(ctx, ln, mux, "", ""); err != nil {
 			log.Error("dev control plane stopped", "err", err)
 		}
 	}()
-	return &devControl{url: "http://" + ln.Addr().String(), tokenFile: tokenFile, nodeToken: nodeToken, dataDir: dataDir, plane: plane, store: st}, nil
+	return c, nil
+}
+
+// startKeys starts the dev key service: SQLite and a signing key under
+// the data directory, the platform token, publishing to the dev control
+// plane.
+func (c *devControl) startKeys(ctx context.Context, token string, log *slog.Logger) error {
+	signing, err := loadSigningKey(filepath.Join(c.dataDir, "keys-signing.pem"), log)
+	if err != nil {
+		return fmt.Errorf("dev: %w", err)
+	}
+	c.signer = signing.Public().(ed25519.PublicKey)
+	ks, err := keystore.Open(ctx, "sqlite:"+filepath.Join(c.dataDir, "keys.db"))
+	if err != nil {
+		return fmt.Errorf("dev: %w", err)
+	}
+	c.keysStore = ks
+	c.keys, err = keysvc.New(keysvc.Options{
+		Store: ks, ControlURL: c.url, HTTPClient: streamClient(c.url), SigningKey: signing, Logger: log,
+		Tokens: []keysvc.Token{{Name: "platform", Role: keysvc.RolePlatform, SHA256: keysvc.HashToken(token)}},
+	})
+	if err != nil {
+		return err
+	}
+	go c.keys.Run(ctx)
+	return nil
+}
+
+// demoKey issues the demo API key through the key service, once the node
+// is connected (CreateKey answers when every node has it), and revokes
+// the ones earlier dev runs issued.
+func (c *devControl) demoKey(ctx context.Context) (string, error) {
+	token, err := devPlatformToken(c.tokenFile)
+	if err != nil {
+		return "", err
+	}
+	api := keysv1connect.NewKeyServiceClient(&http.Client{Transport: bearerTransport{token}, Timeout: 30 * time.Second}, c.url)
+	if _, err := api.RevokeApp(ctx, connect.NewRequest(&keysv1.RevokeAppRequest{AppId: devApp, Reason: "replaced by a new portico dev run"})); err != nil {
+		return "", fmt.Errorf("dev: revoking the last run's demo keys: %w", err)
+	}
+	resp, err := api.CreateKey(ctx, connect.NewRequest(&keysv1.CreateKeyRequest{
+		AppId: devApp, TenantId: devTenant, Plan: devPlan, Scopes: devScopes,
+		Env: keysv1.Environment_ENVIRONMENT_TEST, Priority: configv1.Priority_PRIORITY_PAID,
+	}))
+	if err != nil {
+		return "", fmt.Errorf("dev: issuing the demo key: %w", err)
+	}
+	return resp.Msg.GetRawKey(), nil
 }
 
 // devPlatformToken reads a dev token (the platform's, the node's), or
@@ -100,6 +172,9 @@ func devPlatformToken(path string) (string, error) {
 func (c *devControl) close() {
 	c.plane.Close()
 	_ = c.store.Close()
+	if c.keysStore != nil {
+		_ = c.keysStore.Close()
+	}
 }
 
 // seed puts the demo config through the admin API, as a platform admin
@@ -154,27 +229,39 @@ func (c *devControl) seed(ctx context.Context, demo *configv1.Snapshot) (int64, 
 	return last, nil
 }
 
-// follow feeds node from the control plane, adding the demo credentials
-// to every snapshot (the key service, not the control plane, will hold
-// keys; until it does, they live in this process), and waits until the
-// node runs version.
+// follow feeds node from the control plane (snapshots and the fast
+// lane) and from the key service's signed snapshot, adding the demo
+// issuer, whose signing key lives in this process, to every snapshot; it
+// waits until the node runs version.
 func (c *devControl) follow(ctx context.Context, node *gateway.Node, ident *devIdentity, version int64, log *slog.Logger) error {
 	client := gwdist.New(gwdist.Options{
 		URL: c.url, HTTPClient: streamClient(c.url), Token: c.nodeToken,
-		NodeID: "dev", Pool: "public", Region: "dev", Logger: log, Stats: node.RouteStats,
+		NodeID: "dev", Pool: "public", Region: "dev", Logger: log, Stats: node.RouteStats, Lane: node.FastLane(),
 		Apply: func(cfg *configv1.Snapshot) error {
 			cfg = proto.CloneOf(cfg)
 			cfg.Sha256 = "" // it no longer is the control plane's snapshot
-			ident.addCredentials(cfg)
+			ident.addIssuer(cfg)
 			return node.Apply(cfg)
 		},
 	})
 	go func() { _ = client.Run(ctx) }()
+	poller, err := gwdist.NewPoller(gwdist.PollerOptions{URL: c.url + keysvc.SnapshotPath, Trusted: []ed25519.PublicKey{c.signer},
+		Lane: node.FastLane(), Logger: log})
+	if err != nil {
+		return err
+	}
+	go poller.Run(ctx)
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return c.plane.Distribution.Wait(wctx, func(s distribution.Status) bool {
+	err = c.plane.Distribution.Wait(wctx, func(s distribution.Status) bool {
 		return len(s.Nodes) == 1 && s.Nodes[0].Version >= version
 	})
+	if err != nil {
+		return err
+	}
+	// The demo key is issued next, to the nodes on the fast lane: the
+	// node must be one of them.
+	return c.plane.Distribution.WaitLane(wctx, func(nodes []*distributionv1.NodeFastLane) bool { return len(nodes) == 1 })
 }
 
 // bearerTransport sends an admin token with every call.

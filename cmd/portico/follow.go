@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -40,7 +42,7 @@ func followControl(ctx context.Context, node *gateway.Node, url, tokenFile, cach
 	client := distribution.New(distribution.Options{
 		URL: url, HTTPClient: streamClient(url),
 		Token: token, NodeID: nodeID, Pool: pool, Region: region, Labels: labels,
-		CacheFile: cacheFile, Apply: node.Apply, Logger: log, Stats: node.RouteStats,
+		CacheFile: cacheFile, Apply: node.Apply, Logger: log, Stats: node.RouteStats, Lane: node.FastLane(),
 	})
 	booted, err := client.Boot()
 	if err != nil {
@@ -53,6 +55,40 @@ func followControl(ctx context.Context, node *gateway.Node, url, tokenFile, cach
 		log.Info("serving the cached snapshot until the control plane answers", "sha256", sha)
 	}
 	go func() { _ = client.Run(ctx) }()
+	return nil
+}
+
+// pollKeySnapshot polls the key service's signed snapshot into node's
+// fast lane until ctx ends.
+func pollKeySnapshot(ctx context.Context, node *gateway.Node, url, tokenFile string, pubFiles []string, every time.Duration, log *slog.Logger) error {
+	if len(pubFiles) == 0 {
+		return errors.New("-keys-snapshot needs -keys-public-key: a snapshot is trusted only by its signature")
+	}
+	var trusted []ed25519.PublicKey
+	for _, f := range pubFiles {
+		k, err := readPublicKey(f)
+		if err != nil {
+			return fmt.Errorf("-keys-public-key: %w", err)
+		}
+		pub, ok := k.(ed25519.PublicKey)
+		if !ok {
+			return fmt.Errorf("-keys-public-key %s: not an Ed25519 key", f)
+		}
+		trusted = append(trusted, pub)
+	}
+	client := &http.Client{Timeout: 60 * time.Second}
+	if tokenFile != "" {
+		tok, err := readToken(tokenFile)
+		if err != nil {
+			return fmt.Errorf("-keys-snapshot-token-file: %w", err)
+		}
+		client.Transport = bearerTransport{tok}
+	}
+	p, err := distribution.NewPoller(distribution.PollerOptions{URL: url, HTTPClient: client, Trusted: trusted, Interval: every, Lane: node.FastLane(), Logger: log})
+	if err != nil {
+		return err
+	}
+	go p.Run(ctx)
 	return nil
 }
 

@@ -41,11 +41,16 @@ func runGateway(ctx context.Context, args []string) error {
 		headroom   = fs.Int("gc-headroom-mib", defaultGCHeadroomMiB, "heap growth allowed between garbage collections, in MiB (0: Go's default pacing; GOGC in the environment wins)")
 		redisAddrs = fs.String("redis", "", "Redis for the rate limit sync: host:port, or several comma-separated seed addresses of a Redis Cluster (empty: this node's buckets are the whole truth)")
 		redisPass  = fs.String("redis-password-file", "", "file holding the Redis password (AUTH), if any")
+		keysSnap   = fs.String("keys-snapshot", "", "the key service's signed key snapshot URL (http://keys:7100/v1/key-snapshot), polled as the fast lane's fallback")
+		keysToken  = fs.String("keys-snapshot-token-file", "", "with -keys-snapshot: file holding the token the key service requires (its -snapshot-token-file)")
+		keysPoll   = fs.Duration("keys-poll-interval", time.Minute, "with -keys-snapshot: time between polls")
+		keysPubs   stringsFlag
 		nodeID     = fs.String("node-id", "", "this node's id in the rate limit sync (default: hostname and process id) and, stable across restarts, to the control plane (default: hostname)")
 	)
 	fs.Var(&plain, "listen", "pool=addr to serve cleartext HTTP/1.1 and h2c on (repeatable; default public=:8080)")
 	fs.Var(&secure, "tls-listen", "pool=addr to serve HTTP/2 and HTTP/1.1 over TLS on (repeatable)")
 	fs.Var(&labels, "label", "with -control: key=value describing this node to rollouts (repeatable)")
+	fs.Var(&keysPubs, "keys-public-key", "with -keys-snapshot: PEM Ed25519 public key the snapshot must be signed with (the key service's .pub.pem; repeatable, for rotation)")
 	fs.Var(&trusted, "trusted-proxy", "CIDR of a proxy in front of the gateway whose X-Forwarded-For is kept (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -96,6 +101,12 @@ func runGateway(ctx context.Context, args []string) error {
 	})
 	if err != nil {
 		return err
+	}
+	if *keysSnap != "" {
+		if err := pollKeySnapshot(ctx, node, *keysSnap, *keysToken, keysPubs, *keysPoll, log); err != nil {
+			node.Close()
+			return fmt.Errorf("gateway: %w", err)
+		}
 	}
 	if *controlURL != "" {
 		if err := followControl(ctx, node, *controlURL, *ctlToken, *cacheFile, *nodeID, ls, *region, labels, log); err != nil {

@@ -1,6 +1,6 @@
 // Command portico runs Portico roles: `portico gateway` runs a gateway node
 // (fed from a config file or by the control plane); `portico control` the
-// control plane; `portico dev` everything in one process on embedded
+// control plane; `portico keys` the key service; `portico dev` everything in one process on embedded
 // defaults, with demo backends, and prints how to call it.
 package main
 
@@ -19,7 +19,8 @@ const usage = `usage: portico <role> [flags]
 roles:
   dev       every role in one process on embedded defaults, with demo backends
   gateway   a gateway node serving a snapshot from -config FILE or from -control URL
-  control   the control plane: the admin API and the nodes' snapshot streams
+  control   the control plane: the admin API, the nodes' snapshot streams and the fast lane
+  keys      the key service: issues, rotates and revokes API keys and token deny entries
 
 Run "portico <role> -h" for the role's flags.
 `
@@ -40,6 +41,8 @@ func main() {
 		err = runGateway(ctx, args)
 	case "control":
 		err = runControl(ctx, args)
+	case "keys":
+		err = runKeys(ctx, args)
 	case "-h", "-help", "--help", "help":
 		fmt.Print(usage)
 		return

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/portico-gw/portico/keysvc"
+	"github.com/portico-gw/portico/keysvc/store"
+)
+
+func runKeys(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("portico keys", flag.ContinueOnError)
+	var (
+		listen        = fs.String("listen", ":7100", "addr to serve the key and token APIs, the scanners' endpoint and the signed snapshot on")
+		dsn           = fs.String("store", "sqlite:portico-keys.db", "the key store: postgres://user@host/db or sqlite:PATH")
+		controlURL    = fs.String("control", "", "the control plane whose fast lane carries the changes (http://host:7000); empty: nodes learn changes from the signed snapshot only")
+		controlToken  = fs.String("control-token-file", "", "file holding the publisher token the control plane requires (its -publisher-token-file)")
+		platformToken = fs.String("token-file", "", "file holding the platform token callers of the key API present (required)")
+		identityToken = fs.String("identity-token-file", "", "file holding the identity service's token: deny entries and issuers' keys only")
+		signingKey    = fs.String("signing-key-file", "portico-keys-signing.pem", "PEM PKCS #8 Ed25519 private key that signs the key snapshot; created (mode 0600) if missing, with its public key beside it (.pub.pem) for the nodes' -keys-public-key")
+		snapToken     = fs.String("snapshot-token-file", "", "file holding the token nodes present to fetch the signed snapshot (their -keys-snapshot-token-file); empty: anyone may fetch it")
+		waitTimeout   = fs.Duration("wait-timeout", 10*time.Second, "how long CreateKey and RotateKey wait for every node to have the new key")
+		overlap       = fs.Duration("rotate-overlap", 24*time.Hour, "how long a rotated key keeps working beside its successor, unless the call says")
+		certFile      = fs.String("tls-cert", "", "PEM certificate (chain) to serve TLS with")
+		keyFile       = fs.String("tls-key", "", "PEM private key for -tls-cert")
+		logLevel      = fs.String("log-level", "info", "debug, info, warn or error")
+		scanners      scannerFlag
+	)
+	fs.Var(&scanners, "scanner", "id=FILE: a secret scanner allowed to report leaked keys, with its ECDSA P-256 public key (PEM) (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log, err := newLogger(*logLevel)
+	if err != nil {
+		return err
+	}
+	opts := keysvc.Options{ControlURL: *controlURL, HTTPClient: streamClient(*controlURL), WaitTimeout: *waitTimeout, Overlap: *overlap,
+		Scanners: scanners.list, Logger: log}
+	if *platformToken == "" {
+		return errors.New("keys: -token-file is required: the key API is never open")
+	}
+	for _, t := range []struct {
+		file string
+		role keysvc.Role
+		dst  *[]keysvc.Token
+	}{{*platformToken, keysvc.RolePlatform, &opts.Tokens}, {*identityToken, keysvc.RoleIdentity, &opts.Tokens}} {
+		if t.file == "" {
+			continue
+		}
+		tok, err := readToken(t.file)
+		if err != nil {
+			return fmt.Errorf("keys: %w", err)
+		}
+		*t.dst = append(*t.dst, keysvc.Token{Name: string(t.role), Role: t.role, SHA256: keysvc.HashToken(tok)})
+	}
+	if *controlToken != "" {
+		if opts.ControlToken, err = readToken(*controlToken); err != nil {
+			return fmt.Errorf("keys: %w", err)
+		}
+	}
+	if *snapToken != "" {
+		tok, err := readToken(*snapToken)
+		if err != nil {
+			return fmt.Errorf("keys: %w", err)
+		}
+		opts.SnapshotTokenHash = keysvc.HashToken(tok)
+	}
+	if opts.SigningKey, err = loadSigningKey(*signingKey, log); err != nil {
+		return fmt.Errorf("keys: %w", err)
+	}
+	st, err := store.Open(ctx, *dsn)
+	if err != nil {
+		return fmt.Errorf("keys: %w", err)
+	}
+	defer st.Close()
+	opts.Store = st
+	svc, err := keysvc.New(opts)
+	if err != nil {
+		return err
+	}
+	go svc.Run(ctx)
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("keys: %w", err)
+	}
+	if *controlURL == "" {
+		log.Warn("no -control: changes reach nodes only through the signed snapshot they poll")
+	}
+	log.Info("key service listening", "addr", ln.Addr().String(), "store", st.Driver(), "signer", keysvc.SignerID(opts.SigningKey.Public().(ed25519.PublicKey)))
+	return serveControl(ctx, ln, svc.Handler(), *certFile, *keyFile)
+}
+
+// readToken reads a token file: one token, surrounding space ignored, at
+// least 32 characters.
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSpace(string(b))
+	if len(tok) < 32 {
+		return "", fmt.Errorf("%s: the token is shorter than 32 characters", path)
+	}
+	return tok, nil
+}
+
+// loadSigningKey reads the snapshot's Ed25519 signing key, or makes one
+// (and writes its public key beside it for the nodes).
+func loadSigningKey(path string, log *slog.Logger) (ed25519.PrivateKey, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		_, priv, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return nil, err
+		}
+		der, err := x509.MarshalPKCS8PrivateKey(priv)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+			return nil, fmt.Errorf("-signing-key-file: %w", err)
+		}
+		pubFile := strings.TrimSuffix(path, ".pem") + ".pub.pem"
+		if err := writePublicKey(pubFile, priv.Public()); err != nil {
+			return nil, fmt.Errorf("-signing-key-file: %w", err)
+		}
+		log.Info("made a snapshot signing key; give nodes its public key (-keys-public-key)", "key", path, "public", pubFile)
+		return priv, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("-signing-key-file: %w", err)
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return nil, fmt.Errorf("-signing-key-file %s: not PEM", path)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("-signing-key-file %s: %w", path, err)
+	}
+	priv, ok := k.(ed25519.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("-signing-key-file %s: not an Ed25519 key", path)
+	}
+	return priv, nil
+}
+
+func writePublicKey(path string, pub any) error {
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o644)
+}
+
+// readPublicKey reads a PEM PKIX public key.
+func readPublicKey(path string) (any, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return nil, fmt.Errorf("%s: not PEM", path)
+	}
+	return x509.ParsePKIXPublicKey(blk.Bytes)
+}
+
+// scannerFlag collects -scanner id=FILE.
+type scannerFlag struct{ list []keysvc.Scanner }
+
+func (f *scannerFlag) String() string {
+	ids := make([]string, len(f.list))
+	for i, s := range f.list {
+		ids[i] = s.ID
+	}
+	return strings.Join(ids, ",")
+}
+
+func (f *scannerFlag) Set(v string) error {
+	id, file, ok := strings.Cut(v, "=")
+	if !ok || id == "" || file == "" {
+		return fmt.Errorf("want id=FILE, got %q", v)
+	}
+	k, err := readPublicKey(file)
+	if err != nil {
+		return err
+	}
+	pub, ok := k.(*ecdsa.PublicKey)
+	if !ok || pub.Curve.Params().Name != "P-256" {
+		return fmt.Errorf("%s: want an ECDSA P-256 public key", file)
+	}
+	f.list = append(f.list, keysvc.Scanner{ID: id, Key: pub})
+	return nil
+}
