@@ -1,16 +1,26 @@
 // Command porticoctl is the admin CLI of Portico, a Connect client of the
-// control plane's admin API. A team applies its directory of route,
-// cluster and service files:
+// control plane's admin API and of the key service. A team applies its
+// directory of route, cluster and service files:
 //
 //	porticoctl diff -f teams/orders/     # what would change
 //	porticoctl apply -f teams/orders/    # change it: a new version
 //	porticoctl versions                  # the newest versions
 //	porticoctl rollback 41               # a new version equal to 41
 //
+// API keys and the access-token deny list are the key service's:
+//
+//	porticoctl keys create -app shop -tenant acme -plan gold   # the key, shown once
+//	porticoctl keys rotate KEY_ID -overlap 24h
+//	porticoctl keys revoke -app shop -reason "leaked"
+//	porticoctl deny add -subject user-42 -issued-before now
+//
 // The server and token come from -server and -token-file, or from
-// PORTICO_SERVER and PORTICO_TOKEN. Exit status: 0 done, 1 refused or
-// failed (problems listed with their field paths), 2 bad usage; a team's
-// CI can gate on it. -output json prints the answers as JSON for scripts.
+// PORTICO_SERVER and PORTICO_TOKEN; the key service's from -keys-server
+// and -keys-token-file, or PORTICO_KEYS_SERVER and PORTICO_KEYS_TOKEN,
+// else the same as the control plane's (portico dev serves both on one
+// address). Exit status: 0 done, 1 refused or failed (problems listed
+// with their field paths), 2 bad usage; a team's CI can gate on it.
+// -output json prints the answers as JSON for scripts.
 package main
 
 import (

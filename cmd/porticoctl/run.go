@@ -20,6 +20,7 @@ import (
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 	"github.com/portico-gw/portico/gen/portico/admin/v1/adminv1connect"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	"github.com/portico-gw/portico/gen/portico/keys/v1/keysv1connect"
 )
 
 const usage = `usage: porticoctl [global flags] <command> [flags]
@@ -39,9 +40,38 @@ commands:
                               the newest rollout; steer it (platform admins)
   nodes                       the connected nodes and what each runs
 
+API keys (the key service):
+  keys create -app APP -tenant T -plan P [-scope S]... [-env live|test]
+              [-priority sheddable|free|paid|partner] [-not-after TIME] [-wait 10s]
+                              issue a key once every node has it; prints the key
+                              this one time only
+  keys rotate KEY_ID [-overlap 24h] [-wait 10s]
+                              issue a successor; the old key stops after the overlap
+  keys revoke KEY_ID [-reason TEXT]
+  keys revoke -app APP [-reason TEXT]
+                              stop a key, or every active key of an app, on every node
+  keys list [-app APP] [-tenant T] [-all]
+                              keys that work (-all: revoked and expired ones too)
+  keys get KEY_ID             one key's metadata
+
+access tokens (the key service's token service):
+  deny add (-jti ID | -subject SUB -issued-before TIME | -client-id ID -issued-before TIME)
+           [-issuer NAME] [-expires TIME | -ttl DURATION]
+                              deny one token, or a subject's or client's tokens issued
+                              before TIME; the entry lapses at -expires, or -ttl from
+                              now, by default 15m (the longest an access token lives)
+                              after -issued-before, or after now for -jti
+  deny list                   the deny entries
+
+  TIME is RFC 3339 (2026-11-29T18:00:00Z); -issued-before also takes "now".
+
 global flags:
   -server URL        the control plane (default $PORTICO_SERVER, else http://localhost:7000)
   -token-file FILE   the admin token (default $PORTICO_TOKEN)
+  -keys-server URL   the key service (default $PORTICO_KEYS_SERVER, else -server's)
+  -keys-token-file FILE
+                     the key service's token (default $PORTICO_KEYS_TOKEN, else the
+                     admin token)
   -output text|json  how to print answers (default text)
 `
 
@@ -53,10 +83,17 @@ const (
 	callTimeout = 2 * time.Minute
 )
 
+// keysCallTimeout bounds a key service call: one that waits for every
+// node (CreateKey, RotateKey) may wait up to maxWait before it answers,
+// and the answer (or the nodes that lack the key) must not be cut off.
+const keysCallTimeout = callTimeout + maxWait
+
 // cli is one invocation.
 type cli struct {
 	stdout, stderr io.Writer
 	admin          adminv1connect.AdminServiceClient
+	keys           keysv1connect.KeyServiceClient
+	tokens         keysv1connect.TokenServiceClient
 	json           bool
 }
 
@@ -66,6 +103,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
 	server := fs.String("server", "", "")
 	tokenFile := fs.String("token-file", "", "")
+	keysServer := fs.String("keys-server", "", "")
+	keysTokenFile := fs.String("keys-token-file", "", "")
 	output := fs.String("output", "text", "")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
@@ -93,8 +132,33 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		}
 		token = strings.TrimSpace(string(b))
 	}
+	// The key service is its own server (portico keys), or the control
+	// plane's address in portico dev: without a flag or variable of its
+	// own, it is -server, with the admin token.
+	if *keysServer == "" {
+		*keysServer = getenv("PORTICO_KEYS_SERVER")
+	}
+	if *keysServer == "" {
+		*keysServer = *server
+	}
+	keysToken := getenv("PORTICO_KEYS_TOKEN")
+	if *keysTokenFile != "" {
+		b, err := os.ReadFile(*keysTokenFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "porticoctl: -keys-token-file: %v\n", err)
+			return exitUsage
+		}
+		keysToken = strings.TrimSpace(string(b))
+	}
+	if keysToken == "" {
+		keysToken = token
+	}
+	keysHTTP := &http.Client{Transport: bearer{token: keysToken}, Timeout: keysCallTimeout}
 	c := &cli{stdout: stdout, stderr: stderr, json: *output == "json",
-		admin: adminv1connect.NewAdminServiceClient(&http.Client{Transport: bearer{token: token}, Timeout: callTimeout}, strings.TrimRight(*server, "/"))}
+		admin:  adminv1connect.NewAdminServiceClient(&http.Client{Transport: bearer{token: token}, Timeout: callTimeout}, strings.TrimRight(*server, "/")),
+		keys:   keysv1connect.NewKeyServiceClient(keysHTTP, strings.TrimRight(*keysServer, "/")),
+		tokens: keysv1connect.NewTokenServiceClient(keysHTTP, strings.TrimRight(*keysServer, "/")),
+	}
 
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
 	switch cmd {
@@ -112,13 +176,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return c.route(ctx, rest)
 	case "nodes":
 		return c.nodes(ctx)
+	case "keys":
+		return c.keyCmd(ctx, rest)
+	case "deny":
+		return c.deny(ctx, rest)
 	default:
 		fmt.Fprintf(stderr, "porticoctl: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage
 	}
 }
 
-// bearer sends the admin token with every call.
+// bearer sends a token (the admin token, or the key service's) with every
+// call.
 type bearer struct{ token string }
 
 func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
