@@ -78,8 +78,10 @@ type gatewayNode struct {
 	// refuse, when set, makes the node refuse snapshots of that version
 	// name: a node-side failure the control plane cannot foresee.
 	refuse atomic.Value
-	stop   context.CancelFunc
-	done   chan struct{}
+	// lane records when the node applied fast-lane entries.
+	lane *laneRecorder
+	stop context.CancelFunc
+	done chan struct{}
 }
 
 func startNode(t *testing.T, url, id, cacheFile string) *gatewayNode {
@@ -97,8 +99,9 @@ func startNodeToken(t *testing.T, url, id, cacheFile, region string, labels map[
 	n := &gatewayNode{done: make(chan struct{})}
 	n.refuse.Store("")
 	n.gw = gatewaytest.Start(t, nil, nil)
+	n.lane = &laneRecorder{lane: n.gw.Node.FastLane(), id: id}
 	n.client = gwdist.New(gwdist.Options{
-		Stats: n.gw.Node.RouteStats, Token: token,
+		Stats: n.gw.Node.RouteStats, Token: token, Lane: n.lane,
 		URL: url, HTTPClient: gatewaytest.H2CClient(t), NodeID: id, Pool: "public", Region: region, Labels: labels,
 		CacheFile: cacheFile, Logger: gatewaytest.Logger(), MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 		ReportInterval: 20 * time.Millisecond,
