@@ -452,9 +452,12 @@ func (c *cli) nodes(ctx context.Context) int {
 		return c.printJSON(&adminv1.GetRolloutResponse{Nodes: resp.Msg.GetNodes()})
 	}
 	for _, n := range resp.Msg.GetNodes() {
-		line := fmt.Sprintf("%s\t%s\t%s\tversion %d", n.GetId(), n.GetPool(), n.GetRegion(), n.GetVersion())
+		line := fmt.Sprintf("%s\t%s\t%s\tversion %d\tfast lane %d", n.GetId(), n.GetPool(), n.GetRegion(), n.GetVersion(), n.GetFastLaneVersion())
 		if nk := n.GetLastNack(); nk != nil {
 			line += fmt.Sprintf("\tNACK version %d: %s", nk.GetVersion(), nk.GetError())
+		}
+		if e := n.GetFastLaneError(); e != "" {
+			line += "\tfast lane refused: " + e
 		}
 		fmt.Fprintln(c.stdout, line)
 	}

@@ -41,7 +41,8 @@ func (s *Service) GetRollout(ctx context.Context, req *connect.Request[adminv1.G
 	out := &adminv1.GetRolloutResponse{TargetVersion: st.Version, Halted: nackProto(st.Halted), Rollout: rolloutProto(st.Rollout)}
 	for _, n := range st.Nodes {
 		out.Nodes = append(out.Nodes, &adminv1.Node{Id: n.ID, Pool: n.Pool, Region: n.Region, Labels: n.Labels,
-			Version: n.Version, Sha256: n.SHA256, ConnectedAt: timestamppb.New(n.ConnectedAt), LastNack: nackProto(n.LastNACK)})
+			Version: n.Version, Sha256: n.SHA256, ConnectedAt: timestamppb.New(n.ConnectedAt), LastNack: nackProto(n.LastNACK),
+			FastLaneVersion: n.LaneVersion, FastLaneError: n.LaneError})
 	}
 	return connect.NewResponse(out), nil
 }

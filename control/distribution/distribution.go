@@ -124,6 +124,10 @@ type NodeStatus struct {
 	LastNACK *NACK
 	// ReportedAt is when the node last reported its route counters.
 	ReportedAt time.Time
+	// LaneVersion is the last fast-lane version the node acknowledged, and
+	// LaneError its last refusal of fast-lane entries (see LaneNodes).
+	LaneVersion uint64
+	LaneError   string
 }
 
 // New returns a distribution server over st.
@@ -461,6 +465,13 @@ func (s *Server) Status() Status {
 	}
 	st.Rollout = s.rolloutStatusLocked()
 	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].ID < st.Nodes[j].ID })
+	s.lane.mu.Lock()
+	defer s.lane.mu.Unlock()
+	for i := range st.Nodes {
+		if n := s.lane.nodes[st.Nodes[i].ID]; n != nil {
+			st.Nodes[i].LaneVersion, st.Nodes[i].LaneError = n.acked, n.lastErr
+		}
+	}
 	return st
 }
 

@@ -3143,10 +3143,15 @@ type Node struct {
 	Labels map[string]string      `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Version and Sha256 are what it runs (version 0: not a version the
 	// control plane knows).
-	Version       int64                  `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
-	Sha256        string                 `protobuf:"bytes,6,opt,name=sha256,proto3" json:"sha256,omitempty"`
-	ConnectedAt   *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=connected_at,json=connectedAt,proto3" json:"connected_at,omitempty"`
-	LastNack      *Nack                  `protobuf:"bytes,8,opt,name=last_nack,json=lastNack,proto3" json:"last_nack,omitempty"`
+	Version     int64                  `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	Sha256      string                 `protobuf:"bytes,6,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	ConnectedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=connected_at,json=connectedAt,proto3" json:"connected_at,omitempty"`
+	LastNack    *Nack                  `protobuf:"bytes,8,opt,name=last_nack,json=lastNack,proto3" json:"last_nack,omitempty"`
+	// FastLaneVersion is the last fast-lane version the node acknowledged
+	// (keys, deny entries, issuers' keys); 0 if it is not on the fast lane.
+	FastLaneVersion uint64 `protobuf:"varint,9,opt,name=fast_lane_version,json=fastLaneVersion,proto3" json:"fast_lane_version,omitempty"`
+	// FastLaneError is the node's last refusal of fast-lane entries, if any.
+	FastLaneError string `protobuf:"bytes,10,opt,name=fast_lane_error,json=fastLaneError,proto3" json:"fast_lane_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3235,6 +3240,20 @@ func (x *Node) GetLastNack() *Nack {
 		return x.LastNack
 	}
 	return nil
+}
+
+func (x *Node) GetFastLaneVersion() uint64 {
+	if x != nil {
+		return x.FastLaneVersion
+	}
+	return 0
+}
+
+func (x *Node) GetFastLaneError() string {
+	if x != nil {
+		return x.FastLaneError
+	}
+	return ""
 }
 
 // Nack is a node's refusal of a snapshot.
@@ -3732,7 +3751,7 @@ const file_portico_admin_v1_admin_proto_rawDesc = "" +
 	"\x05stage\x18\x03 \x01(\tR\x05stage\x12\x14\n" +
 	"\x05state\x18\x04 \x01(\tR\x05state\x12\x1a\n" +
 	"\bevidence\x18\x05 \x01(\tR\bevidence\x12\x18\n" +
-	"\areached\x18\x06 \x01(\x05R\areached\"\xdf\x02\n" +
+	"\areached\x18\x06 \x01(\x05R\areached\"\xb3\x03\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x16\n" +
@@ -3741,7 +3760,10 @@ const file_portico_admin_v1_admin_proto_rawDesc = "" +
 	"\aversion\x18\x05 \x01(\x03R\aversion\x12\x16\n" +
 	"\x06sha256\x18\x06 \x01(\tR\x06sha256\x12=\n" +
 	"\fconnected_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vconnectedAt\x123\n" +
-	"\tlast_nack\x18\b \x01(\v2\x16.portico.admin.v1.NackR\blastNack\x1a9\n" +
+	"\tlast_nack\x18\b \x01(\v2\x16.portico.admin.v1.NackR\blastNack\x12*\n" +
+	"\x11fast_lane_version\x18\t \x01(\x04R\x0ffastLaneVersion\x12&\n" +
+	"\x0ffast_lane_error\x18\n" +
+	" \x01(\tR\rfastLaneError\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"v\n" +
