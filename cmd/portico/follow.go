@@ -58,9 +58,9 @@ func followControl(ctx context.Context, node *gateway.Node, url, tokenFile, cach
 	return nil
 }
 
-// pollKeySnapshot polls the key service's signed snapshot into node's
-// fast lane until ctx ends.
-func pollKeySnapshot(ctx context.Context, node *gateway.Node, url, tokenFile string, pubFiles []string, every time.Duration, log *slog.Logger) error {
+// pollKeySnapshot applies the cached signed key snapshot, if any, then
+// polls the key service's into node's fast lane until ctx ends.
+func pollKeySnapshot(ctx context.Context, node *gateway.Node, url, tokenFile string, pubFiles []string, every time.Duration, cacheFile string, log *slog.Logger) error {
 	if len(pubFiles) == 0 {
 		return errors.New("-keys-snapshot needs -keys-public-key: a snapshot is trusted only by its signature")
 	}
@@ -84,9 +84,14 @@ func pollKeySnapshot(ctx context.Context, node *gateway.Node, url, tokenFile str
 		}
 		client.Transport = bearerTransport{tok}
 	}
-	p, err := distribution.NewPoller(distribution.PollerOptions{URL: url, HTTPClient: client, Trusted: trusted, Interval: every, Lane: node.FastLane(), Logger: log})
+	p, err := distribution.NewPoller(distribution.PollerOptions{URL: url, HTTPClient: client, Trusted: trusted, Interval: every,
+		CacheFile: cacheFile, Lane: node.FastLane(), Logger: log})
 	if err != nil {
 		return err
+	}
+	if _, err := p.Boot(); err != nil {
+		// The key service sends the current state at the first poll.
+		log.Warn("not applying the cached key snapshot", "err", err)
 	}
 	go p.Run(ctx)
 	return nil

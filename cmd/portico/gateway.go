@@ -44,6 +44,7 @@ func runGateway(ctx context.Context, args []string) error {
 		keysSnap   = fs.String("keys-snapshot", "", "the key service's signed key snapshot URL (http://keys:7100/v1/key-snapshot), polled as the fast lane's fallback")
 		keysToken  = fs.String("keys-snapshot-token-file", "", "with -keys-snapshot: file holding the token the key service requires (its -snapshot-token-file)")
 		keysPoll   = fs.Duration("keys-poll-interval", time.Minute, "with -keys-snapshot: time between polls")
+		keysCache  = fs.String("keys-snapshot-cache", "portico-keys.binpb", "with -keys-snapshot: the last signed key snapshot applied, applied again at start (verified) when nothing answers")
 		keysPubs   stringsFlag
 		nodeID     = fs.String("node-id", "", "this node's id in the rate limit sync (default: hostname and process id) and, stable across restarts, to the control plane (default: hostname)")
 	)
@@ -103,7 +104,7 @@ func runGateway(ctx context.Context, args []string) error {
 		return err
 	}
 	if *keysSnap != "" {
-		if err := pollKeySnapshot(ctx, node, *keysSnap, *keysToken, keysPubs, *keysPoll, log); err != nil {
+		if err := pollKeySnapshot(ctx, node, *keysSnap, *keysToken, keysPubs, *keysPoll, *keysCache, log); err != nil {
 			node.Close()
 			return fmt.Errorf("gateway: %w", err)
 		}

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,8 +86,13 @@ type PollerOptions struct {
 	Interval time.Duration
 	// MaxBytes bounds a snapshot; zero means 1 GiB.
 	MaxBytes int64
-	Lane     *fastlane.Lane
-	Logger   *slog.Logger
+	// CacheFile keeps the last snapshot applied, signature and all; Boot
+	// applies it again (verified again), so that a node restarted while
+	// the key service and the control plane are both unreachable still
+	// knows its keys. Empty: none.
+	CacheFile string
+	Lane      *fastlane.Lane
+	Logger    *slog.Logger
 }
 
 // Poller polls the signed snapshot and applies each newer one to a Lane.
@@ -122,6 +128,32 @@ func NewPoller(opts PollerOptions) (*Poller, error) {
 		p.log = slog.Default()
 	}
 	return p, nil
+}
+
+// Boot applies the cached snapshot, if there is one and it verifies: before
+// the node serves. It reports whether it applied one.
+func (p *Poller) Boot() (bool, error) {
+	if p.opts.CacheFile == "" {
+		return false, nil
+	}
+	data, err := os.ReadFile(p.opts.CacheFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("distribution: reading the cached key snapshot: %w", err)
+	}
+	snap, err := VerifySnapshot(data, p.opts.Trusted)
+	if err != nil {
+		return false, fmt.Errorf("distribution: the cached key snapshot %s: %w", p.opts.CacheFile, err)
+	}
+	err = p.opts.Lane.ApplySigned(snap.GetSeq(), snap.GetEntries())
+	var refused *fastlane.EntryError
+	if err != nil && !errors.As(err, &refused) {
+		return false, fmt.Errorf("distribution: the cached key snapshot %s: %w", p.opts.CacheFile, err)
+	}
+	p.log.Info("cached key snapshot applied", "seq", snap.GetSeq(), "entries", len(snap.GetEntries()))
+	return true, nil
 }
 
 // Run polls at once, then every Interval, until ctx ends.
@@ -209,6 +241,11 @@ func (p *Poller) poll(ctx context.Context) error {
 		p.mu.Lock()
 		p.etag = et
 		p.mu.Unlock()
+	}
+	if p.opts.CacheFile != "" {
+		if werr := writeFile(p.opts.CacheFile, data); werr != nil {
+			p.log.Error("caching the key snapshot failed", "file", p.opts.CacheFile, "err", werr)
+		}
 	}
 	p.log.Info("signed key snapshot applied", "seq", snap.GetSeq(), "entries", len(snap.GetEntries()))
 	return err

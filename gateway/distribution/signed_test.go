@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
@@ -422,5 +423,60 @@ func TestNewPoller(t *testing.T) {
 		if _, err := distribution.NewPoller(tc.opts); err == nil {
 			t.Errorf("NewPoller with %s = nil error", tc.name)
 		}
+	}
+}
+
+// TestPollerCache: the last snapshot applied is kept on disk and applied
+// again at Boot (verified again) by a node that restarts with nothing to
+// poll; a cache file signed by another key is refused.
+func TestPollerCache(t *testing.T) {
+	t.Parallel()
+	pub, priv := newSigner(t)
+	srv := newSnapshotServer(t)
+	cache := filepath.Join(t.TempDir(), "keys.binpb")
+	p, err := distribution.NewPoller(distribution.PollerOptions{URL: srv.URL + "/v1/key-snapshot", Trusted: []ed25519.PublicKey{pub},
+		CacheFile: cache, Lane: fastlane.New(fastlane.Options{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.serve(4, signed(t, priv, snapshot(4, record("a", revoked)), nil))
+	if err := p.Poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	// A restart: a new lane, and the key service is gone.
+	srv.Close()
+	lane := fastlane.New(fastlane.Options{})
+	again, err := distribution.NewPoller(distribution.PollerOptions{URL: srv.URL + "/v1/key-snapshot", Trusted: []ed25519.PublicKey{pub},
+		CacheFile: cache, Lane: lane})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := again.Boot(); !ok || err != nil {
+		t.Fatalf("Boot() = %v, %v; want true, nil", ok, err)
+	}
+	if rev, ok := lookup(lane, "a"); !ok || !rev || lane.SignedSeq() != 4 {
+		t.Errorf("after Boot, key a: found %v, revoked %v, seq %d; want found, revoked, 4", ok, rev, lane.SignedSeq())
+	}
+
+	// A cache the node's keys do not verify is not applied.
+	other, _ := newSigner(t)
+	lane = fastlane.New(fastlane.Options{})
+	untrusted, err := distribution.NewPoller(distribution.PollerOptions{URL: srv.URL, Trusted: []ed25519.PublicKey{other},
+		CacheFile: cache, Lane: lane})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := untrusted.Boot(); ok || !errors.Is(err, distribution.ErrUnknownSigner) {
+		t.Errorf("Boot() with a cache signed by an untrusted key = %v, %v; want false, ErrUnknownSigner", ok, err)
+	}
+	if _, ok := lookup(lane, "a"); ok {
+		t.Error("an untrusted cache was applied")
+	}
+	// No cache file: nothing to do.
+	none, _ := distribution.NewPoller(distribution.PollerOptions{URL: srv.URL, Trusted: []ed25519.PublicKey{pub},
+		CacheFile: filepath.Join(t.TempDir(), "none"), Lane: fastlane.New(fastlane.Options{})})
+	if ok, err := none.Boot(); ok || err != nil {
+		t.Errorf("Boot() without a cache = %v, %v", ok, err)
 	}
 }
