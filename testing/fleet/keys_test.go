@@ -268,6 +268,15 @@ func TestKeyLifecycle(t *testing.T) {
 	}
 	waitLane(t, cp, len(nodes), rv.Msg.GetVersion())
 	everyNode(t, nodes, key, 401, "a call with a revoked key")
+	ro, err := cp.admin.GetRollout(context.Background(), connect.NewRequest(&adminv1.GetRolloutRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range ro.Msg.GetNodes() {
+		if n.GetFastLaneVersion() < rv.Msg.GetVersion() {
+			t.Errorf("the admin API shows node %s at fast-lane version %d, want %d or later", n.GetId(), n.GetFastLaneVersion(), rv.Msg.GetVersion())
+		}
+	}
 
 	// A node that connects later gets the whole lane: the revocation too.
 	late := startNode(t, cp.url, "node-late", "")
