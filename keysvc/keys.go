@@ -26,9 +26,10 @@ type keyAPI struct{ s *Service }
 // ErrNotConfirmed is CreateKey's and RotateKey's error when the nodes did
 // not all confirm the new key in time: the key is revoked, never shown
 // (and a rotation undone, so that it can be tried again).
+var ErrNotConfirmed = errors.New("keysvc: not every node has the key")
+
 // neverShown is the revocation reason of a withdrawn key.
 const neverShown = "never shown: not every node confirmed it"
-var ErrNotConfirmed = errors.New("keysvc: not every node has the key")
 
 // newKey generates a raw key and its record, without storing it.
 func (s *Service) newKey(env keysv1.Environment) (string, store.Key, error) {
