@@ -47,11 +47,7 @@ func (a *Authenticator) SetLaneKeys(t *keytable.Table) { a.lane.Store(t) }
 // checkKey authenticates an API key against the fast lane's table, then,
 // for a key the lane does not know, the snapshot's.
 func (a *Authenticator) checkKey(key string, now int64) (keytable.Record, error) {
-	rec, err := a.lane.Load().Check(key, now)
-	if errors.Is(err, keytable.ErrUnknown) {
-		return a.keys.Load().Check(key, now)
-	}
-	return rec, err
+	return keytable.CheckFirst(a.lane.Load(), a.keys.Load(), key, now)
 }
 
 // Failure is a refused request: the problem to answer with and, for 401 and

@@ -97,6 +97,25 @@ func BenchmarkCheck(b *testing.B) {
 			sinkRecord, sinkErr = tbl.Check("ak_live_tooShort", now)
 		}
 	})
+	// What the authenticator does: the fast lane's table, then the
+	// snapshot's, with one parse and one hash. With a control plane every
+	// key is on the lane; with -config every key is in the snapshot.
+	first := func(name string, first, second *keytable.Table, keys []string, want error) {
+		b.Run(name, func(b *testing.B) {
+			s, n := pack(keys)
+			c := cycle{s: s, n: n}
+			b.ReportAllocs()
+			for b.Loop() {
+				sinkRecord, sinkErr = keytable.CheckFirst(first, second, c.next(), now)
+			}
+			if !matches(sinkErr, want) {
+				b.Fatalf("CheckFirst = %v, want %v", sinkErr, want)
+			}
+		})
+	}
+	first("first/lane-only", tbl, nil, valid, nil)
+	first("first/snapshot-only", nil, tbl, valid, nil)
+	first("first/unknown-in-both", over, tbl, unknown, keytable.ErrUnknown)
 	b.Run("valid/parallel", func(b *testing.B) {
 		s, n := pack(valid)
 		b.ReportAllocs()

@@ -191,10 +191,22 @@ func (t *Table) Lookup(hash [32]byte) (Record, bool) {
 // that the caller can log which key id was refused; otherwise it is empty.
 // Check does not allocate, whether it succeeds or fails.
 func (t *Table) Check(key string, now int64) (Record, error) {
+	return CheckFirst(t, nil, key, now)
+}
+
+// CheckFirst is Check against two tables with one parse and one hash: a
+// key first holds is judged by first's record alone (a revocation there
+// wins over an active record in second); otherwise by second's. Either
+// table may be nil. It does not allocate.
+func CheckFirst(first, second *Table, key string, now int64) (Record, error) {
 	if _, err := apikey.Parse(key); err != nil {
 		return Record{}, malformed(err)
 	}
-	r, ok := t.Lookup(apikey.Hash(key))
+	h := apikey.Hash(key)
+	r, ok := first.Lookup(h)
+	if !ok && second != nil {
+		r, ok = second.Lookup(h)
+	}
 	switch {
 	case !ok:
 		return Record{}, ErrUnknown

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/portico-gw/portico/gateway/apikey"
@@ -336,4 +337,41 @@ func TestConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestCheckFirst: a key the first table holds is judged by its record
+// alone, so a revocation there wins over an active record in the second;
+// other keys are judged by the second; one parse and hash, no allocation.
+func TestCheckFirst(t *testing.T) { // not parallel: AllocsPerRun
+	both, active := newKey(t, "k-both")
+	revoked := proto.CloneOf(active)
+	revoked.Status = configv1.KeyStatus_KEY_STATUS_REVOKED
+	onlySecond, second2 := newKey(t, "k-second")
+	onlyFirst, first2 := newKey(t, "k-first")
+	first := build(t, revoked, first2)
+	second := build(t, active, second2)
+	now := time.Now().UnixNano()
+	for _, c := range []struct {
+		name          string
+		first, second *keytable.Table
+		key           string
+		want          error
+		id            string
+	}{
+		{"revoked in first, active in second", first, second, both, keytable.ErrRevoked, "k-both"},
+		{"only in second", first, second, onlySecond, nil, "k-second"},
+		{"only in first", first, second, onlyFirst, nil, "k-first"},
+		{"no first table", nil, second, both, nil, "k-both"},
+		{"no second table", first, nil, onlySecond, keytable.ErrUnknown, ""},
+		{"no tables", nil, nil, both, keytable.ErrUnknown, ""},
+		{"malformed", first, second, both[:len(both)-1] + "x", keytable.ErrMalformed, ""},
+	} {
+		r, err := keytable.CheckFirst(c.first, c.second, c.key, now)
+		if !errors.Is(err, c.want) || (c.want == nil) != (err == nil) || r.KeyID != c.id {
+			t.Errorf("%s: CheckFirst = %q, %v; want %q, %v", c.name, r.KeyID, err, c.id, c.want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _, _ = keytable.CheckFirst(first, second, onlySecond, now) }); n != 0 {
+		t.Errorf("CheckFirst allocates %v times", n)
+	}
 }
