@@ -115,7 +115,8 @@ func (s *Store) scanDeny(rows *sql.Rows, err error) ([]DenyEntry, error) {
 }
 
 // denyID returns the hex SHA-256 of e's identity: its issuer, the kind and
-// value of its match, and its issued_before. Each part is written with its
+// value of its match, and its issued_before (not for a jti, which names
+// one token: as on the control plane and the nodes). Each part is written with its
 // length first, so that no two identities write the same bytes. The IDs
 // are stored: the encoding must never change.
 func denyID(e *configv1.DenyEntry) (string, error) {
@@ -131,8 +132,8 @@ func denyID(e *configv1.DenyEntry) (string, error) {
 	if value == "" {
 		return "", fmt.Errorf("%w: a deny entry needs a jti, subject or client_id", ErrInvalid)
 	}
-	var before string // unset: ""
-	if ib := e.GetIssuedBefore(); ib != nil {
+	var before string // unset, or a jti entry (one token: the time means nothing): ""
+	if ib := e.GetIssuedBefore(); ib != nil && kind != "jti" {
 		before = strconv.FormatInt(ib.GetSeconds(), 10) + "." + strconv.FormatInt(int64(ib.GetNanos()), 10)
 	}
 	var b []byte
