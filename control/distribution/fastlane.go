@@ -94,13 +94,20 @@ type laneNode struct {
 func (s *Server) laneLoad(ctx context.Context) error {
 	f := &s.lane
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.loaded {
+	loaded := f.loaded
+	f.mu.Unlock()
+	if loaded {
 		return nil
 	}
+	// Read without the lock: a slow database must not stall Status.
 	epoch, version, err := s.store.FastLaneInfo(ctx)
 	if err != nil {
 		return fmt.Errorf("distribution: reading the fast lane: %w", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.loaded {
+		return nil // another caller was first; a publish may have moved on since
 	}
 	f.epoch, f.version, f.loaded = epoch, version, true
 	if f.nodes == nil {
@@ -248,12 +255,28 @@ func (s *Server) laneWait(ctx context.Context, version uint64) (*distributionv1.
 	}
 	f := &s.lane
 	for {
+		// A node on the snapshot stream but not (yet) on the fast lane
+		// counts too, as behind: a key must not be shown because a node's
+		// lane stream happens to be down.
+		s.mu.Lock()
+		streamCh := s.changed
+		onStream := make([]string, 0, len(s.nodes))
+		for id := range s.nodes {
+			onStream = append(onStream, id)
+		}
+		s.mu.Unlock()
 		f.mu.Lock()
 		ch := f.changed
 		resp := &distributionv1.WaitResponse{Nodes: int32(len(f.nodes))}
 		for _, n := range f.nodes {
 			if n.acked < version {
 				resp.Behind = append(resp.Behind, &distributionv1.NodeFastLane{NodeId: n.id, Version: n.acked, Error: n.lastErr})
+			}
+		}
+		for _, id := range onStream {
+			if f.nodes[id] == nil {
+				resp.Nodes++
+				resp.Behind = append(resp.Behind, &distributionv1.NodeFastLane{NodeId: id, Error: "not on the fast lane"})
 			}
 		}
 		f.mu.Unlock()
@@ -266,6 +289,7 @@ func (s *Server) laneWait(ctx context.Context, version uint64) (*distributionv1.
 		case <-ctx.Done():
 			return resp, nil
 		case <-ch:
+		case <-streamCh:
 		}
 	}
 }
@@ -523,14 +547,21 @@ func (p *Publisher) Publish(ctx context.Context, req *connect.Request[distributi
 
 // Source answers how far the control plane has a producer's changes.
 func (p *Publisher) Source(ctx context.Context, req *connect.Request[distributionv1.SourceRequest]) (*connect.Response[distributionv1.SourceResponse], error) {
+	// Both from the store, with no publish of this control plane halfway:
+	// a version older than the seq would let a producer's Wait pass before
+	// the nodes have its changes.
+	f := &p.s.lane
+	f.publishMu.Lock()
+	defer f.publishMu.Unlock()
 	seq, err := p.s.store.FastLaneSource(ctx, req.Msg.GetSource())
 	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the control plane could not read the fast lane"))
 	}
-	if err := p.s.laneLoad(ctx); err != nil {
+	_, version, err := p.s.store.FastLaneInfo(ctx)
+	if err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the control plane could not read the fast lane"))
 	}
-	return connect.NewResponse(&distributionv1.SourceResponse{Seq: seq, Version: p.s.lane.current()}), nil
+	return connect.NewResponse(&distributionv1.SourceResponse{Seq: seq, Version: version}), nil
 }
 
 // Wait returns when every connected node has the version, or at the

@@ -937,3 +937,41 @@ func TestFastLaneStoreDown(t *testing.T) {
 	}
 	l.waitNodes(t, "node-1 gone", func(ns []*distributionv1.NodeFastLane) bool { return len(ns) == 0 })
 }
+
+// TestFastLaneWaitCountsStreamNodes: a node on the snapshot stream whose
+// fast-lane stream is not up is behind for Wait, so a key is not shown
+// because one node's lane happens to be down; once its lane is up and
+// acknowledges, Wait is complete.
+func TestFastLaneWaitCountsStreamNodes(t *testing.T) {
+	t.Parallel()
+	l := startLane(t, distribution.Options{})
+	v := l.publish(t, 0, 1, key("a", 1)).GetVersion()
+	dc := distributionv1connect.NewDistributionServiceClient(l.client("", 0), l.url)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	snap := dc.Stream(ctx)
+	t.Cleanup(func() { _ = snap.CloseRequest(); _ = snap.CloseResponse() })
+	if err := snap.Send(&distributionv1.StreamRequest{Message: &distributionv1.StreamRequest_Hello{Hello: &distributionv1.Hello{NodeId: "node-s"}}}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(wait)
+	for len(l.srv.Status().Nodes) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the node is not on the snapshot stream")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	resp, _ := l.laneWait(t, v, 200*time.Millisecond)
+	want := &distributionv1.WaitResponse{Nodes: 1, Behind: []*distributionv1.NodeFastLane{{NodeId: "node-s", Error: "not on the fast lane"}}}
+	if !proto.Equal(resp, want) {
+		t.Errorf("Wait with a node off the lane = %v, want %v", resp, want)
+	}
+	n := l.connect(t, "node-s", "", 0)
+	if u, _ := n.update(t); u.GetVersion() != v {
+		t.Fatalf("update %v, want version %d", u, v)
+	}
+	n.ack(t, v, "")
+	if resp, _ := l.laneWait(t, v, wait); !resp.GetComplete() || resp.GetNodes() != 1 {
+		t.Errorf("Wait once the node's lane acknowledged = %v, want complete, 1 node", resp)
+	}
+}
