@@ -63,8 +63,12 @@ func runControl(ctx context.Context, args []string) error {
 		if ptoken, err = readToken(*pubToken); err != nil {
 			return fmt.Errorf("control: -publisher-token-file: %w", err)
 		}
+	} else if !loopbackOnly(*listen) {
+		// A publisher can put any key on every node: never open beyond
+		// this machine.
+		return errors.New("control: -publisher-token-file is required unless -listen is a loopback address: without it any caller could put API keys on every node")
 	} else {
-		log.Warn("fast-lane publishers are not authenticated: any caller may publish keys (set -publisher-token-file)")
+		log.Warn("fast-lane publishers are not authenticated (loopback only): any local caller may publish keys (set -publisher-token-file)")
 	}
 	st, err := store.Open(ctx, *dsn)
 	if err != nil {
@@ -84,6 +88,20 @@ func runControl(ctx context.Context, args []string) error {
 	}
 	log.Info("control plane listening", "addr", ln.Addr().String(), "store", st.Driver())
 	return serveControl(ctx, ln, plane.Handler, *certFile, *keyFile)
+}
+
+// loopbackOnly reports whether addr (host:port) listens on a loopback
+// address only; an empty host listens everywhere.
+func loopbackOnly(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // serveControl serves h on ln until ctx ends: TLS (HTTP/2 and 1.1) with a

@@ -6,8 +6,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,8 @@ import (
 
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	keysv1 "github.com/portico-gw/portico/gen/portico/keys/v1"
+	"github.com/portico-gw/portico/gen/portico/keys/v1/keysv1connect"
 	"github.com/portico-gw/portico/testing/admintest"
 )
 
@@ -99,4 +103,167 @@ func TestControlRole(t *testing.T) {
 	gw2 := start(t, gwArgs...)
 	gw2.waitLine(t, regexp.MustCompile(`serving the cached snapshot`))
 	waitServed("the restarted node without a control plane")
+}
+
+// TestControlRoleNeedsPublisherToken: a control plane reachable beyond
+// loopback refuses to start without a publisher token, which is what
+// keeps anyone from putting API keys on every node; `portico keys`
+// refuses to start without a caller token.
+func TestControlRoleNeedsPublisherToken(t *testing.T) {
+	bin := portico(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "control", "-listen", ":0", "-store", "sqlite:"+filepath.Join(dir, "c.db")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "-publisher-token-file is required") {
+		t.Errorf("portico control -listen :0 without a publisher token: %v, output %q; want a refusal", err, out)
+	}
+	out, err = exec.CommandContext(ctx, bin, "keys", "-listen", "127.0.0.1:0", "-store", "sqlite:"+filepath.Join(dir, "k.db")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "-token-file is required") {
+		t.Errorf("portico keys without a token: %v, output %q; want a refusal", err, out)
+	}
+}
+
+// TestKeysRole runs a control plane, a key service and a node as
+// processes: a new key works at once; a revocation reaches the node
+// through the fast lane, and with the control plane gone through the
+// signed snapshot; a node restarted with neither control plane nor key
+// service still knows which keys work, from its caches.
+func TestKeysRole(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	const token = "ptk_keys-role-test-platform-token-0123456789"
+	tokenFile := write("token", token)
+	nodeTokenFile := write("node-token", "keys-role-test-node-token-0123456789")
+	pubTokenFile := write("publisher-token", "keys-role-test-publisher-token-0123456789")
+	const keysToken = "keys-role-test-keys-platform-token-0123456789"
+	keysTokenFile := write("keys-token", keysToken)
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "orders "+r.URL.Path) }))
+	t.Cleanup(backend.Close)
+
+	controlAddr, keysAddr, gwAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	cp := start(t, "control", "-listen", controlAddr, "-store", "sqlite:"+filepath.Join(dir, "control.db"), "-bootstrap-token-file", tokenFile,
+		"-node-token-file", nodeTokenFile, "-publisher-token-file", pubTokenFile)
+	cp.waitLine(t, regexp.MustCompile(`control plane listening`))
+	signing := filepath.Join(dir, "signing.pem")
+	ks := start(t, "keys", "-listen", keysAddr, "-store", "sqlite:"+filepath.Join(dir, "keys.db"), "-control", "http://"+controlAddr,
+		"-control-token-file", pubTokenFile, "-token-file", keysTokenFile, "-signing-key-file", signing)
+	ks.waitLine(t, regexp.MustCompile(`key service listening`))
+	gwArgs := []string{"gateway", "-control", "http://" + controlAddr, "-control-token-file", nodeTokenFile, "-listen", "public=" + gwAddr,
+		"-snapshot-cache", filepath.Join(dir, "snapshot.binpb"), "-node-id", "node-1",
+		"-keys-snapshot", "http://" + keysAddr + "/v1/key-snapshot", "-keys-public-key", filepath.Join(dir, "signing.pub.pem"),
+		"-keys-snapshot-cache", filepath.Join(dir, "keys.binpb"), "-keys-poll-interval", "300ms"}
+	gw := start(t, gwArgs...)
+	gw.waitLine(t, regexp.MustCompile(`msg=listening pool=public`))
+
+	ctx := context.Background()
+	admin := admintest.Client("http://"+controlAddr, token)
+	if _, err := admin.PutPlatform(ctx, connect.NewRequest(&adminv1.PutPlatformRequest{Platform: &adminv1.Platform{
+		RateLimiting: &configv1.RateLimiting{Anonymous: &configv1.AnonymousLimit{Disabled: true}}}})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.PutTeam(ctx, connect.NewRequest(&adminv1.PutTeamRequest{Team: &adminv1.Team{
+		Name: "orders", Owns: []*adminv1.Ownership{{PathPrefix: "/v1/orders"}}}})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.ApplyTeam(ctx, connect.NewRequest(&adminv1.ApplyTeamRequest{Config: &adminv1.TeamConfig{Team: "orders",
+		Clusters: []*configv1.Cluster{{Name: "orders", Protocol: configv1.Protocol_PROTOCOL_HTTP1,
+			Endpoints: []*configv1.Endpoint{{Address: strings.TrimPrefix(backend.URL, "http://")}}}},
+		Routes: []*configv1.Route{{Id: "orders.keyed", Path: "/v1/orders/**", Cluster: "orders", Auth: &configv1.RouteAuth{}}}}})); err != nil {
+		t.Fatal(err)
+	}
+	call := func(key string) int {
+		req, _ := http.NewRequest("GET", "http://"+gwAddr+"/v1/orders/42", nil)
+		req.Header.Set("X-Api-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	waitStatus := func(what, key string, want int) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			got := call(key)
+			if got == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d, want %d", what, got, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	keys := keysv1connect.NewKeyServiceClient(&http.Client{Transport: bearerRT{keysToken}}, "http://"+keysAddr)
+	create := func() *keysv1.CreateKeyResponse {
+		t.Helper()
+		resp, err := keys.CreateKey(ctx, connect.NewRequest(&keysv1.CreateKeyRequest{AppId: "app-1", TenantId: "t-1", Plan: "gold",
+			Env: keysv1.Environment_ENVIRONMENT_LIVE}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Msg
+	}
+	// The route must be on the node before a key's first call is judged.
+	first := create()
+	waitStatus("the keyed route on the node", first.GetRawKey(), 200)
+	second := create()
+	if got := call(second.GetRawKey()); got != 200 {
+		t.Errorf("the first call with a new key: %d, want 200", got)
+	}
+	if _, err := keys.RevokeKey(ctx, connect.NewRequest(&keysv1.RevokeKeyRequest{KeyId: first.GetKey().GetKeyId()})); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus("a key revoked through the fast lane", first.GetRawKey(), 401)
+
+	third := create()
+
+	// The control plane goes: the signed snapshot carries the revocation.
+	_ = cp.cmd.Process.Kill()
+	cpErr := <-cp.done
+	cp.done <- cpErr // for the cleanup
+	if _, err := keys.CreateKey(ctx, connect.NewRequest(&keysv1.CreateKeyRequest{AppId: "app-1", TenantId: "t-1", Plan: "gold",
+		Env: keysv1.Environment_ENVIRONMENT_LIVE})); connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Errorf("CreateKey with the control plane gone: %v, want Unavailable (no node can confirm the key)", err)
+	}
+	rv, err := keys.RevokeKey(ctx, connect.NewRequest(&keysv1.RevokeKeyRequest{KeyId: second.GetKey().GetKeyId()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStatus("a key revoked with the control plane gone", second.GetRawKey(), 401)
+	// The node has polled (and cached) the snapshot with the revocation.
+	for {
+		m := gw.waitLine(t, regexp.MustCompile(`signed key snapshot applied" seq=(\d+)`))
+		if seq, _ := strconv.ParseUint(m[1], 10, 64); seq >= rv.Msg.GetKey().GetRev() {
+			break
+		}
+	}
+
+	// Nothing answers any more: a restarted node runs its caches.
+	_ = ks.cmd.Process.Kill()
+	_ = gw.cmd.Process.Kill()
+	gw2 := start(t, gwArgs...)
+	gw2.waitLine(t, regexp.MustCompile(`cached key snapshot applied`))
+	gw2.waitLine(t, regexp.MustCompile(`msg=listening pool=public`))
+	waitStatus("an active key on a node restarted with nothing to ask", third.GetRawKey(), 200)
+	if got := call(second.GetRawKey()); got != 401 {
+		t.Errorf("a revoked key on a node restarted with nothing to ask: %d, want 401", got)
+	}
+}
+
+type bearerRT struct{ token string }
+
+func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
 }

@@ -90,13 +90,20 @@ func runKeys(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	go svc.Run(ctx)
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("keys: %w", err)
 	}
+	// The publisher stops before the store closes.
+	runCtx, stopRun := context.WithCancel(ctx)
+	ran := make(chan struct{})
+	go func() { defer close(ran); svc.Run(runCtx) }()
+	defer func() { stopRun(); <-ran }()
 	if *controlURL == "" {
 		log.Warn("no -control: changes reach nodes only through the signed snapshot they poll")
+	}
+	if opts.SnapshotTokenHash == "" {
+		log.Warn("the signed key snapshot (every key's hash and metadata) is open to any caller (set -snapshot-token-file)")
 	}
 	log.Info("key service listening", "addr", ln.Addr().String(), "store", st.Driver(), "signer", keysvc.SignerID(opts.SigningKey.Public().(ed25519.PublicKey)))
 	return serveControl(ctx, ln, svc.Handler(), *certFile, *keyFile)
