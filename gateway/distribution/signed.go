@@ -33,6 +33,9 @@ var (
 	ErrBadSignature  = errors.New("signed snapshot: bad signature")
 	ErrUnknownSigner = errors.New("signed snapshot: signed by a key the node does not trust")
 	ErrMalformed     = errors.New("signed snapshot: malformed")
+	// ErrTooOld: the snapshot was generated longer ago than MaxAge; a
+	// replayed snapshot cannot hold a node on old keys.
+	ErrTooOld = errors.New("signed snapshot: generated too long ago")
 )
 
 // SignerID names an Ed25519 public key: the first 16 hex digits of the
@@ -86,6 +89,13 @@ type PollerOptions struct {
 	Interval time.Duration
 	// MaxBytes bounds a snapshot; zero means 1 GiB.
 	MaxBytes int64
+	// MaxAge refuses a polled snapshot generated longer ago (the key
+	// service builds a new one at least every minute); zero means the
+	// larger of 10 minutes and 5 intervals. The cached snapshot applied
+	// at Boot is exempt.
+	MaxAge time.Duration
+	// Now is the clock for MaxAge; nil means time.Now.
+	Now func() time.Time
 	// CacheFile keeps the last snapshot applied, signature and all; Boot
 	// applies it again (verified again), so that a node restarted while
 	// the key service and the control plane are both unreachable still
@@ -119,6 +129,12 @@ func NewPoller(opts PollerOptions) (*Poller, error) {
 	}
 	if opts.MaxBytes <= 0 {
 		opts.MaxBytes = 1 << 30
+	}
+	if opts.MaxAge <= 0 {
+		opts.MaxAge = max(10*time.Minute, 5*opts.Interval)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Timeout: 30 * time.Second}
@@ -225,6 +241,9 @@ func (p *Poller) poll(ctx context.Context) error {
 	snap, err := VerifySnapshot(data, p.opts.Trusted)
 	if err != nil {
 		return err
+	}
+	if g := snap.GetGenerated(); !g.IsValid() || p.opts.Now().Sub(g.AsTime()) > p.opts.MaxAge {
+		return fmt.Errorf("%w: generated %v, more than %s ago", ErrTooOld, g.AsTime().UTC(), p.opts.MaxAge)
 	}
 	switch have := p.opts.Lane.SignedSeq(); {
 	case snap.GetSeq() < have:

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/portico-gw/portico/gateway/distribution"
 	"github.com/portico-gw/portico/gateway/fastlane"
@@ -68,7 +69,7 @@ const (
 
 // snapshot is a KeySnapshot at seq holding records, at revisions 1, 2, ….
 func snapshot(seq uint64, records ...*configv1.KeyRecord) *configv1.KeySnapshot {
-	s := &configv1.KeySnapshot{Seq: seq}
+	s := &configv1.KeySnapshot{Seq: seq, Generated: timestamppb.Now()}
 	for i, r := range records {
 		s.Entries = append(s.Entries, &configv1.FastLaneEntry{Rev: uint64(i + 1), Entry: &configv1.FastLaneEntry_Key{Key: r}})
 	}
@@ -478,5 +479,31 @@ func TestPollerCache(t *testing.T) {
 		CacheFile: filepath.Join(t.TempDir(), "none"), Lane: fastlane.New(fastlane.Options{})})
 	if ok, err := none.Boot(); ok || err != nil {
 		t.Errorf("Boot() without a cache = %v, %v", ok, err)
+	}
+}
+
+// TestPollerRefusesOldSnapshot: a validly signed snapshot generated long
+// ago (a replay by whoever sits between node and key service) changes
+// nothing, and so does one that says nothing of when it was generated.
+func TestPollerRefusesOldSnapshot(t *testing.T) {
+	t.Parallel()
+	pub, priv := newSigner(t)
+	srv := newSnapshotServer(t)
+	lane := fastlane.New(fastlane.Options{})
+	p := newPoller(t, srv, lane, 0, pub)
+	old := snapshot(9, record("a", active))
+	old.Generated = timestamppb.New(time.Now().Add(-time.Hour))
+	srv.serve(9, signed(t, priv, old, nil))
+	if err := p.Poll(context.Background()); !errors.Is(err, distribution.ErrTooOld) {
+		t.Errorf("Poll of a snapshot generated an hour ago = %v, want ErrTooOld", err)
+	}
+	undated := snapshot(10, record("a", active))
+	undated.Generated = nil
+	srv.serve(10, signed(t, priv, undated, nil))
+	if err := p.Poll(context.Background()); !errors.Is(err, distribution.ErrTooOld) {
+		t.Errorf("Poll of an undated snapshot = %v, want ErrTooOld", err)
+	}
+	if _, ok := lookup(lane, "a"); ok || lane.SignedSeq() != 0 {
+		t.Error("an old snapshot was applied")
 	}
 }
