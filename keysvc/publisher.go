@@ -74,6 +74,9 @@ func (p *publisher) sync(ctx context.Context) (uint64, error) {
 				return 0, fmt.Errorf("asking the control plane where the key service's changes stand: %w", err)
 			}
 			p.seq, p.version, p.known = resp.Msg.GetSeq(), resp.Msg.GetVersion(), true
+			if err := p.catchUp(ctx); err != nil {
+				return 0, err
+			}
 		}
 		changes, err := p.s.store.Changes(ctx, p.seq, batchChanges)
 		if err != nil {
@@ -113,6 +116,28 @@ func (p *publisher) lock(ctx context.Context) error {
 }
 
 func (p *publisher) unlock() { <-p.round }
+
+// catchUp handles a control plane that has more of the key service's
+// changes than the store: the store was restored from a backup. Its
+// sequence moves past the control plane's, so that new changes carry revs
+// above every rev the nodes hold and are not taken for old ones; the
+// changes made between the backup and the restore are lost, and said so.
+func (p *publisher) catchUp(ctx context.Context) error {
+	have, err := p.s.store.Seq(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the store's sequence: %w", err)
+	}
+	if p.seq <= have {
+		return nil
+	}
+	if _, err := p.s.store.AdvanceSeq(ctx, p.seq); err != nil {
+		return err
+	}
+	p.s.log.Error("the control plane holds key changes the key store does not (a store restored from a backup?): "+
+		"the store's sequence moved past them so that new changes reach the nodes; the changes in between are lost from the store, revoke or recreate what they did",
+		"store_seq", have, "control_plane_seq", p.seq)
+	return nil
+}
 
 // wait waits until every connected node has version.
 func (p *publisher) wait(ctx context.Context, version uint64, timeout time.Duration) (*distributionv1.WaitResponse, error) {

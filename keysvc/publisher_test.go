@@ -363,3 +363,39 @@ func TestRevokeKeyWithUnresponsiveControlPlane(t *testing.T) {
 		t.Errorf("CreateKey with a control plane that does not answer: %v after %s, want Unavailable", err, time.Since(start).Round(time.Millisecond))
 	}
 }
+
+// TestPublishAfterStoreRestore: a key store restored from a backup holds
+// fewer changes than the control plane; at start the service moves its
+// sequence past the control plane's, so its new changes carry revs above
+// every rev the nodes hold and reach them.
+func TestPublishAfterStoreRestore(t *testing.T) {
+	t.Parallel()
+	cp := newControl(t)
+	url := serve(t, cp.Handler, nil)
+	before := startService(t, keysvc.Options{ControlURL: url, ControlToken: publisherToken, WaitTimeout: 5 * time.Second})
+	for range 4 {
+		before.create(t, "app-before")
+	}
+	held := source(t, url).GetSeq()
+	if held != before.seq(t) || held == 0 {
+		t.Fatalf("the control plane holds changes up to %d, want %d", held, before.seq(t))
+	}
+
+	// The same service on a store "restored" from an empty backup.
+	after := startService(t, keysvc.Options{ControlURL: url, ControlToken: publisherToken, WaitTimeout: 5 * time.Second})
+	after.run(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for after.seq(t) < held {
+		if time.Now().After(deadline) {
+			t.Fatalf("the restored store's sequence is %d, want %d or more", after.seq(t), held)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	k := after.create(t, "app-after")
+	if k.GetKey().GetRev() <= held {
+		t.Errorf("a key created after the restore has rev %d, want above %d", k.GetKey().GetRev(), held)
+	}
+	if got := cp.laneKeys(t)[k.GetKey().GetKeyId()]; got.GetStatus() != configv1.KeyStatus_KEY_STATUS_ACTIVE {
+		t.Errorf("the control plane has the new key as %v, want active", got)
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
@@ -90,6 +91,31 @@ func (s *Store) Seq(ctx context.Context) (uint64, error) {
 		return 0, fmt.Errorf("store: reading the sequence: %w", err)
 	}
 	return seq, nil
+}
+
+// AdvanceSeq moves the sequence forward to at least to, so that the next
+// rev is above it, and reports whether it moved. It is how a store
+// restored from a backup catches up with the revisions the fast lane
+// already holds: without it, its new changes would carry revs the nodes
+// have seen and be taken for old ones.
+func (s *Store) AdvanceSeq(ctx context.Context, to uint64) (bool, error) {
+	if to > math.MaxInt64 {
+		return false, fmt.Errorf("%w: sequence %d is beyond the store's range", ErrInvalid, to)
+	}
+	moved := false
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, s.d.rebind("UPDATE keysvc_seq SET rev = ? WHERE id = 1 AND rev < ?"), int64(to), int64(to))
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		moved = n > 0
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("store: advancing the sequence to %d: %w", to, err)
+	}
+	return moved, nil
 }
 
 // querier is what reads need of a *sql.DB or a *sql.Tx.

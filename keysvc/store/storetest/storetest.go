@@ -52,6 +52,7 @@ func Run(t *testing.T, newDB func(t *testing.T) Opener) {
 		{"Changes", testChanges},
 		{"State", testState},
 		{"ConcurrentWriters", testConcurrentWriters},
+		{"AdvanceSeq", testAdvanceSeq},
 		{"Reopen", testReopen},
 		{"ConcurrentOpen", testConcurrentOpen},
 		{"Canceled", testCanceled},
@@ -355,6 +356,29 @@ func testRotate(t *testing.T, o Opener) {
 	succ6.Created = t0.Add(time.Hour)
 	if _, old, err := s.RotateKey(ctx(t), "k0", succ6, time.Time{}); err != nil || !old.NotAfter.IsZero() || old.Successor != "k6" {
 		t.Errorf("RotateKey(k0, no overlap) = %+v, %v", old, err)
+	}
+}
+
+// testAdvanceSeq: the sequence moves forward, never back, and the next
+// change takes the rev after it.
+func testAdvanceSeq(t *testing.T, o Opener) {
+	s := open(t, o)
+	mustCreate(t, s, newKey("k1", "app1", "tenant1")) // rev 1
+	if moved, err := s.AdvanceSeq(ctx(t), 100); err != nil || !moved {
+		t.Fatalf("AdvanceSeq(100) = %v, %v; want moved", moved, err)
+	}
+	if moved, err := s.AdvanceSeq(ctx(t), 50); err != nil || moved {
+		t.Errorf("AdvanceSeq(50) after 100 = %v, %v; want not moved", moved, err)
+	}
+	wantSeq(t, s, 100)
+	if k := mustCreate(t, s, newKey("k2", "app1", "tenant1")); k.Rev != 101 {
+		t.Errorf("the next key's rev = %d, want 101", k.Rev)
+	}
+	if ch, err := s.Changes(ctx(t), 1, 10); err != nil || len(ch) != 1 || ch[0].Rev != 101 {
+		t.Errorf("Changes(after 1) = %+v, %v; want the key at rev 101", ch, err)
+	}
+	if _, err := s.AdvanceSeq(ctx(t), 1<<63); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("AdvanceSeq(2^63) = %v, want ErrInvalid", err)
 	}
 }
 
