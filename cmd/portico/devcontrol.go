@@ -38,9 +38,11 @@ type devControl struct {
 	url       string
 	tokenFile string
 	nodeToken string
-	dataDir   string
-	plane     *control.Plane
-	store     *store.Store
+	// publisherToken is what the key service publishes with.
+	publisherToken string
+	dataDir        string
+	plane          *control.Plane
+	store          *store.Store
 	// keys is the key service, served on the same address; keysStore
 	// its SQLite store and signer the public key of its snapshots.
 	keys      *keysvc.Service
@@ -64,17 +66,22 @@ func startDevControl(ctx context.Context, addr, dataDir string, log *slog.Logger
 	if err != nil {
 		return nil, err
 	}
+	// And the key service publishes with a token, like in production.
+	publisherToken, err := devPlatformToken(filepath.Join(dataDir, "publisher-token"))
+	if err != nil {
+		return nil, err
+	}
 	st, err := store.Open(ctx, "sqlite:"+filepath.Join(dataDir, "control.db"))
 	if err != nil {
 		return nil, fmt.Errorf("dev: %w", err)
 	}
 	// Dev sends each version to its one node at once: no stages to wait for.
-	plane, err := control.New(ctx, control.Options{Store: st, BootstrapToken: token, NodeToken: nodeToken, Logger: log})
+	plane, err := control.New(ctx, control.Options{Store: st, BootstrapToken: token, NodeToken: nodeToken, PublisherToken: publisherToken, Logger: log})
 	if err != nil {
 		_ = st.Close()
 		return nil, err
 	}
-	c := &devControl{tokenFile: tokenFile, nodeToken: nodeToken, dataDir: dataDir, plane: plane, store: st}
+	c := &devControl{tokenFile: tokenFile, nodeToken: nodeToken, publisherToken: publisherToken, dataDir: dataDir, plane: plane, store: st}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		c.close()
@@ -117,7 +124,7 @@ func (c *devControl) startKeys(ctx context.Context, token string, log *slog.Logg
 	}
 	c.keysStore = ks
 	c.keys, err = keysvc.New(keysvc.Options{
-		Store: ks, ControlURL: c.url, HTTPClient: streamClient(c.url), SigningKey: signing, Logger: log,
+		Store: ks, ControlURL: c.url, ControlToken: c.publisherToken, HTTPClient: streamClient(c.url), SigningKey: signing, Logger: log,
 		Tokens: []keysvc.Token{{Name: "platform", Role: keysvc.RolePlatform, SHA256: keysvc.HashToken(token)}},
 	})
 	if err != nil {
