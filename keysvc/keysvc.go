@@ -33,6 +33,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -62,6 +63,20 @@ type Token struct {
 	Role Role
 	// SHA256 is the hex SHA-256 of the token.
 	SHA256 string
+	// Issuers, for an identity token, are the issuers (by name) whose
+	// tokens it may deny and whose keys it may publish; empty means every
+	// issuer. An identity token limited to issuers may not add a deny
+	// entry for every issuer.
+	Issuers []string
+}
+
+// mayActFor reports whether the caller may deny tokens of, or publish keys
+// for, issuer ("" is every issuer).
+func (c caller) mayActFor(issuer string) bool {
+	if c.Role == RolePlatform || len(c.Issuers) == 0 {
+		return true
+	}
+	return issuer != "" && slices.Contains(c.Issuers, issuer)
 }
 
 // HashToken returns the hex SHA-256 of a token, the form Options.Tokens

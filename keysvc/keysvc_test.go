@@ -344,3 +344,57 @@ func TestInvalidArgument(t *testing.T) {
 		t.Errorf("CreateKey with the valid request: %v", err)
 	}
 }
+
+// TestIdentityTokenIssuers: an identity token limited to issuers denies
+// tokens and publishes keys of those issuers only, and may not deny
+// across every issuer; the platform token may do all of it.
+func TestIdentityTokenIssuers(t *testing.T) {
+	t.Parallel()
+	const limited = "keysvc-test-limited-identity-token-0123456789"
+	s := startService(t, keysvc.Options{Tokens: []keysvc.Token{
+		{Name: "platform-test", Role: keysvc.RolePlatform, SHA256: keysvc.HashToken(platformToken)},
+		{Name: "login-idp", Role: keysvc.RoleIdentity, SHA256: keysvc.HashToken(limited), Issuers: []string{"login"}},
+	}})
+	idp := keysv1connect.NewTokenServiceClient(bearer(limited), s.url)
+	ctx := context.Background()
+	exp := timestamppb.New(time.Now().Add(15 * time.Minute))
+	deny := func(c keysv1connect.TokenServiceClient, issuer string) error {
+		_, err := c.Deny(ctx, connect.NewRequest(&keysv1.DenyRequest{Entry: &configv1.DenyEntry{
+			Issuer: issuer, Match: &configv1.DenyEntry_Jti{Jti: "j-" + issuer}, Expires: exp}}))
+		return err
+	}
+	publish := func(c keysv1connect.TokenServiceClient, issuer string) error {
+		_, err := c.PublishIssuerKeys(ctx, connect.NewRequest(&keysv1.PublishIssuerKeysRequest{Keys: &configv1.IssuerKeys{
+			Issuer: issuer, JwksJson: `{"keys":[{"kty":"EC","crv":"P-256","kid":"k2","x":"AA","y":"AA"}]}`}}))
+		return err
+	}
+	before := s.seq(t)
+	for _, c := range []struct {
+		what string
+		err  error
+	}{
+		{"deny for another issuer", deny(idp, "partner")},
+		{"deny for every issuer", deny(idp, "")},
+		{"keys of another issuer", publish(idp, "partner")},
+	} {
+		if connect.CodeOf(c.err) != connect.CodePermissionDenied {
+			t.Errorf("the limited identity token: %s: %v, want PermissionDenied", c.what, c.err)
+		}
+	}
+	if got := s.seq(t); got != before {
+		t.Errorf("refused calls changed the store: seq %d, want %d", got, before)
+	}
+	for _, c := range []struct {
+		what string
+		err  error
+	}{
+		{"limited: deny for its issuer", deny(idp, "login")},
+		{"limited: keys of its issuer", publish(idp, "login")},
+		{"platform: deny for every issuer", deny(s.tokens, "")},
+		{"platform: keys of any issuer", publish(s.tokens, "partner")},
+	} {
+		if c.err != nil {
+			t.Errorf("%s: %v", c.what, c.err)
+		}
+	}
+}

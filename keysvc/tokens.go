@@ -18,6 +18,9 @@ type tokenAPI struct{ s *Service }
 func (a *tokenAPI) Deny(ctx context.Context, req *connect.Request[keysv1.DenyRequest]) (*connect.Response[keysv1.DenyResponse], error) {
 	s := a.s
 	e := req.Msg.GetEntry()
+	if c := callerOf(ctx); !c.mayActFor(e.GetIssuer()) {
+		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("token %s may deny tokens of issuers %v only", c.Name, c.Issuers))
+	}
 	if !e.GetExpires().AsTime().After(s.now()) {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errExpired)
 	}
@@ -44,6 +47,9 @@ func (a *tokenAPI) ListDenyEntries(ctx context.Context, _ *connect.Request[keysv
 func (a *tokenAPI) PublishIssuerKeys(ctx context.Context, req *connect.Request[keysv1.PublishIssuerKeysRequest]) (*connect.Response[keysv1.PublishIssuerKeysResponse], error) {
 	s := a.s
 	k := req.Msg.GetKeys()
+	if c := callerOf(ctx); !c.mayActFor(k.GetIssuer()) {
+		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("token %s may publish keys of issuers %v only", c.Name, c.Issuers))
+	}
 	// A set nodes would refuse never gets on the lane.
 	if err := checkJWKS(k.GetJwksJson()); err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)

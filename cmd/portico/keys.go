@@ -29,6 +29,7 @@ func runKeys(ctx context.Context, args []string) error {
 		controlToken  = fs.String("control-token-file", "", "file holding the publisher token the control plane requires (its -publisher-token-file)")
 		platformToken = fs.String("token-file", "", "file holding the platform token callers of the key API present (required)")
 		identityToken = fs.String("identity-token-file", "", "file holding the identity service's token: deny entries and issuers' keys only")
+		identityOf    = fs.String("identity-issuers", "", "with -identity-token-file: comma-separated issuer names whose tokens it may deny and whose keys it may publish (empty: every issuer)")
 		signingKey    = fs.String("signing-key-file", "portico-keys-signing.pem", "PEM PKCS #8 Ed25519 private key that signs the key snapshot; created (mode 0600) if missing, with its public key beside it (.pub.pem) for the nodes' -keys-public-key")
 		snapToken     = fs.String("snapshot-token-file", "", "file holding the token nodes present to fetch the signed snapshot (their -keys-snapshot-token-file); empty: anyone may fetch it")
 		waitTimeout   = fs.Duration("wait-timeout", 10*time.Second, "how long CreateKey and RotateKey wait for every node to have the new key")
@@ -51,11 +52,15 @@ func runKeys(ctx context.Context, args []string) error {
 	if *platformToken == "" {
 		return errors.New("keys: -token-file is required: the key API is never open")
 	}
+	var issuers []string
+	if *identityOf != "" {
+		issuers = strings.Split(*identityOf, ",")
+	}
 	for _, t := range []struct {
-		file string
-		role keysvc.Role
-		dst  *[]keysvc.Token
-	}{{*platformToken, keysvc.RolePlatform, &opts.Tokens}, {*identityToken, keysvc.RoleIdentity, &opts.Tokens}} {
+		file    string
+		role    keysvc.Role
+		issuers []string
+	}{{*platformToken, keysvc.RolePlatform, nil}, {*identityToken, keysvc.RoleIdentity, issuers}} {
 		if t.file == "" {
 			continue
 		}
@@ -63,7 +68,7 @@ func runKeys(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("keys: %w", err)
 		}
-		*t.dst = append(*t.dst, keysvc.Token{Name: string(t.role), Role: t.role, SHA256: keysvc.HashToken(tok)})
+		opts.Tokens = append(opts.Tokens, keysvc.Token{Name: string(t.role), Role: t.role, SHA256: keysvc.HashToken(tok), Issuers: t.issuers})
 	}
 	if *controlToken != "" {
 		if opts.ControlToken, err = readToken(*controlToken); err != nil {
