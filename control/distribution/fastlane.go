@@ -87,7 +87,31 @@ type laneNode struct {
 	// nothing, or a version of another epoch).
 	reset   bool
 	lastErr string
+	// refused are the newest versions the node refused entries of: a
+	// later clean ACK does not give it what it refused, so Wait for one
+	// of them keeps counting it as behind.
+	refused []refusal
 	wake    chan struct{} // buffered 1
+}
+
+// refusal is an ACK with an error: the versions after from up to to, which
+// the node holds minus what it refused.
+type refusal struct {
+	from, to uint64
+	err      string
+}
+
+// maxRefusals bounds the refusals a node's stream remembers.
+const maxRefusals = 32
+
+// refusedAt returns the node's refusal that covers version, if any.
+func (n *laneNode) refusedAt(version uint64) (refusal, bool) {
+	for _, r := range n.refused {
+		if r.from < version && version <= r.to {
+			return r, true
+		}
+	}
+	return refusal{}, false
 }
 
 // load reads the epoch and version from the store, once.
@@ -269,7 +293,9 @@ func (s *Server) laneWait(ctx context.Context, version uint64) (*distributionv1.
 		ch := f.changed
 		resp := &distributionv1.WaitResponse{Nodes: int32(len(f.nodes))}
 		for _, n := range f.nodes {
-			if n.acked < version {
+			if r, ok := n.refusedAt(version); ok {
+				resp.Behind = append(resp.Behind, &distributionv1.NodeFastLane{NodeId: n.id, Version: n.acked, Error: r.err})
+			} else if n.acked < version {
 				resp.Behind = append(resp.Behind, &distributionv1.NodeFastLane{NodeId: n.id, Version: n.acked, Error: n.lastErr})
 			}
 		}
@@ -419,6 +445,10 @@ func (s *Server) laneReceive(stream *connect.BidiStream[distributionv1.FastLaneR
 				// names; sending them again would not mend them. The
 				// version does not count as the node's, for Wait.
 				n.lastErr = ack.GetError()
+				n.refused = append(n.refused, refusal{from: n.acked, to: ack.GetVersion(), err: ack.GetError()})
+				if len(n.refused) > maxRefusals {
+					n.refused = n.refused[1:]
+				}
 				s.log.Warn("a node refused fast-lane entries", "node", n.id, "version", ack.GetVersion(), "error", ack.GetError())
 			}
 			f.notifyLocked()

@@ -975,3 +975,39 @@ func TestFastLaneWaitCountsStreamNodes(t *testing.T) {
 		t.Errorf("Wait once the node's lane acknowledged = %v, want complete, 1 node", resp)
 	}
 }
+
+// TestFastLaneWaitRemembersRefusals: a node that refused entries of a
+// version and then cleanly acknowledged a later one still lacks what it
+// refused: Wait for the refused version counts it as behind, with the
+// refusal; Wait for the later one does not.
+func TestFastLaneWaitRemembersRefusals(t *testing.T) {
+	t.Parallel()
+	l := startLane(t, distribution.Options{})
+	n := l.connect(t, "node-r", "", 0)
+	if u, _ := n.update(t); !u.GetFull() {
+		t.Fatalf("first update %v, want full", u)
+	}
+	n.ack(t, 0, "")
+	v1 := l.publish(t, 0, 1, key("a", 1)).GetVersion()
+	if u, _ := n.update(t); u.GetVersion() != v1 {
+		t.Fatalf("update %v, want version %d", u, v1)
+	}
+	const refused = `entries[0]: refused (test)`
+	n.ack(t, v1, refused)
+	v2 := l.publish(t, 1, 2, key("b", 2)).GetVersion()
+	if u, _ := n.update(t); u.GetVersion() != v2 {
+		t.Fatalf("update %v, want version %d", u, v2)
+	}
+	n.ack(t, v2, "")
+	l.waitNodes(t, "node-r's clean ACK of the later version", func(ns []*distributionv1.NodeFastLane) bool {
+		return len(ns) == 1 && ns[0].GetVersion() == v2
+	})
+	resp, _ := l.laneWait(t, v1, 200*time.Millisecond)
+	want := &distributionv1.WaitResponse{Nodes: 1, Behind: []*distributionv1.NodeFastLane{{NodeId: "node-r", Version: v2, Error: refused}}}
+	if !proto.Equal(resp, want) {
+		t.Errorf("Wait(%d), the refused version = %v, want %v", v1, resp, want)
+	}
+	if resp, _ := l.laneWait(t, v2, wait); !resp.GetComplete() {
+		t.Errorf("Wait(%d), the cleanly acknowledged version = %v, want complete", v2, resp)
+	}
+}
