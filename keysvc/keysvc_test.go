@@ -22,6 +22,7 @@ import (
 	"github.com/portico-gw/portico/gen/portico/keys/v1/keysv1connect"
 	"github.com/portico-gw/portico/keysvc"
 	"github.com/portico-gw/portico/keysvc/store"
+	"github.com/portico-gw/portico/testing/admintest"
 )
 
 const (
@@ -129,17 +130,7 @@ func (s *service) create(t *testing.T, app string) *keysv1.CreateKeyResponse {
 }
 
 // bearer is a client that sends token on every request.
-func bearer(token string) *http.Client {
-	return &http.Client{Transport: bearerTransport(token), Timeout: 30 * time.Second}
-}
-
-type bearerTransport string
-
-func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+string(b))
-	return http.DefaultTransport.RoundTrip(r)
-}
+func bearer(token string) *http.Client { return admintest.HTTPClient(token) }
 
 // headerClient is a client that sets header to value on every request
 // ("" removes it).

@@ -203,7 +203,7 @@ func TestKeysRole(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	keys := keysv1connect.NewKeyServiceClient(&http.Client{Transport: bearerRT{keysToken}}, "http://"+keysAddr)
+	keys := keysv1connect.NewKeyServiceClient(admintest.HTTPClient(keysToken), "http://"+keysAddr)
 	create := func() *keysv1.CreateKeyResponse {
 		t.Helper()
 		resp, err := keys.CreateKey(ctx, connect.NewRequest(&keysv1.CreateKeyRequest{AppId: "app-1", TenantId: "t-1", Plan: "gold",
@@ -258,12 +258,4 @@ func TestKeysRole(t *testing.T) {
 	if got := call(second.GetRawKey()); got != 401 {
 		t.Errorf("a revoked key on a node restarted with nothing to ask: %d, want 401", got)
 	}
-}
-
-type bearerRT struct{ token string }
-
-func (b bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return http.DefaultTransport.RoundTrip(r)
 }

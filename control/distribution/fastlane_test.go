@@ -26,6 +26,7 @@ import (
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
 	"github.com/portico-gw/portico/gen/portico/distribution/v1/distributionv1connect"
+	"github.com/portico-gw/portico/testing/admintest"
 )
 
 // These tests play the nodes and the producer of the fast lane with raw
@@ -98,28 +99,13 @@ func startLane(t *testing.T, opts distribution.Options) *lane {
 // its bearer token; its calls end after timeout (0: when their context
 // does).
 func (l *lane) client(token string, timeout time.Duration) *http.Client {
-	var rt http.RoundTripper = l.h2c
-	if token != "" {
-		rt = bearer{token: token, next: l.h2c}
-	}
-	return &http.Client{Transport: rt, Timeout: timeout}
+	return &http.Client{Transport: admintest.Bearer(token, l.h2c), Timeout: timeout}
 }
 
 // publisher is a producer's client; a call may take a Wait's longest
 // timeout in the tests.
 func (l *lane) publisher(token string) distributionv1connect.FastLaneServiceClient {
 	return distributionv1connect.NewFastLaneServiceClient(l.client(token, 2*wait), l.url)
-}
-
-type bearer struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.next.RoundTrip(r)
 }
 
 func (l *lane) epoch(t *testing.T) string {

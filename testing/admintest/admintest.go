@@ -1,5 +1,5 @@
-// Package admintest makes clients of the control plane's admin API for
-// tests.
+// Package admintest makes clients of Portico's APIs (the control plane's
+// admin API, the key service) for tests.
 package admintest
 
 import (
@@ -13,15 +13,34 @@ import (
 // sends token as its bearer token (no Authorization header when token is
 // empty).
 func Client(url, token string) adminv1connect.AdminServiceClient {
-	return adminv1connect.NewAdminServiceClient(&http.Client{Transport: bearer(token), Timeout: 30 * time.Second}, url)
+	return adminv1connect.NewAdminServiceClient(HTTPClient(token), url)
 }
 
-type bearer string
+// HTTPClient returns a client that sends token as its bearer token (no
+// Authorization header when token is empty), with a 30 s timeout.
+func HTTPClient(token string) *http.Client {
+	return &http.Client{Transport: Bearer(token, nil), Timeout: 30 * time.Second}
+}
+
+// Bearer returns a transport that sends token as the bearer token of
+// every request through next (http.DefaultTransport when nil); no
+// Authorization header when token is empty.
+func Bearer(token string, next http.RoundTripper) http.RoundTripper {
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	return bearer{token: token, next: next}
+}
+
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
 
 func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	if b != "" {
+	if b.token != "" {
 		r = r.Clone(r.Context())
-		r.Header.Set("Authorization", "Bearer "+string(b))
+		r.Header.Set("Authorization", "Bearer "+b.token)
 	}
-	return http.DefaultTransport.RoundTrip(r)
+	return b.next.RoundTrip(r)
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/portico-gw/portico/gen/portico/keys/v1/keysv1connect"
 	"github.com/portico-gw/portico/keysvc"
 	keystore "github.com/portico-gw/portico/keysvc/store"
+	"github.com/portico-gw/portico/testing/admintest"
 	"github.com/portico-gw/portico/testing/gatewaytest"
 )
 
@@ -133,18 +134,10 @@ func startKeys(t *testing.T, controlURL string) *keyService {
 	t.Cleanup(func() { cancel(); <-done })
 	srv := httptest.NewServer(svc.Handler())
 	t.Cleanup(srv.Close)
-	client := &http.Client{Transport: bearer{keysPlatformToken}}
+	client := admintest.HTTPClient(keysPlatformToken)
 	return &keyService{svc: svc, store: st, srv: srv, url: srv.URL, signer: pub, scanner: scanner,
 		keys:   keysv1connect.NewKeyServiceClient(client, srv.URL),
 		tokens: keysv1connect.NewTokenServiceClient(client, srv.URL)}
-}
-
-type bearer struct{ token string }
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return http.DefaultTransport.RoundTrip(r)
 }
 
 // keyFleet is a control plane, a key service and n nodes serving
@@ -194,12 +187,19 @@ func waitLane(t *testing.T, cp *controlPlane, n int, version uint64) {
 // call calls the keyed route on node with key and returns the status.
 func (n *gatewayNode) call(t *testing.T, key string) int {
 	t.Helper()
+	return n.callWith(t, "X-Api-Key", key)
+}
+
+// callWith calls the keyed route on node with a credential header and
+// returns the status.
+func (n *gatewayNode) callWith(t *testing.T, header, value string) int {
+	t.Helper()
 	req, err := http.NewRequest("GET", n.gw.URL()+"/v1/orders/o-1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Host = "api.example.com"
-	req.Header.Set("X-Api-Key", key)
+	req.Header.Set(header, value)
 	resp, err := gatewaytest.HTTP1Client(t).Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -222,8 +222,15 @@ func createKey(t *testing.T, ks *keyService, app string) *keysv1.CreateKeyRespon
 
 func everyNode(t *testing.T, nodes []*gatewayNode, key string, want int, what string) {
 	t.Helper()
+	everyNodeWith(t, nodes, "X-Api-Key", key, want, what)
+}
+
+// everyNodeWith calls the keyed route on every node with a credential
+// header and checks the status.
+func everyNodeWith(t *testing.T, nodes []*gatewayNode, header, value string, want int, what string) {
+	t.Helper()
 	for _, n := range nodes {
-		if got := n.call(t, key); got != want {
+		if got := n.callWith(t, header, value); got != want {
 			t.Errorf("%s: node %s answered %d, want %d", what, n.lane.id, got, want)
 		}
 	}
@@ -588,31 +595,9 @@ func TestRevocationWithoutControlPlane(t *testing.T) {
 
 }
 
-// callToken calls the keyed route on node with an access token.
-func (n *gatewayNode) callToken(t *testing.T, token string) int {
-	t.Helper()
-	req, err := http.NewRequest("GET", n.gw.URL()+"/v1/orders/o-1", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Host = "api.example.com"
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := gatewaytest.HTTP1Client(t).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	return resp.StatusCode
-}
-
 func everyNodeToken(t *testing.T, nodes []*gatewayNode, token string, want int, what string) {
 	t.Helper()
-	for _, n := range nodes {
-		if got := n.callToken(t, token); got != want {
-			t.Errorf("%s: node %s answered %d, want %d", what, n.lane.id, got, want)
-		}
-	}
+	everyNodeWith(t, nodes, "Authorization", "Bearer "+token, want, what)
 }
 
 // TestTokenRevocation: deny entries (by jti, by subject issued before a
@@ -631,7 +616,7 @@ func TestTokenRevocation(t *testing.T) {
 	}
 	waitFleet(t, cp, "the issuer on every node", allRun(len(nodes), ch.Msg.GetChange().GetVersion().GetNumber()))
 
-	identity := &http.Client{Transport: bearer{keysIdentityToken}}
+	identity := admintest.HTTPClient(keysIdentityToken)
 	tokens := keysv1connect.NewTokenServiceClient(identity, ks.url)
 	if _, err := keysv1connect.NewKeyServiceClient(identity, ks.url).ListKeys(context.Background(), connect.NewRequest(&keysv1.ListKeysRequest{})); connect.CodeOf(err) != connect.CodePermissionDenied {
 		t.Errorf("the identity token listing keys: %v, want PermissionDenied", err)
