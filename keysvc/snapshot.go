@@ -3,17 +3,15 @@ package keysvc
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/portico-gw/portico/gateway/keysnapshot"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	"github.com/portico-gw/portico/keysvc/store"
 )
@@ -35,13 +33,6 @@ type snapshotter struct {
 	seq   uint64
 	built time.Time
 	data  []byte
-}
-
-// SignerID names an Ed25519 public key as snapshots do: the first 16 hex
-// digits of its SHA-256.
-func SignerID(pub ed25519.PublicKey) string {
-	sum := sha256.Sum256(pub)
-	return hex.EncodeToString(sum[:8])
 }
 
 // current returns the signed snapshot of the store's state now, and its
@@ -72,17 +63,7 @@ func (sn *snapshotter) current(ctx context.Context) ([]byte, uint64, error) {
 	for i := range issuers {
 		snap.Entries = append(snap.Entries, toEntry(store.Change{Rev: issuers[i].Rev, IssuerKeys: &issuers[i]}))
 	}
-	payload, err := proto.MarshalOptions{Deterministic: true}.Marshal(snap)
-	if err != nil {
-		return nil, 0, err
-	}
-	signed := &configv1.SignedKeySnapshot{
-		Payload:   payload,
-		Algorithm: "Ed25519",
-		KeyId:     SignerID(sn.key.Public().(ed25519.PublicKey)),
-		Signature: ed25519.Sign(sn.key, payload),
-	}
-	data, err := proto.Marshal(signed)
+	data, err := keysnapshot.Sign(sn.key, snap)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/portico-gw/portico/gateway/apikey"
-	gwdist "github.com/portico-gw/portico/gateway/distribution"
+	"github.com/portico-gw/portico/gateway/keysnapshot"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	keysv1 "github.com/portico-gw/portico/gen/portico/keys/v1"
 	"github.com/portico-gw/portico/keysvc"
@@ -122,7 +122,7 @@ func TestSnapshot(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Header.Get("ETag") != etag || resp.Header.Get("Content-Type") != "application/x-protobuf" {
 		t.Fatalf("GET = %d, ETag %s, Content-Type %s; want 200, %s, application/x-protobuf", resp.StatusCode, resp.Header.Get("ETag"), resp.Header.Get("Content-Type"), etag)
 	}
-	snap, err := gwdist.VerifySnapshot(body, []ed25519.PublicKey{pub})
+	snap, err := keysnapshot.Verify(body, []ed25519.PublicKey{pub})
 	if err != nil {
 		t.Fatalf("VerifySnapshot: %v", err)
 	}
@@ -130,11 +130,11 @@ func TestSnapshot(t *testing.T) {
 	if err := proto.Unmarshal(body, signed); err != nil {
 		t.Fatal(err)
 	}
-	if signed.GetKeyId() != gwdist.SignerID(pub) || keysvc.SignerID(pub) != gwdist.SignerID(pub) {
-		t.Errorf("the snapshot is signed by key id %q, want %q", signed.GetKeyId(), gwdist.SignerID(pub))
+	if signed.GetKeyId() != keysnapshot.SignerID(pub) {
+		t.Errorf("the snapshot is signed by key id %q, want %q", signed.GetKeyId(), keysnapshot.SignerID(pub))
 	}
 	other, _ := newSigningKey(t)
-	if _, err := gwdist.VerifySnapshot(body, []ed25519.PublicKey{other}); err == nil {
+	if _, err := keysnapshot.Verify(body, []ed25519.PublicKey{other}); err == nil {
 		t.Errorf("VerifySnapshot with another key succeeded")
 	}
 	if snap.GetSeq() != seq || !snap.GetGenerated().AsTime().Equal(epoch) {
@@ -178,7 +178,7 @@ func TestSnapshot(t *testing.T) {
 	// An expired deny entry leaves the snapshot, though nothing changed.
 	clock.Add(2 * time.Minute)
 	_, body = fetch(t, s, "GET")
-	snap, err = gwdist.VerifySnapshot(body, []ed25519.PublicKey{pub})
+	snap, err = keysnapshot.Verify(body, []ed25519.PublicKey{pub})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestSnapshot(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Header.Get("ETag") != next {
 		t.Fatalf("after a change GET with If-None-Match %s = %d, ETag %s; want 200, %s", etag, resp.StatusCode, resp.Header.Get("ETag"), next)
 	}
-	snap, err = gwdist.VerifySnapshot(body, []ed25519.PublicKey{pub})
+	snap, err = keysnapshot.Verify(body, []ed25519.PublicKey{pub})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func TestSnapshotAccess(t *testing.T) {
 		}
 		switch resp.StatusCode {
 		case http.StatusOK:
-			if _, err := gwdist.VerifySnapshot(body, []ed25519.PublicKey{priv.Public().(ed25519.PublicKey)}); err != nil {
+			if _, err := keysnapshot.Verify(body, []ed25519.PublicKey{priv.Public().(ed25519.PublicKey)}); err != nil {
 				t.Errorf("%s: VerifySnapshot: %v", c.name, err)
 			}
 		case http.StatusUnauthorized:

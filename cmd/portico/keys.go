@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/portico-gw/portico/gateway/keysnapshot"
 	"github.com/portico-gw/portico/keysvc"
 	"github.com/portico-gw/portico/keysvc/store"
 )
@@ -110,7 +111,7 @@ func runKeys(ctx context.Context, args []string) error {
 	if opts.SnapshotTokenHash == "" {
 		log.Warn("the signed key snapshot (every key's hash and metadata) is open to any caller (set -snapshot-token-file)")
 	}
-	log.Info("key service listening", "addr", ln.Addr().String(), "store", st.Driver(), "signer", keysvc.SignerID(opts.SigningKey.Public().(ed25519.PublicKey)))
+	log.Info("key service listening", "addr", ln.Addr().String(), "store", st.Driver(), "signer", keysnapshot.SignerID(opts.SigningKey.Public().(ed25519.PublicKey)))
 	return serveControl(ctx, ln, svc.Handler(), *certFile, *keyFile)
 }
 

@@ -3,8 +3,6 @@ package distribution
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -17,10 +15,8 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/portico-gw/portico/gateway/fastlane"
-	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	"github.com/portico-gw/portico/gateway/keysnapshot"
 )
 
 // The signed snapshot is the fast lane's fallback: the key service
@@ -28,52 +24,10 @@ import (
 // with Ed25519, and every node polls it, so that a revocation lands
 // within one poll period even when no stream to the control plane is up.
 
-// Errors of a signed snapshot a node refuses.
-var (
-	ErrBadSignature  = errors.New("signed snapshot: bad signature")
-	ErrUnknownSigner = errors.New("signed snapshot: signed by a key the node does not trust")
-	ErrMalformed     = errors.New("signed snapshot: malformed")
-	// ErrTooOld: the snapshot was generated longer ago than MaxAge; a
-	// replayed snapshot cannot hold a node on old keys.
-	ErrTooOld = errors.New("signed snapshot: generated too long ago")
-)
-
-// SignerID names an Ed25519 public key: the first 16 hex digits of the
-// SHA-256 of the key. It is the key_id of the snapshots it signs.
-func SignerID(pub ed25519.PublicKey) string {
-	sum := sha256.Sum256(pub)
-	return hex.EncodeToString(sum[:8])
-}
-
-// VerifySnapshot checks a SignedKeySnapshot's signature against the
-// trusted keys and returns the KeySnapshot it carries.
-func VerifySnapshot(data []byte, trusted []ed25519.PublicKey) (*configv1.KeySnapshot, error) {
-	var signed configv1.SignedKeySnapshot
-	if err := proto.Unmarshal(data, &signed); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
-	}
-	if signed.GetAlgorithm() != "Ed25519" {
-		return nil, fmt.Errorf("%w: algorithm %q, want Ed25519", ErrMalformed, signed.GetAlgorithm())
-	}
-	var pub ed25519.PublicKey
-	for _, k := range trusted {
-		if SignerID(k) == signed.GetKeyId() {
-			pub = k
-			break
-		}
-	}
-	if pub == nil {
-		return nil, fmt.Errorf("%w: key id %q", ErrUnknownSigner, signed.GetKeyId())
-	}
-	if len(signed.GetSignature()) != ed25519.SignatureSize || !ed25519.Verify(pub, signed.GetPayload(), signed.GetSignature()) {
-		return nil, ErrBadSignature
-	}
-	snap := &configv1.KeySnapshot{}
-	if err := proto.Unmarshal(signed.GetPayload(), snap); err != nil {
-		return nil, fmt.Errorf("%w: payload: %v", ErrMalformed, err)
-	}
-	return snap, nil
-}
+// ErrTooOld: a polled snapshot was generated longer ago than MaxAge; a
+// replayed snapshot cannot hold a node on old keys. The Poller's other
+// refusals are keysnapshot's errors and fastlane.ErrStale.
+var ErrTooOld = errors.New("signed snapshot: generated too long ago")
 
 // PollerOptions configure a Poller.
 type PollerOptions struct {
@@ -159,7 +113,7 @@ func (p *Poller) Boot() (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("distribution: reading the cached key snapshot: %w", err)
 	}
-	snap, err := VerifySnapshot(data, p.opts.Trusted)
+	snap, err := keysnapshot.Verify(data, p.opts.Trusted)
 	if err != nil {
 		return false, fmt.Errorf("distribution: the cached key snapshot %s: %w", p.opts.CacheFile, err)
 	}
@@ -236,9 +190,9 @@ func (p *Poller) poll(ctx context.Context) error {
 		return fmt.Errorf("signed snapshot: reading: %w", err)
 	}
 	if int64(len(data)) > p.opts.MaxBytes {
-		return fmt.Errorf("%w: larger than %d bytes", ErrMalformed, p.opts.MaxBytes)
+		return fmt.Errorf("%w: larger than %d bytes", keysnapshot.ErrMalformed, p.opts.MaxBytes)
 	}
-	snap, err := VerifySnapshot(data, p.opts.Trusted)
+	snap, err := keysnapshot.Verify(data, p.opts.Trusted)
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/portico-gw/portico/gateway/distribution"
 	"github.com/portico-gw/portico/gateway/fastlane"
+	"github.com/portico-gw/portico/gateway/keysnapshot"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
 
@@ -43,7 +44,7 @@ func signed(t *testing.T, priv ed25519.PrivateKey, snap *configv1.KeySnapshot, e
 	s := &configv1.SignedKeySnapshot{
 		Payload:   payload,
 		Algorithm: "Ed25519",
-		KeyId:     distribution.SignerID(priv.Public().(ed25519.PublicKey)),
+		KeyId:     keysnapshot.SignerID(priv.Public().(ed25519.PublicKey)),
 		Signature: ed25519.Sign(priv, payload),
 	}
 	if edit != nil {
@@ -95,38 +96,38 @@ func TestVerifySnapshot(t *testing.T) {
 		{"good", signed(t, priv, snap, nil), []ed25519.PublicKey{pub}, nil},
 		{"good, second trusted key", signed(t, priv, snap, nil), []ed25519.PublicKey{otherPub, pub}, nil},
 		{"payload changed", signed(t, priv, snap, func(s *configv1.SignedKeySnapshot) { s.Payload = flip(s.Payload, len(s.Payload)-1) }),
-			[]ed25519.PublicKey{pub}, distribution.ErrBadSignature},
+			[]ed25519.PublicKey{pub}, keysnapshot.ErrBadSignature},
 		{"signature changed", signed(t, priv, snap, func(s *configv1.SignedKeySnapshot) { s.Signature = flip(s.Signature, 10) }),
-			[]ed25519.PublicKey{pub}, distribution.ErrBadSignature},
+			[]ed25519.PublicKey{pub}, keysnapshot.ErrBadSignature},
 		{"signature short", signed(t, priv, snap, func(s *configv1.SignedKeySnapshot) { s.Signature = s.Signature[:63] }),
-			[]ed25519.PublicKey{pub}, distribution.ErrBadSignature},
+			[]ed25519.PublicKey{pub}, keysnapshot.ErrBadSignature},
 		{"no signature", signed(t, priv, snap, func(s *configv1.SignedKeySnapshot) { s.Signature = nil }),
-			[]ed25519.PublicKey{pub}, distribution.ErrBadSignature},
+			[]ed25519.PublicKey{pub}, keysnapshot.ErrBadSignature},
 		{"another key's signature under a trusted key id", signed(t, otherPriv, snap, func(s *configv1.SignedKeySnapshot) {
-			s.KeyId = distribution.SignerID(pub)
-		}), []ed25519.PublicKey{pub}, distribution.ErrBadSignature},
-		{"unknown signer", signed(t, otherPriv, snap, nil), []ed25519.PublicKey{pub}, distribution.ErrUnknownSigner},
+			s.KeyId = keysnapshot.SignerID(pub)
+		}), []ed25519.PublicKey{pub}, keysnapshot.ErrBadSignature},
+		{"unknown signer", signed(t, otherPriv, snap, nil), []ed25519.PublicKey{pub}, keysnapshot.ErrUnknownSigner},
 		{"no key id", signed(t, priv, snap, func(s *configv1.SignedKeySnapshot) { s.KeyId = "" }),
-			[]ed25519.PublicKey{pub}, distribution.ErrUnknownSigner},
-		{"nothing trusted", signed(t, priv, snap, nil), nil, distribution.ErrUnknownSigner},
+			[]ed25519.PublicKey{pub}, keysnapshot.ErrUnknownSigner},
+		{"nothing trusted", signed(t, priv, snap, nil), nil, keysnapshot.ErrUnknownSigner},
 		{"wrong algorithm", signed(t, priv, snap, func(s *configv1.SignedKeySnapshot) { s.Algorithm = "ES256" }),
-			[]ed25519.PublicKey{pub}, distribution.ErrMalformed},
+			[]ed25519.PublicKey{pub}, keysnapshot.ErrMalformed},
 		{"no algorithm", signed(t, priv, snap, func(s *configv1.SignedKeySnapshot) { s.Algorithm = "" }),
-			[]ed25519.PublicKey{pub}, distribution.ErrMalformed},
-		{"garbage", []byte("this is not a protobuf message"), []ed25519.PublicKey{pub}, distribution.ErrMalformed},
+			[]ed25519.PublicKey{pub}, keysnapshot.ErrMalformed},
+		{"garbage", []byte("this is not a protobuf message"), []ed25519.PublicKey{pub}, keysnapshot.ErrMalformed},
 		{"signed garbage", func() []byte {
 			payload := []byte{0xff, 0xff, 0xff}
 			data, err := proto.Marshal(&configv1.SignedKeySnapshot{Payload: payload, Algorithm: "Ed25519",
-				KeyId: distribution.SignerID(pub), Signature: ed25519.Sign(priv, payload)})
+				KeyId: keysnapshot.SignerID(pub), Signature: ed25519.Sign(priv, payload)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return data
-		}(), []ed25519.PublicKey{pub}, distribution.ErrMalformed},
+		}(), []ed25519.PublicKey{pub}, keysnapshot.ErrMalformed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := distribution.VerifySnapshot(tc.data, tc.trusted)
+			got, err := keysnapshot.Verify(tc.data, tc.trusted)
 			if tc.want != nil {
 				if !errors.Is(err, tc.want) || got != nil {
 					t.Errorf("VerifySnapshot = %v, %v; want nil, %v", got, err, tc.want)
@@ -309,12 +310,12 @@ func TestPollerRefuses(t *testing.T) {
 		{"older", func() { srv.serve(4, signed(t, priv, at(4), nil)) }, fastlane.ErrStale, false},
 		{"same sequence, If-None-Match ignored", func() { srv.serve(5, signed(t, priv, at(5), nil)); srv.setETag(`"other"`) }, nil, true},
 		{"forged", func() {
-			srv.serve(9, signed(t, otherPriv, at(9), func(s *configv1.SignedKeySnapshot) { s.KeyId = distribution.SignerID(pub) }))
-		}, distribution.ErrBadSignature, false},
+			srv.serve(9, signed(t, otherPriv, at(9), func(s *configv1.SignedKeySnapshot) { s.KeyId = keysnapshot.SignerID(pub) }))
+		}, keysnapshot.ErrBadSignature, false},
 		{"payload changed", func() {
 			srv.serve(9, signed(t, priv, at(9), func(s *configv1.SignedKeySnapshot) { s.Payload = append(s.Payload, 0x08, 0x0a) }))
-		}, distribution.ErrBadSignature, false},
-		{"unknown signer", func() { srv.serve(9, signed(t, otherPriv, at(9), nil)) }, distribution.ErrUnknownSigner, false},
+		}, keysnapshot.ErrBadSignature, false},
+		{"unknown signer", func() { srv.serve(9, signed(t, otherPriv, at(9), nil)) }, keysnapshot.ErrUnknownSigner, false},
 		{"server error", func() { srv.fail(http.StatusInternalServerError) }, nil, false},
 		{"not found", func() { srv.fail(http.StatusNotFound) }, nil, false},
 		{"unauthorized", func() { srv.fail(http.StatusUnauthorized) }, nil, false},
@@ -355,7 +356,7 @@ func TestPollerMaxBytes(t *testing.T) {
 
 	lane := fastlane.New(fastlane.Options{})
 	err := newPoller(t, srv, lane, int64(len(data)-1), pub).Poll(context.Background())
-	if !errors.Is(err, distribution.ErrMalformed) {
+	if !errors.Is(err, keysnapshot.ErrMalformed) {
 		t.Errorf("Poll of %d bytes with MaxBytes %d = %v, want ErrMalformed", len(data), len(data)-1, err)
 	}
 	if lane.Keys() != nil || lane.SignedSeq() != 0 {
@@ -468,7 +469,7 @@ func TestPollerCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := untrusted.Boot(); ok || !errors.Is(err, distribution.ErrUnknownSigner) {
+	if ok, err := untrusted.Boot(); ok || !errors.Is(err, keysnapshot.ErrUnknownSigner) {
 		t.Errorf("Boot() with a cache signed by an untrusted key = %v, %v; want false, ErrUnknownSigner", ok, err)
 	}
 	if _, ok := lookup(lane, "a"); ok {
