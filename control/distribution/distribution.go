@@ -25,6 +25,7 @@ import (
 
 	"buf.build/go/protovalidate"
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/portico-gw/portico/control/store"
 	"github.com/portico-gw/portico/gateway/routestats"
@@ -295,21 +296,32 @@ func (s *Server) notifyLocked() {
 	s.changed = make(chan struct{})
 }
 
+// receiveHello receives a node stream's first message, which must be a
+// hello (get returns it, nil if it is not) and follow its rules.
+func receiveHello[M proto.Message, H comparable](receive func() (M, error), get func(M) H) (H, error) {
+	var none H
+	first, err := receive()
+	if err != nil {
+		return none, err
+	}
+	hello := get(first)
+	if hello == none {
+		return none, connect.NewError(connect.CodeInvalidArgument, errors.New("the stream starts with a hello"))
+	}
+	if err := protovalidate.Validate(first); err != nil {
+		return none, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("hello: %w", err))
+	}
+	return hello, nil
+}
+
 // Stream serves one node's stream.
 func (s *Server) Stream(ctx context.Context, stream *connect.BidiStream[distributionv1.StreamRequest, distributionv1.StreamResponse]) error {
 	if err := s.authorizeNode(stream.RequestHeader()); err != nil {
 		return err
 	}
-	first, err := stream.Receive()
+	hello, err := receiveHello(stream.Receive, (*distributionv1.StreamRequest).GetHello)
 	if err != nil {
 		return err
-	}
-	hello := first.GetHello()
-	if hello == nil {
-		return connect.NewError(connect.CodeInvalidArgument, errors.New("the stream starts with a hello"))
-	}
-	if err := protovalidate.Validate(first); err != nil {
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("hello: %w", err))
 	}
 	n := &node{
 		NodeStatus: NodeStatus{ID: hello.GetNodeId(), Pool: hello.GetPool(), Region: hello.GetRegion(), Labels: hello.GetLabels(),

@@ -367,16 +367,9 @@ func (s *Server) FastLane(ctx context.Context, stream *connect.BidiStream[distri
 	if err := s.laneLoad(ctx); err != nil {
 		return connect.NewError(connect.CodeUnavailable, err)
 	}
-	first, err := stream.Receive()
+	hello, err := receiveHello(stream.Receive, (*distributionv1.FastLaneRequest).GetHello)
 	if err != nil {
 		return err
-	}
-	hello := first.GetHello()
-	if hello == nil {
-		return connect.NewError(connect.CodeInvalidArgument, errors.New("the stream starts with a hello"))
-	}
-	if err := protovalidate.Validate(first); err != nil {
-		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("hello: %w", err))
 	}
 	f := &s.lane
 	n := &laneNode{id: hello.GetNodeId(), wake: make(chan struct{}, 1)}
