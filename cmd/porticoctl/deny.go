@@ -24,25 +24,12 @@ const maxTokenLifetime = 15 * time.Minute
 // deny runs porticoctl deny: the token service's deny list of access
 // tokens.
 func (c *cli) deny(ctx context.Context, args []string) int {
-	if len(args) == 0 {
-		fmt.Fprintln(c.stderr, "porticoctl deny: add or list")
-		return exitUsage
-	}
-	switch args[0] {
-	case "add":
-		return c.denyAdd(ctx, args[1:])
-	case "list":
-		return c.denyList(ctx, args[1:])
-	default:
-		fmt.Fprintf(c.stderr, "porticoctl deny: %q is not add or list\n", args[0])
-		return exitUsage
-	}
+	return c.dispatch(ctx, "deny", args, subcommand{"add", c.denyAdd}, subcommand{"list", c.denyList})
 }
 
 func (c *cli) denyAdd(ctx context.Context, args []string) int {
 	const cmd = "deny add"
-	fs := flag.NewFlagSet("porticoctl "+cmd, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
+	fs := c.flags(cmd)
 	jti := fs.String("jti", "", "deny the one token with this jti")
 	subject := fs.String("subject", "", "deny the subject's tokens issued before -issued-before")
 	clientID := fs.String("client-id", "", "deny the client's tokens issued before -issued-before")

@@ -34,31 +34,14 @@ const rawKeyLabel = "API key (store it now; it cannot be shown again):"
 // is printed only by create and rotate, once; nothing prints a hash (the
 // service never answers one).
 func (c *cli) keyCmd(ctx context.Context, args []string) int {
-	if len(args) == 0 {
-		fmt.Fprintln(c.stderr, "porticoctl keys: create, rotate, revoke, list or get")
-		return exitUsage
-	}
-	switch args[0] {
-	case "create":
-		return c.createKey(ctx, args[1:])
-	case "rotate":
-		return c.rotateKey(ctx, args[1:])
-	case "revoke":
-		return c.revokeKey(ctx, args[1:])
-	case "list":
-		return c.listKeys(ctx, args[1:])
-	case "get":
-		return c.getKey(ctx, args[1:])
-	default:
-		fmt.Fprintf(c.stderr, "porticoctl keys: %q is not create, rotate, revoke, list or get\n", args[0])
-		return exitUsage
-	}
+	return c.dispatch(ctx, "keys", args,
+		subcommand{"create", c.createKey}, subcommand{"rotate", c.rotateKey}, subcommand{"revoke", c.revokeKey},
+		subcommand{"list", c.listKeys}, subcommand{"get", c.getKey})
 }
 
 func (c *cli) createKey(ctx context.Context, args []string) int {
 	const cmd = "keys create"
-	fs := flag.NewFlagSet("porticoctl "+cmd, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
+	fs := c.flags(cmd)
 	app := fs.String("app", "", "the app the key is for (required)")
 	tenant := fs.String("tenant", "", "the tenant the key's calls count against (required)")
 	plan := fs.String("plan", "", "the key's plan (required)")
@@ -146,8 +129,7 @@ func cutOff(err error) bool {
 
 func (c *cli) rotateKey(ctx context.Context, args []string) int {
 	const cmd = "keys rotate"
-	fs := flag.NewFlagSet("porticoctl "+cmd, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
+	fs := c.flags(cmd)
 	overlap := fs.Duration("overlap", 24*time.Hour, "how long the old key keeps working (0 stops it now, at most 720h)")
 	wait := fs.Duration("wait", 10*time.Second, "how long to wait for every node to have the successor (at most 2m)")
 	id, ok := c.parseWithID(cmd, fs, args, "KEY_ID [-overlap 24h]")
@@ -197,8 +179,7 @@ func (c *cli) printRawKey(raw string) {
 
 func (c *cli) revokeKey(ctx context.Context, args []string) int {
 	const cmd = "keys revoke"
-	fs := flag.NewFlagSet("porticoctl "+cmd, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
+	fs := c.flags(cmd)
 	app := fs.String("app", "", "revoke every active key of this app instead of one key")
 	reason := fs.String("reason", "", "why, kept with the key")
 	const forms = "KEY_ID [-reason TEXT], or -app APP [-reason TEXT]"
@@ -259,8 +240,7 @@ const listPageSize = 1000
 
 func (c *cli) listKeys(ctx context.Context, args []string) int {
 	const cmd = "keys list"
-	fs := flag.NewFlagSet("porticoctl "+cmd, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
+	fs := c.flags(cmd)
 	app := fs.String("app", "", "only this app's keys")
 	tenant := fs.String("tenant", "", "only this tenant's keys")
 	all := fs.Bool("all", false, "revoked and expired keys too")
@@ -313,8 +293,7 @@ func (c *cli) listKeys(ctx context.Context, args []string) int {
 
 func (c *cli) getKey(ctx context.Context, args []string) int {
 	const cmd = "keys get"
-	fs := flag.NewFlagSet("porticoctl "+cmd, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
+	fs := c.flags(cmd)
 	id, ok := c.parseWithID(cmd, fs, args, "KEY_ID")
 	if !ok {
 		return exitUsage

@@ -198,9 +198,42 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-func (c *cli) apply(ctx context.Context, cmd string, args []string) int {
+// flags returns the flag set of porticoctl's command cmd, printing to
+// stderr.
+func (c *cli) flags(cmd string) *flag.FlagSet {
 	fs := flag.NewFlagSet("porticoctl "+cmd, flag.ContinueOnError)
 	fs.SetOutput(c.stderr)
+	return fs
+}
+
+// subcommand is one of a command's subcommands.
+type subcommand struct {
+	name string
+	run  func(context.Context, []string) int
+}
+
+// dispatch runs the subcommand of cmd that args name.
+func (c *cli) dispatch(ctx context.Context, cmd string, args []string, subs ...subcommand) int {
+	names := make([]string, len(subs))
+	for i, s := range subs {
+		names[i] = s.name
+	}
+	list := strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+	if len(args) == 0 {
+		fmt.Fprintf(c.stderr, "porticoctl %s: %s\n", cmd, list)
+		return exitUsage
+	}
+	for _, s := range subs {
+		if s.name == args[0] {
+			return s.run(ctx, args[1:])
+		}
+	}
+	fmt.Fprintf(c.stderr, "porticoctl %s: %q is not %s\n", cmd, args[0], list)
+	return exitUsage
+}
+
+func (c *cli) apply(ctx context.Context, cmd string, args []string) int {
+	fs := c.flags(cmd)
 	dir := fs.String("f", "", "the team's directory")
 	msg := fs.String("m", "", "why, for the version list")
 	if err := fs.Parse(args); err != nil {
@@ -235,8 +268,7 @@ func (c *cli) apply(ctx context.Context, cmd string, args []string) int {
 }
 
 func (c *cli) versions(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("porticoctl versions", flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
+	fs := c.flags("versions")
 	limit := fs.Int("limit", 20, "how many")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
@@ -260,8 +292,7 @@ func (c *cli) versions(ctx context.Context, args []string) int {
 }
 
 func (c *cli) rollback(ctx context.Context, args []string) int {
-	fs := flag.NewFlagSet("porticoctl rollback", flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
+	fs := c.flags("rollback")
 	msg := fs.String("m", "", "why")
 	if len(args) == 0 {
 		fmt.Fprintln(c.stderr, "porticoctl rollback: which version? porticoctl rollback N [-m MESSAGE]")
@@ -298,8 +329,7 @@ func (c *cli) team(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	name := args[1]
-	fs := flag.NewFlagSet("porticoctl team put", flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
+	fs := c.flags("team put")
 	var owns []*adminv1.Ownership
 	fs.Func("own", "HOST/PREFIX the team owns, or /PREFIX on every host (repeatable)", func(v string) error {
 		i := strings.IndexByte(v, '/')
@@ -336,8 +366,7 @@ func (c *cli) route(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	verb := args[0]
-	fs := flag.NewFlagSet("porticoctl route "+verb, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
+	fs := c.flags("route " + verb)
 	team := fs.String("team", "", "the route's team")
 	file := fs.String("f", "", "the route, YAML or JSON (put)")
 	msg := fs.String("m", "", "why")
