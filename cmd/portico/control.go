@@ -48,12 +48,8 @@ func runControl(ctx context.Context, args []string) error {
 	}
 	var ntoken string
 	if *nodeToken != "" {
-		b, err := os.ReadFile(*nodeToken)
-		if err != nil {
+		if ntoken, err = readToken(*nodeToken); err != nil {
 			return fmt.Errorf("control: -node-token-file: %w", err)
-		}
-		if ntoken = strings.TrimSpace(string(b)); len(ntoken) < 32 {
-			return errors.New("control: -node-token-file: the token is shorter than 32 characters")
 		}
 	} else {
 		log.Warn("nodes are not authenticated: any caller may take snapshots and report as a node (set -node-token-file)")

@@ -85,3 +85,17 @@ func (f *stringsFlag) Set(v string) error {
 	*f = append(*f, v)
 	return nil
 }
+
+// readToken reads a token file: one token, surrounding space ignored, at
+// least 32 characters.
+func readToken(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSpace(string(b))
+	if len(tok) < 32 {
+		return "", fmt.Errorf("%s: the token is shorter than 32 characters", path)
+	}
+	return tok, nil
+}

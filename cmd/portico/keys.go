@@ -115,20 +115,6 @@ func runKeys(ctx context.Context, args []string) error {
 	return serveControl(ctx, ln, svc.Handler(), *certFile, *keyFile)
 }
 
-// readToken reads a token file: one token, surrounding space ignored, at
-// least 32 characters.
-func readToken(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	tok := strings.TrimSpace(string(b))
-	if len(tok) < 32 {
-		return "", fmt.Errorf("%s: the token is shorter than 32 characters", path)
-	}
-	return tok, nil
-}
-
 // loadSigningKey reads the snapshot's Ed25519 signing key, or makes one
 // (and writes its public key beside it for the nodes).
 func loadSigningKey(path string, log *slog.Logger) (ed25519.PrivateKey, error) {
