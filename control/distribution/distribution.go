@@ -489,11 +489,17 @@ func (s *Server) Status() Status {
 
 // Wait waits until cond holds of the fleet's status, or ctx ends.
 func (s *Server) Wait(ctx context.Context, cond func(Status) bool) error {
+	return s.waitUntil(ctx, func() bool { return cond(s.Status()) })
+}
+
+// waitUntil waits until cond holds, checking it after every change of
+// the fleet's state, or ctx ends.
+func (s *Server) waitUntil(ctx context.Context, cond func() bool) error {
 	for {
 		s.mu.Lock()
 		ch := s.changed
 		s.mu.Unlock()
-		if cond(s.Status()) {
+		if cond() {
 			return nil
 		}
 		select {

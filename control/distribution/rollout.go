@@ -167,7 +167,7 @@ func (s *Server) runRollout(ctx context.Context, ro *rollout) {
 
 		// The stage's nodes run the version (or one refuses it).
 		wctx, cancel := context.WithTimeout(ctx, opts.AckTimeout)
-		err := s.Wait(wctx, func(Status) bool { return s.stageSettled(ro) })
+		err := s.waitUntil(wctx, func() bool { return s.stageSettled(ro) })
 		cancel()
 		if ctx.Err() != nil {
 			return
