@@ -218,5 +218,5 @@ func cutBearer(h string) (string, bool) {
 }
 
 func equalHash(a, b string) bool {
-	return subtle.ConstantTimeCompare([]byte(a), []byte(strings.ToLower(b))) == 1
+	return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
 }

@@ -45,7 +45,13 @@ func newPublisher(s *Service) *publisher {
 	if s.opts.ControlURL != "" {
 		var opts []connect.ClientOption
 		if s.opts.ControlToken != "" {
-			opts = append(opts, connect.WithInterceptors(bearerToken(s.opts.ControlToken)))
+			token := s.opts.ControlToken
+			opts = append(opts, connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+				return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+					req.Header().Set("Authorization", "Bearer "+token)
+					return next(ctx, req)
+				}
+			})))
 		}
 		p.client = distributionv1connect.NewFastLaneServiceClient(s.opts.HTTPClient, s.opts.ControlURL, opts...)
 	}
@@ -198,22 +204,4 @@ func (p *publisher) run(ctx context.Context) {
 			}
 		}
 	}
-}
-
-// bearerToken sends a token on every call.
-type bearerToken string
-
-func (b bearerToken) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		req.Header().Set("Authorization", "Bearer "+string(b))
-		return next(ctx, req)
-	}
-}
-
-func (b bearerToken) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return next
-}
-
-func (b bearerToken) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
 }
