@@ -1,7 +1,6 @@
 package fleet_test
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -11,7 +10,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/portico-gw/portico/control/compile"
-	"github.com/portico-gw/portico/control/distribution"
 	"github.com/portico-gw/portico/gateway"
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
@@ -82,12 +80,7 @@ func TestChangeLatencyTenNodes(t *testing.T) {
 	for i := range changes {
 		start := time.Now()
 		v := putRoute(t, cp, fmt.Sprintf("orders.r%d", i), fmt.Sprintf("/v1/orders/r%d", i))
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := cp.Distribution.Wait(ctx, func(s distribution.Status) bool { return allRun(10, v)(s) })
-		cancel()
-		if err != nil {
-			t.Fatalf("change %d: %v", i, err)
-		}
+		waitFleet(t, cp, fmt.Sprintf("change %d", i), allRun(10, v))
 		took = append(took, time.Since(start))
 	}
 	slices.Sort(took)

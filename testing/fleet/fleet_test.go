@@ -187,12 +187,7 @@ func setUp(t *testing.T, cp *controlPlane, backendAddr string) int64 {
 		Name: "orders", Owns: []*adminv1.Ownership{{Host: "api.example.com", PathPrefix: "/v1/orders"}}}})); err != nil {
 		t.Fatal(err)
 	}
-	ch, err := cp.admin.PutCluster(ctx, connect.NewRequest(&adminv1.PutClusterRequest{Team: "orders", Cluster: &configv1.Cluster{
-		Name: "orders", Protocol: configv1.Protocol_PROTOCOL_HTTP1, Endpoints: []*configv1.Endpoint{{Address: backendAddr}}}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ch.Msg.GetChange().GetVersion().GetNumber()
+	return pointCluster(t, cp, backendAddr)
 }
 
 func putRoute(t *testing.T, cp *controlPlane, id, path string) int64 {

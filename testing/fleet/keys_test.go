@@ -492,7 +492,8 @@ func TestCreateKeyWaitsForEveryNode(t *testing.T) {
 	// A node that says hello and never acknowledges.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	dc := distributionv1connect.NewDistributionServiceClient(gatewaytest.H2CClient(t), cp.url, connect.WithInterceptors(nodeBearer{}))
+	h2c := gatewaytest.H2CClient(t)
+	dc := distributionv1connect.NewDistributionServiceClient(&http.Client{Transport: admintest.Bearer(nodeToken, h2c.Transport)}, cp.url)
 	stream := dc.FastLane(ctx)
 	if err := stream.Send(&distributionv1.FastLaneRequest{Message: &distributionv1.FastLaneRequest_Hello{Hello: &distributionv1.FastLaneHello{NodeId: "stuck-node"}}}); err != nil {
 		t.Fatal(err)
@@ -530,20 +531,6 @@ func TestCreateKeyWaitsForEveryNode(t *testing.T) {
 		t.Errorf("the old key after an unconfirmed rotation = %v, want active, no successor, no end", k)
 	}
 	everyNode(t, nodes, rotating.GetRawKey(), 200, "the old key after an unconfirmed rotation")
-}
-
-type nodeBearer struct{}
-
-func (nodeBearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return next }
-func (nodeBearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		conn := next(ctx, spec)
-		conn.RequestHeader().Set("Authorization", "Bearer "+nodeToken)
-		return conn
-	}
-}
-func (nodeBearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
 }
 
 // TestRevocationWithoutControlPlane: with the control plane gone, a
