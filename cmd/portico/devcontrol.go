@@ -37,6 +37,8 @@ import (
 type devControl struct {
 	url       string
 	tokenFile string
+	// token is the platform token (kept in tokenFile).
+	token     string
 	nodeToken string
 	// publisherToken is what the key service publishes with.
 	publisherToken string
@@ -81,7 +83,7 @@ func startDevControl(ctx context.Context, addr, dataDir string, log *slog.Logger
 		_ = st.Close()
 		return nil, err
 	}
-	c := &devControl{tokenFile: tokenFile, nodeToken: nodeToken, publisherToken: publisherToken, dataDir: dataDir, plane: plane, store: st}
+	c := &devControl{tokenFile: tokenFile, token: token, nodeToken: nodeToken, publisherToken: publisherToken, dataDir: dataDir, plane: plane, store: st}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		c.close()
@@ -138,10 +140,7 @@ func (c *devControl) startKeys(ctx context.Context, token string, log *slog.Logg
 // is connected (CreateKey answers when every node has it), and revokes
 // the ones earlier dev runs issued.
 func (c *devControl) demoKey(ctx context.Context) (string, error) {
-	token, err := devPlatformToken(c.tokenFile)
-	if err != nil {
-		return "", err
-	}
+	token := c.token
 	api := keysv1connect.NewKeyServiceClient(&http.Client{Transport: bearerTransport{token}, Timeout: 30 * time.Second}, c.url)
 	if _, err := api.RevokeApp(ctx, connect.NewRequest(&keysv1.RevokeAppRequest{AppId: devApp, Reason: "replaced by a new portico dev run"})); err != nil {
 		return "", fmt.Errorf("dev: revoking the last run's demo keys: %w", err)
@@ -189,10 +188,7 @@ func (c *devControl) close() {
 // its routes, clusters and services (the backends' addresses change from
 // run to run). It returns the version the node must run.
 func (c *devControl) seed(ctx context.Context, demo *configv1.Snapshot) (int64, error) {
-	token, err := devPlatformToken(c.tokenFile)
-	if err != nil {
-		return 0, err
-	}
+	token := c.token
 	api := adminv1connect.NewAdminServiceClient(&http.Client{Transport: bearerTransport{token}, Timeout: 30 * time.Second}, c.url)
 	var owns []*adminv1.Ownership
 	for _, p := range []string{"/inventory", "/v1/orders", "/v1/customers", "/portico.demo.v1.OrdersService",
