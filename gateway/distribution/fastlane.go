@@ -2,7 +2,6 @@ package distribution
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/portico-gw/portico/gateway/fastlane"
@@ -52,9 +51,8 @@ func (c *Client) laneSession(ctx context.Context, client distributionv1connect.D
 		parts = nil
 		ack := &distributionv1.FastLaneAck{Version: u.GetVersion()}
 		err = c.opts.Lane.Apply(entries)
-		var refused *fastlane.EntryError
 		switch {
-		case errors.As(err, &refused):
+		case fastlane.Refused(err):
 			// The rest is applied: the node holds the version, minus the
 			// entries it names, which sending again would not mend.
 			ack.Error = err.Error()

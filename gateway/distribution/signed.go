@@ -118,8 +118,7 @@ func (p *Poller) Boot() (bool, error) {
 		return false, fmt.Errorf("distribution: the cached key snapshot %s: %w", p.opts.CacheFile, err)
 	}
 	err = p.opts.Lane.ApplySigned(snap.GetSeq(), snap.GetEntries())
-	var refused *fastlane.EntryError
-	if err != nil && !errors.As(err, &refused) {
+	if err != nil && !fastlane.Refused(err) {
 		return false, fmt.Errorf("distribution: the cached key snapshot %s: %w", p.opts.CacheFile, err)
 	}
 	p.log.Info("cached key snapshot applied", "seq", snap.GetSeq(), "entries", len(snap.GetEntries()))
@@ -199,15 +198,12 @@ func (p *Poller) poll(ctx context.Context) error {
 	if g := snap.GetGenerated(); !g.IsValid() || p.opts.Now().Sub(g.AsTime()) > p.opts.MaxAge {
 		return fmt.Errorf("%w: generated %v, more than %s ago", ErrTooOld, g.AsTime().UTC(), p.opts.MaxAge)
 	}
-	switch have := p.opts.Lane.SignedSeq(); {
-	case snap.GetSeq() < have:
-		return fmt.Errorf("%w: sequence %d, the node applied %d", fastlane.ErrStale, snap.GetSeq(), have)
-	case snap.GetSeq() == have:
+	if snap.GetSeq() == p.opts.Lane.SignedSeq() {
 		return nil // the one the node has (a server that ignores If-None-Match)
 	}
+	// An older one is refused by the Lane (fastlane.ErrStale).
 	err = p.opts.Lane.ApplySigned(snap.GetSeq(), snap.GetEntries())
-	var refused *fastlane.EntryError
-	if err != nil && !errors.As(err, &refused) {
+	if err != nil && !fastlane.Refused(err) {
 		return err
 	}
 	if et := resp.Header.Get("ETag"); et != "" && strings.Contains(et, strconv.FormatUint(snap.GetSeq(), 10)) {

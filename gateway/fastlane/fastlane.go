@@ -125,6 +125,13 @@ func (e *EntryError) Error() string {
 	return b.String()
 }
 
+// Refused reports whether err is an *EntryError: the entries it names
+// were left out, and everything else was applied.
+func Refused(err error) bool {
+	var e *EntryError
+	return errors.As(err, &e)
+}
+
 // Apply merges entries into the state: each replaces the entry of the same
 // identity if its revision is higher. Entries that are invalid are left
 // out and listed in the *EntryError returned; the others are applied.
