@@ -112,12 +112,15 @@ type Node struct {
 	auth      *auth.Authenticator
 	lane      *fastlane.Lane
 	// tokensMu guards what the token verifier is built from: the
-	// snapshot's issuers and deny list, and the fast lane's.
-	tokensMu   sync.Mutex
-	snapTokens *configv1.Snapshot // issuers and deny_list only
-	laneDeny   []*configv1.DenyEntry
-	laneJWKS   map[string]string
-	limits     *ratelimit.Table
+	// snapshot's issuers and deny list, the fast lane's deny entries and
+	// issuers' keys, and the issuers merged from both.
+	tokensMu    sync.Mutex
+	snapIssuers []*configv1.Issuer
+	snapDeny    []*configv1.DenyEntry
+	laneDeny    []*configv1.DenyEntry
+	laneJWKS    map[string]string
+	merged      []*configv1.Issuer
+	limits      *ratelimit.Table
 	// stopSync stops the rate limit sync; nil without Redis.
 	stopSync context.CancelFunc
 	syncDone chan struct{}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"time"
@@ -90,69 +91,82 @@ func (n *Node) FastLane() *fastlane.Lane { return n.lane }
 func (n *Node) setSnapshotTokens(issuers []*configv1.Issuer, deny []*configv1.DenyEntry) error {
 	n.tokensMu.Lock()
 	defer n.tokensMu.Unlock()
-	snap := &configv1.Snapshot{Issuers: issuers, DenyList: deny}
-	if err := n.updateTokensLocked(snap, n.laneDeny, n.laneJWKS, true); err != nil {
+	merged, err := n.mergeIssuers(issuers, n.laneJWKS, true)
+	if err != nil {
 		return err
 	}
-	n.snapTokens = snap
+	if err := n.tokens.Update(merged, joinDeny(deny, n.laneDeny)); err != nil {
+		return err
+	}
+	n.snapIssuers, n.snapDeny, n.merged = issuers, deny, merged
 	return nil
 }
 
 // setLaneTokens updates the token verifier with the fast lane's deny
-// entries and issuers' keys, and the snapshot's.
+// entries and issuers' keys, and the snapshot's. The issuers are merged
+// again only when the lane's keys changed: a revocation changes the deny
+// list alone.
 func (n *Node) setLaneTokens(deny []*configv1.DenyEntry, jwks map[string]string) error {
 	n.tokensMu.Lock()
 	defer n.tokensMu.Unlock()
-	if err := n.updateTokensLocked(n.snapTokens, deny, jwks, false); err != nil {
+	merged := n.merged
+	if !maps.Equal(jwks, n.laneJWKS) {
+		var err error
+		if merged, err = n.mergeIssuers(n.snapIssuers, jwks, false); err != nil {
+			return err
+		}
+	}
+	if err := n.tokens.Update(merged, joinDeny(n.snapDeny, deny)); err != nil {
 		return err
 	}
-	n.laneDeny, n.laneJWKS = deny, jwks
+	n.laneDeny, n.laneJWKS, n.merged = deny, jwks, merged
 	return nil
 }
 
-// updateTokensLocked merges the snapshot's issuers and deny list with the
-// fast lane's and installs them: a published key set is added to its
-// issuer's jwks_json, and the deny lists are joined. With lenient (a new
-// snapshot), published keys that do not fit their issuer as the snapshot
-// configures it (an algorithm it no longer allows) are left out and
-// logged, so that they never make the node refuse a snapshot; without (a
-// fast-lane change), they are an error the lane reports.
-func (n *Node) updateTokensLocked(snap *configv1.Snapshot, laneDeny []*configv1.DenyEntry, laneJWKS map[string]string, lenient bool) error {
-	issuers := snap.GetIssuers()
-	if len(laneJWKS) > 0 {
-		issuers = make([]*configv1.Issuer, len(snap.GetIssuers()))
-		for i, is := range snap.GetIssuers() {
-			published, ok := laneJWKS[is.GetName()]
-			if !ok {
-				issuers[i] = is
-				continue
-			}
-			merged, err := fastlane.MergeJWKS(is.GetJwksJson(), published)
-			if err != nil && lenient {
-				n.log.Warn("the fast lane's keys of an issuer do not merge with its new config; left out", "issuer", is.GetName(), "err", err)
-				issuers[i] = is
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("issuer %q: %w", is.GetName(), err)
-			}
-			c := proto.CloneOf(is)
-			c.JwksJson = merged
-			if lenient {
-				if err := n.tokens.CheckIssuer(c); err != nil {
-					n.log.Warn("the fast lane's keys of an issuer do not fit its new config; left out", "issuer", is.GetName(), "err", err)
-					issuers[i] = is
-					continue
-				}
-			}
-			issuers[i] = c
+// joinDeny is the snapshot's deny list and the fast lane's.
+func joinDeny(snap, lane []*configv1.DenyEntry) []*configv1.DenyEntry {
+	if len(lane) == 0 {
+		return snap
+	}
+	return append(slices.Clip(snap), lane...)
+}
+
+// mergeIssuers adds the fast lane's published key sets to their issuers'
+// jwks_json. With lenient (a new snapshot), published keys that do not fit
+// their issuer as the snapshot configures it (an algorithm it no longer
+// allows) are left out and logged, so that they never make the node refuse
+// a snapshot; without (a fast-lane change), they are an error the lane
+// reports.
+func (n *Node) mergeIssuers(issuers []*configv1.Issuer, laneJWKS map[string]string, lenient bool) ([]*configv1.Issuer, error) {
+	if len(laneJWKS) == 0 {
+		return issuers, nil
+	}
+	out := make([]*configv1.Issuer, len(issuers))
+	for i, is := range issuers {
+		out[i] = is
+		published, ok := laneJWKS[is.GetName()]
+		if !ok {
+			continue
 		}
+		merged, err := fastlane.MergeJWKS(is.GetJwksJson(), published)
+		if err != nil && lenient {
+			n.log.Warn("the fast lane's keys of an issuer do not merge with its new config; left out", "issuer", is.GetName(), "err", err)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("issuer %q: %w", is.GetName(), err)
+		}
+		c := proto.CloneOf(is)
+		c.JwksJson = merged
+		if lenient {
+			if err := n.tokens.CheckIssuer(c); err != nil {
+				n.log.Warn("the fast lane's keys of an issuer do not fit its new config; left out", "issuer", is.GetName(), "err", err)
+				continue
+			}
+		}
+		out[i] = c
 	}
-	deny := snap.GetDenyList()
-	if len(laneDeny) > 0 {
-		deny = append(slices.Clip(deny), laneDeny...)
-	}
-	return n.tokens.Update(issuers, deny)
+	return out, nil
 }
 
 // Current returns the snapshot new requests use.
