@@ -19,8 +19,6 @@ package compile
 
 import (
 	"cmp"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -147,15 +145,9 @@ func Compile(cfg *adminv1.Config, version string) (*Result, error) {
 	// The bytes leave the sha256 field out: they are what the digest is
 	// of (see gateway/snapshot), so their SHA-256 is the snapshot's name
 	// wherever it is stored or sent, and a node checks it by hashing them.
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(snap)
-	if err != nil {
-		return nil, fmt.Errorf("compile: marshalling the snapshot: %w", err)
-	}
-	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != compiled.SHA256 {
-		return nil, fmt.Errorf("compile: the snapshot's bytes hash to %x, its digest is %s", sum, compiled.SHA256)
-	}
+	// The compiler made them already.
 	snap.Sha256 = compiled.SHA256
-	return &Result{Snapshot: snap, Bytes: b, SHA256: compiled.SHA256, Compiled: compiled}, nil
+	return &Result{Snapshot: snap, Bytes: compiled.Encoded(), SHA256: compiled.SHA256, Compiled: compiled}, nil
 }
 
 // withTeams returns a copy of cfg in which every route and service names

@@ -109,6 +109,11 @@ func (s *Snapshot) Source() (*configv1.Snapshot, error) {
 	return cfg, nil
 }
 
+// Encoded returns the deterministic encoding of the config the snapshot
+// was compiled from, with its sha256 field empty: the bytes SHA256 is the
+// digest of. The caller must not modify them.
+func (s *Snapshot) Encoded() []byte { return s.source }
+
 // Table returns the route table for listener pool; never nil.
 func (s *Snapshot) Table(pool string) *router.Table[*Route] {
 	if t, ok := s.tables[pool]; ok {
