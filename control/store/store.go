@@ -257,11 +257,15 @@ func (s *Store) Commit(ctx context.Context, prev int64, c Commit) (Version, erro
 		if newest != prev {
 			return ErrConflict
 		}
-		for _, b := range [][]byte{c.Config, c.Snapshot} {
+		for _, blob := range []struct {
+			sha  string
+			data []byte
+		}{{v.ConfigSHA256, c.Config}, {v.SnapshotSHA256, c.Snapshot}} {
+			b := blob.data
 			if b == nil {
-				b = []byte{} // NOT NULL: the empty blob
+				b = []byte{} // NOT NULL: the empty blob (whose hash nil has too)
 			}
-			if _, err := tx.ExecContext(ctx, s.d.rebind("INSERT INTO blobs (sha, data) VALUES (?, ?) ON CONFLICT (sha) DO NOTHING"), SHA256(b), b); err != nil {
+			if _, err := tx.ExecContext(ctx, s.d.rebind("INSERT INTO blobs (sha, data) VALUES (?, ?) ON CONFLICT (sha) DO NOTHING"), blob.sha, b); err != nil {
 				return err
 			}
 		}
