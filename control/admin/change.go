@@ -75,12 +75,18 @@ func (s *Service) commit(ctx context.Context, ch change) (*adminv1.Change, error
 			return nil, err
 		}
 		diff := Diff(cfg, next)
-		if diff == "" || ch.dryRun {
-			return &adminv1.Change{Version: versionProto(prev), Changed: false, Diff: diff}, s.dryRunCompile(ctx, ch, next, prev.Number)
+		unchanged := &adminv1.Change{Version: versionProto(prev), Changed: false, Diff: diff}
+		if diff == "" && !ch.dryRun {
+			return unchanged, nil
 		}
+		// A dry run compiles too, so that it is refused as the change
+		// would be.
 		res, err := compile.Compile(next, "v"+strconv.FormatInt(prev.Number+1, 10))
 		if err != nil {
 			return nil, s.refuse(ctx, ch, err)
+		}
+		if ch.dryRun {
+			return unchanged, nil
 		}
 		cfgBytes, err := proto.MarshalOptions{Deterministic: true}.Marshal(next)
 		if err != nil {
@@ -102,18 +108,6 @@ func (s *Service) commit(ctx context.Context, ch change) (*adminv1.Change, error
 		return &adminv1.Change{Version: versionProto(v), Changed: true, Diff: diff}, nil
 	}
 	return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("%s: other changes kept landing first; try again", ch.action))
-}
-
-// dryRunCompile compiles a dry run's config, so that it is refused as the
-// real change would be; a change that changes nothing needs no compile.
-func (s *Service) dryRunCompile(ctx context.Context, ch change, next *adminv1.Config, prev int64) error {
-	if !ch.dryRun {
-		return nil
-	}
-	if _, err := compile.Compile(next, "v"+strconv.FormatInt(prev+1, 10)); err != nil {
-		return s.refuse(ctx, ch, err)
-	}
-	return nil
 }
 
 // refuse answers a config that does not compile, and audits the refusal.
