@@ -359,23 +359,32 @@ func (s *Server) stageNodesLocked(i int) []string {
 		all = append(all, n)
 	}
 	sort.Slice(all, func(a, b int) bool { return all[a].ID < all[b].ID })
+	// Regions with labelled canaries take only those.
+	labelledRegion := map[string]bool{}
+	for _, n := range all {
+		if n.Labels["canary"] == "true" {
+			labelledRegion[n.Region] = true
+		}
+	}
 	var canaries []string
 	perRegion := map[string]int{}
 	for _, labelled := range []bool{true, false} {
 		for _, n := range all {
-			if (n.Labels["canary"] == "true") != labelled || perRegion[n.Region] >= 2 || slices.Contains(canaries, n.ID) {
+			if (n.Labels["canary"] == "true") != labelled || perRegion[n.Region] >= 2 || (!labelled && labelledRegion[n.Region]) {
 				continue
-			}
-			if !labelled && anyLabelled(all, n.Region) {
-				continue // the region has labelled canaries: only those
 			}
 			canaries = append(canaries, n.ID)
 			perRegion[n.Region]++
 		}
 	}
 	out := slices.Clone(canaries)
+	in := make(map[string]bool, len(all))
+	for _, id := range canaries {
+		in[id] = true
+	}
 	add := func(id string) {
-		if !slices.Contains(out, id) {
+		if !in[id] {
+			in[id] = true
 			out = append(out, id)
 		}
 	}
@@ -405,15 +414,6 @@ func (s *Server) stageNodesLocked(i int) []string {
 		}
 	}
 	return out
-}
-
-func anyLabelled(all []*node, region string) bool {
-	for _, n := range all {
-		if n.Region == region && n.Labels["canary"] == "true" {
-			return true
-		}
-	}
-	return false
 }
 
 // countsLocked copies every node's latest route counters.
