@@ -203,7 +203,7 @@ func (s *Server) publish(ctx context.Context, req *distributionv1.PublishRequest
 		// The batch kept is what the store changed at the version, not the
 		// request: an entry older than the stored one was skipped, and a
 		// retry may be answered with a version another control plane wrote.
-		changed, known := s.laneChanged(ctx, before, version)
+		changed, known := storedChanges(req.GetEntries(), rows, version)
 		f.mu.Lock()
 		f.version = version
 		if !known || len(f.recent) > 0 && f.recent[len(f.recent)-1].version != version-1 {
@@ -233,27 +233,24 @@ func (s *Server) publish(ctx context.Context, req *distributionv1.PublishRequest
 	return &distributionv1.PublishResponse{Version: version, Seq: seq}, nil
 }
 
-// laneChanged returns the entries the store changed at version, reading
-// those changed after before; known is false if it cannot tell (the read
-// failed, or the lane moved past version meanwhile).
-func (s *Server) laneChanged(ctx context.Context, before, version uint64) (changed []*configv1.FastLaneEntry, known bool) {
-	rows, current, err := s.store.FastLaneSince(ctx, before)
-	if err != nil {
-		s.log.Warn("reading a published fast-lane batch failed; nodes behind it read the store", "version", version, "err", err)
+// storedChanges returns the entries of a batch the store stored at
+// version (rows[i].Version says so), the last of each identity; known is
+// false when the store stored none at version (a retry answered with the
+// current version, which another control plane may have written).
+func storedChanges(entries []*configv1.FastLaneEntry, rows []store.FastLaneEntry, version uint64) (changed []*configv1.FastLaneEntry, known bool) {
+	last := map[[2]string]int{}
+	for i, r := range rows {
+		if r.Version == version {
+			last[[2]string{r.Kind, r.ID}] = i
+		}
+	}
+	if len(last) == 0 && len(rows) > 0 {
 		return nil, false
 	}
-	if current != version {
-		return nil, false
-	}
-	for _, r := range rows {
-		if r.Version != version {
-			continue
+	for i, r := range rows {
+		if r.Version == version && last[[2]string{r.Kind, r.ID}] == i {
+			changed = append(changed, entries[i])
 		}
-		e := &configv1.FastLaneEntry{}
-		if err := proto.Unmarshal(r.Data, e); err != nil {
-			return nil, false
-		}
-		changed = append(changed, e)
 	}
 	return changed, true
 }

@@ -60,7 +60,8 @@ type FastLaneEntry struct {
 	// Expires is when PruneFastLane may drop the entry; zero: never.
 	Expires time.Time
 	// Version is the fast-lane version of the entry's last change. The
-	// store sets it; PublishFastLane ignores it.
+	// store sets it: PublishFastLane sets it on each entry of its batch
+	// that it stored (0 on those it skipped), whatever it was.
 	Version uint64
 }
 
@@ -108,13 +109,23 @@ func (s *Store) PublishFastLane(ctx context.Context, source string, fromSeq, toS
 				return err
 			}
 			defer stmt.Close()
-			for _, e := range entries {
+			for i, e := range entries {
 				data := e.Data
 				if data == nil {
 					data = []byte{} // NOT NULL: the empty entry
 				}
-				if _, err := stmt.ExecContext(ctx, e.Kind, e.ID, int64(e.Rev), data, expiresMicros(e.Expires), int64(version)); err != nil {
+				res, err := stmt.ExecContext(ctx, e.Kind, e.ID, int64(e.Rev), data, expiresMicros(e.Expires), int64(version))
+				if err != nil {
 					return fmt.Errorf("entry %s %q: %w", e.Kind, e.ID, err)
+				}
+				// The upsert touches no row when the WHERE refuses it.
+				n, err := res.RowsAffected()
+				if err != nil {
+					return err
+				}
+				entries[i].Version = 0
+				if n > 0 {
+					entries[i].Version = version
 				}
 			}
 		}

@@ -129,10 +129,30 @@ func testFastLaneRev(t *testing.T, o Opener) {
 		t.Errorf("FastLaneSince(0) after a newer rev = %v, want %v", got, want)
 	}
 
-	// Within one batch, the rule applies entry by entry, in order.
-	publish(t, s, "keys", 4, 5, 5, entry("deny", "d", 2), entry("deny", "d", 3), entry("deny", "d", 1))
+	// Within one batch, the rule applies entry by entry, in order; each
+	// entry of the batch says whether it was stored (its Version).
+	batch := []store.FastLaneEntry{entry("deny", "d", 2), entry("deny", "d", 3), entry("deny", "d", 1), entry("key", "k1", 6)}
+	batch[3].Version = 99 // whatever the caller left there
+	publish(t, s, "keys", 4, 5, 5, batch...)
 	if got, want := since(t, s, 4, 5), []string{"deny/d@3 v5"}; !equal(got, want) {
 		t.Errorf("one identity three times in a batch: %v, want %v", got, want)
+	}
+	if v, _, err := s.PublishFastLane(ctx(t), "keys", 5, 6, batch); err != nil || v != 6 {
+		t.Fatalf("PublishFastLane = %d, %v", v, err)
+	}
+	for i, want := range []uint64{0, 0, 0, 0} {
+		if batch[i].Version != want {
+			t.Errorf("a batch of stale entries: entry %d's Version = %d, want %d", i, batch[i].Version, want)
+		}
+	}
+	fresh := []store.FastLaneEntry{entry("deny", "d", 4), entry("key", "k1", 5), entry("key", "k9", 1)}
+	if v, _, err := s.PublishFastLane(ctx(t), "keys", 6, 7, fresh); err != nil || v != 7 {
+		t.Fatalf("PublishFastLane = %d, %v", v, err)
+	}
+	for i, want := range []uint64{7, 0, 7} {
+		if fresh[i].Version != want {
+			t.Errorf("entry %d's Version = %d, want %d (stored at 7, or 0 if skipped)", i, fresh[i].Version, want)
+		}
 	}
 }
 
