@@ -25,6 +25,7 @@ import (
 	keysv1 "github.com/portico-gw/portico/gen/portico/keys/v1"
 	"github.com/portico-gw/portico/keysvc"
 	"github.com/portico-gw/portico/keysvc/store"
+	"github.com/portico-gw/portico/testing/gatewaytest"
 )
 
 const publisherToken = "keysvc-test-publisher-token-0123456789abcdef"
@@ -60,11 +61,7 @@ func serve(t *testing.T, h http.Handler, l net.Listener) string {
 		_ = srv.Listener.Close()
 		srv.Listener = l
 	}
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	srv.Start()
-	t.Cleanup(srv.Close)
+	gatewaytest.StartH2C(t, srv)
 	return srv.URL
 }
 

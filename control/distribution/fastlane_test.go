@@ -27,6 +27,7 @@ import (
 	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
 	"github.com/portico-gw/portico/gen/portico/distribution/v1/distributionv1connect"
 	"github.com/portico-gw/portico/testing/admintest"
+	"github.com/portico-gw/portico/testing/gatewaytest"
 )
 
 // These tests play the nodes and the producer of the fast lane with raw
@@ -50,7 +51,7 @@ type lane struct {
 	srv   *distribution.Server
 	store *store.Store
 	url   string
-	h2c   *http.Transport
+	h2c   http.RoundTripper
 	pub   distributionv1connect.FastLaneServiceClient
 	// waits receives a value (if it has room) when a Wait call reaches
 	// the server.
@@ -81,16 +82,11 @@ func startLane(t *testing.T, opts distribution.Options) *lane {
 		}
 		mux.ServeHTTP(w, r)
 	}))
-	hs.Config.Protocols = new(http.Protocols)
-	hs.Config.Protocols.SetHTTP1(true)
-	hs.Config.Protocols.SetUnencryptedHTTP2(true)
-	hs.Start()
-	t.Cleanup(hs.Close)
-	p := new(http.Protocols)
-	p.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{Protocols: p, DisableCompression: true}
-	t.Cleanup(tr.CloseIdleConnections) // before hs.Close, which waits for open connections
-	l := &lane{srv: srv, store: st, url: hs.URL, h2c: tr, waits: waits}
+	gatewaytest.StartH2C(t, hs)
+	// Made after the server: its idle connections close before the server
+	// does, which waits for open connections.
+	h2c := gatewaytest.H2CClient(t).Transport
+	l := &lane{srv: srv, store: st, url: hs.URL, h2c: h2c, waits: waits}
 	l.pub = l.publisher("")
 	return l
 }

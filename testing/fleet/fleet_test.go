@@ -61,11 +61,7 @@ func startControlWith(t *testing.T, dsn string, rollout distribution.RolloutOpti
 	}
 	t.Cleanup(p.Close)
 	srv := httptest.NewUnstartedServer(p.Handler)
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	srv.Start()
-	t.Cleanup(srv.Close)
+	gatewaytest.StartH2C(t, srv)
 	cp := &controlPlane{Plane: p, srv: srv, url: srv.URL, dsn: dsn}
 	cp.admin = admintest.Client(srv.URL, platformToken)
 	return cp

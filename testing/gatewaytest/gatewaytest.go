@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -177,6 +178,17 @@ func HTTP1Client(t testing.TB) *http.Client {
 	tr := &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr, Timeout: 60 * time.Second}
+}
+
+// StartH2C starts srv (unstarted, as httptest.NewUnstartedServer makes it)
+// serving HTTP/1.1 and h2c, as the control plane and the key service do,
+// and closes it when the test ends.
+func StartH2C(t testing.TB, srv *httptest.Server) {
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetHTTP1(true)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	t.Cleanup(srv.Close)
 }
 
 // H2CClient speaks cleartext HTTP/2 with prior knowledge.
