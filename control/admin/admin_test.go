@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -25,6 +24,7 @@ import (
 	"github.com/portico-gw/portico/gen/portico/admin/v1/adminv1connect"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	"github.com/portico-gw/portico/testing/admintest"
+	"github.com/portico-gw/portico/testing/gatewaytest"
 )
 
 const platformToken = "ptk_platform-bootstrap-token-for-the-admin-tests-0123456789"
@@ -403,17 +403,7 @@ func TestPlainJSON(t *testing.T) {
 	f := newFixture(t)
 	f.setUp(t)
 	do := func(method, path, body string) (int, string) {
-		req, _ := http.NewRequest(method, f.url+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+platformToken)
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+		resp, b := gatewaytest.Do(t, http.DefaultClient, method, f.url+path, body, map[string]string{"Authorization": "Bearer " + platformToken})
 		return resp.StatusCode, string(b)
 	}
 	code, body := do("POST", "/portico.admin.v1.AdminService/PutRoute",
