@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/portico-gw/portico/control"
@@ -40,11 +38,9 @@ func runControl(ctx context.Context, args []string) error {
 	}
 	var token string
 	if *bootstrap != "" {
-		b, err := os.ReadFile(*bootstrap)
-		if err != nil {
+		if token, err = readSecret(*bootstrap); err != nil {
 			return fmt.Errorf("control: -bootstrap-token-file: %w", err)
 		}
-		token = strings.TrimSpace(string(b))
 	}
 	var ntoken string
 	if *nodeToken != "" {

@@ -89,13 +89,22 @@ func (f *stringsFlag) Set(v string) error {
 // readToken reads a token file: one token, surrounding space ignored, at
 // least 32 characters.
 func readToken(path string) (string, error) {
-	b, err := os.ReadFile(path)
+	tok, err := readSecret(path)
 	if err != nil {
 		return "", err
 	}
-	tok := strings.TrimSpace(string(b))
 	if len(tok) < 32 {
 		return "", fmt.Errorf("%s: the token is shorter than 32 characters", path)
 	}
 	return tok, nil
+}
+
+// readSecret reads a file holding one secret (a token, a password),
+// surrounding space ignored.
+func readSecret(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
 }

@@ -21,11 +21,10 @@ import (
 func followControl(ctx context.Context, node *gateway.Node, url, tokenFile, cacheFile, nodeID string, ls []gateway.Listener, region string, labels labelFlag, log *slog.Logger) error {
 	var token string
 	if tokenFile != "" {
-		b, err := os.ReadFile(tokenFile)
-		if err != nil {
+		var err error
+		if token, err = readSecret(tokenFile); err != nil {
 			return fmt.Errorf("gateway: -control-token-file: %w", err)
 		}
-		token = strings.TrimSpace(string(b))
 	}
 	if nodeID == "" {
 		host, err := os.Hostname()

@@ -165,11 +165,10 @@ func rateLimitOptions(addrs, passwordFile, nodeID string) (gateway.RateLimitOpti
 	}
 	var password string
 	if passwordFile != "" {
-		b, err := os.ReadFile(passwordFile)
-		if err != nil {
+		var err error
+		if password, err = readSecret(passwordFile); err != nil {
 			return gateway.RateLimitOptions{}, nil, fmt.Errorf("gateway: -redis-password-file: %w", err)
 		}
-		password = strings.TrimSpace(string(b))
 	}
 	if nodeID == "" {
 		host, err := os.Hostname()
