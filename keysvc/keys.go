@@ -34,9 +34,8 @@ const neverShown = "never shown: not every node confirmed it"
 // newKey generates a raw key and its record, without storing it.
 func (s *Service) newKey(env keysv1.Environment) (string, store.Key, error) {
 	e := apikey.Live
-	envName := "live"
 	if env == keysv1.Environment_ENVIRONMENT_TEST {
-		e, envName = apikey.Test, "test"
+		e = apikey.Test
 	}
 	raw, err := apikey.Generate(e, s.opts.Rand)
 	if err != nil {
@@ -50,7 +49,7 @@ func (s *Service) newKey(env keysv1.Environment) (string, store.Key, error) {
 		ID:      "key_" + hex.EncodeToString(id[:]),
 		Hash:    apikey.Hash(raw),
 		Prefix:  apikey.DisplayPrefix(raw),
-		Env:     envName,
+		Env:     e.String(),
 		Status:  store.StatusActive,
 		Created: s.now().UTC(),
 	}, nil
@@ -87,11 +86,7 @@ func (a *keyAPI) RotateKey(ctx context.Context, req *connect.Request[keysv1.Rota
 	if err != nil {
 		return nil, s.storeError(err, "key "+m.GetKeyId())
 	}
-	env := keysv1.Environment_ENVIRONMENT_LIVE
-	if old.Env == "test" {
-		env = keysv1.Environment_ENVIRONMENT_TEST
-	}
-	raw, k, err := s.newKey(env)
+	raw, k, err := s.newKey(envOf(old.Env))
 	if err != nil {
 		return nil, s.internal("generating a key failed", err)
 	}
@@ -267,14 +262,19 @@ func ts(t time.Time) *timestamppb.Timestamp {
 	return timestamppb.New(t)
 }
 
+// envOf is the API's name of a stored environment ("live", "test": what
+// apikey.Env.String says).
+func envOf(env string) keysv1.Environment {
+	if env == apikey.Test.String() {
+		return keysv1.Environment_ENVIRONMENT_TEST
+	}
+	return keysv1.Environment_ENVIRONMENT_LIVE
+}
+
 // toAPI is a key's metadata: never the hash.
 func toAPI(k store.Key) *keysv1.Key {
-	env := keysv1.Environment_ENVIRONMENT_LIVE
-	if k.Env == "test" {
-		env = keysv1.Environment_ENVIRONMENT_TEST
-	}
 	return &keysv1.Key{
-		KeyId: k.ID, Prefix: k.Prefix, AppId: k.AppID, TenantId: k.TenantID, Plan: k.Plan, Scopes: k.Scopes, Env: env,
+		KeyId: k.ID, Prefix: k.Prefix, AppId: k.AppID, TenantId: k.TenantID, Plan: k.Plan, Scopes: k.Scopes, Env: envOf(k.Env),
 		Priority: configv1.Priority(k.Priority), Status: configv1.KeyStatus(k.Status), Created: ts(k.Created), NotAfter: ts(k.NotAfter),
 		SuccessorKeyId: k.Successor, PredecessorKeyId: k.Predecessor, Revoked: ts(k.Revoked), RevokeReason: k.RevokeReason,
 		RevokedBy: k.RevokedBy, Rev: k.Rev,
