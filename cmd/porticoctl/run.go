@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -117,42 +118,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		fmt.Fprint(stderr, usage)
 		return exitUsage
 	}
-	if *server == "" {
-		*server = getenv("PORTICO_SERVER")
-	}
-	if *server == "" {
-		*server = "http://localhost:7000"
-	}
-	token := getenv("PORTICO_TOKEN")
-	if *tokenFile != "" {
-		b, err := os.ReadFile(*tokenFile)
-		if err != nil {
-			fmt.Fprintf(stderr, "porticoctl: -token-file: %v\n", err)
-			return exitUsage
-		}
-		token = strings.TrimSpace(string(b))
+	*server = cmp.Or(*server, getenv("PORTICO_SERVER"), "http://localhost:7000")
+	token, err := tokenFrom("-token-file", *tokenFile, getenv("PORTICO_TOKEN"))
+	if err != nil {
+		fmt.Fprintf(stderr, "porticoctl: %v\n", err)
+		return exitUsage
 	}
 	// The key service is its own server (portico keys), or the control
 	// plane's address in portico dev: without a flag or variable of its
 	// own, it is -server, with the admin token.
-	if *keysServer == "" {
-		*keysServer = getenv("PORTICO_KEYS_SERVER")
+	*keysServer = cmp.Or(*keysServer, getenv("PORTICO_KEYS_SERVER"), *server)
+	keysToken, err := tokenFrom("-keys-token-file", *keysTokenFile, getenv("PORTICO_KEYS_TOKEN"))
+	if err != nil {
+		fmt.Fprintf(stderr, "porticoctl: %v\n", err)
+		return exitUsage
 	}
-	if *keysServer == "" {
-		*keysServer = *server
-	}
-	keysToken := getenv("PORTICO_KEYS_TOKEN")
-	if *keysTokenFile != "" {
-		b, err := os.ReadFile(*keysTokenFile)
-		if err != nil {
-			fmt.Fprintf(stderr, "porticoctl: -keys-token-file: %v\n", err)
-			return exitUsage
-		}
-		keysToken = strings.TrimSpace(string(b))
-	}
-	if keysToken == "" {
-		keysToken = token
-	}
+	keysToken = cmp.Or(keysToken, token)
 	keysHTTP := &http.Client{Transport: bearer{token: keysToken}, Timeout: keysCallTimeout}
 	c := &cli{stdout: stdout, stderr: stderr, json: *output == "json",
 		admin:  adminv1connect.NewAdminServiceClient(&http.Client{Transport: bearer{token: token}, Timeout: callTimeout}, strings.TrimRight(*server, "/")),
@@ -196,6 +177,19 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 		r.Header.Set("Authorization", "Bearer "+b.token)
 	}
 	return http.DefaultTransport.RoundTrip(r)
+}
+
+// tokenFrom is the token in file (named by flag), or env's value when no
+// file is given.
+func tokenFrom(flag, file, env string) (string, error) {
+	if file == "" {
+		return env, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", flag, err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 // flags returns the flag set of porticoctl's command cmd, printing to
