@@ -177,8 +177,68 @@ func (p *parser) segment(inVar bool) error {
 	if p.pos == start {
 		return p.want("segment")
 	}
-	p.t.segs = append(p.t.segs, segment{kind: segLiteral, lit: p.s[start:p.pos]})
+	lit := p.s[start:p.pos]
+	if off, reason := unnormal(lit); reason != "" {
+		return p.errorf(start+off, "%s", reason)
+	}
+	p.t.segs = append(p.t.segs, segment{kind: segLiteral, lit: lit})
 	return nil
+}
+
+// unnormal says why the literal segment lit can never match a request
+// path, and at which offset in it, or returns "" if it can. The gateway
+// matches paths after normalising them (gateway/internal/cleanpath): dot
+// segments are removed, escapes of unreserved characters decoded, other
+// escapes' hex digits uppercased, and paths with an encoded slash,
+// backslash or NUL, or with a byte that must be escaped, refused. A
+// template written any other way would be accepted and then never match,
+// or worse, look as if it guarded a path it does not.
+func unnormal(lit string) (int, string) {
+	if d := strings.ReplaceAll(strings.ReplaceAll(lit, "%2e", "."), "%2E", "."); d == "." || d == ".." {
+		return 0, fmt.Sprintf("the segment %q is a dot segment, which never matches: request paths are normalised, dot segments removed", lit)
+	}
+	for i := 0; i < len(lit); i++ {
+		c := lit[i]
+		switch {
+		case c >= 0x80:
+			return i, fmt.Sprintf("the non-ASCII byte 0x%02X must be percent-encoded (%%%02X): requests carry it encoded", c, c)
+		case strings.IndexByte("\\\"<>`|^", c) >= 0:
+			return i, fmt.Sprintf("byte %q must be percent-encoded (%%%02X): requests carry it encoded", c, c)
+		case c != '%':
+			continue
+		}
+		if i+2 >= len(lit) || !isHex(lit[i+1]) || !isHex(lit[i+2]) {
+			return i, "'%' must start a two-digit hex escape"
+		}
+		v := unhex(lit[i+1])<<4 | unhex(lit[i+2])
+		esc := lit[i : i+3]
+		switch {
+		case isUnreserved(v):
+			return i, fmt.Sprintf("write %q as %q: requests are normalised so", esc, string(v))
+		case v == '/' || v == '\\' || v == 0:
+			return i, fmt.Sprintf("%q never matches: requests with an encoded slash, backslash or NUL are refused", esc)
+		case esc != strings.ToUpper(esc):
+			return i, fmt.Sprintf("write %q as %q: requests are normalised to uppercase escapes", esc, strings.ToUpper(esc))
+		}
+		i += 2
+	}
+	return 0, ""
+}
+
+func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c >= 'a':
+		return c - 'a' + 10
+	}
+	return c - 'A' + 10
+}
+
+func isUnreserved(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~'
 }
 
 // variable parses "{" FieldPath [ "=" Segments ] "}" at p.pos.

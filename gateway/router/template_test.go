@@ -60,6 +60,25 @@ func TestTemplateErrors(t *testing.T) {
 		{"/a#b", 2, `unexpected '#'`},
 		{"/a/{x}{y}", 6, `unexpected '{'`},
 		{"/a\x00", 2, `unexpected '\x00'`},
+		// Segments no normalised request path has: they would never match.
+		{"/a/./b", 3, `the segment "." is a dot segment`},
+		{"/a/../admin", 3, `the segment ".." is a dot segment`},
+		{"/..", 1, `the segment ".." is a dot segment`},
+		{"/a/%2e%2e/admin", 3, `the segment "%2e%2e" is a dot segment`},
+		{"/a/.%2E/b", 3, `the segment ".%2E" is a dot segment`},
+		{"/a/%2E", 3, `the segment "%2E" is a dot segment`},
+		{"/v1/{x=a/../b}", 9, `the segment ".." is a dot segment`},
+		{"/a/%61dmin", 3, `write "%61" as "a"`},
+		{"/a/x%7Ey", 4, `write "%7E" as "~"`},
+		{"/a/b%2Fc", 4, `"%2F" never matches`},
+		{"/a/b%5cc", 4, `"%5c" never matches`},
+		{"/a/%00", 3, `"%00" never matches`},
+		{"/a/b%3ac", 4, `write "%3a" as "%3A"`},
+		{"/a/b%3", 4, "'%' must start a two-digit hex escape"},
+		{"/a/b%zz", 4, "'%' must start a two-digit hex escape"},
+		{"/é", 1, `the non-ASCII byte 0xC3 must be percent-encoded (%C3)`},
+		{"/a\\b", 2, `byte '\\' must be percent-encoded (%5C)`},
+		{"/a|b", 2, `byte '|' must be percent-encoded`},
 	}
 	for _, tt := range tests {
 		te := templateError(t, tt.tmpl)
@@ -85,10 +104,11 @@ func TestTemplateValid(t *testing.T) {
 		"/v1/{name=shelves/*/books/*}",
 		"/v1/{book.name=shelves/*}/{page_token}:list",
 		"/v1/**:undelete",
-		"/v1/a=b/c.d~e-f_g%2F!$&'()+,;@",
+		"/v1/a=b/c.d~e-f_g%3A%C3%A9!$&'()+,;@",
+		"/a/.b/..c/...",
 		"/acme.orders.v1.OrderService/GetOrder",
 		"/{A_b.c_1}",
-		"/é",
+		"/%C3%A9",
 	} {
 		if te := templateError(t, tmpl); te != nil {
 			t.Errorf("New(%q) = %v, want no error", tmpl, te)
