@@ -23,6 +23,7 @@ import (
 	"github.com/portico-gw/portico/gateway"
 	"github.com/portico-gw/portico/gateway/configfile"
 	"github.com/portico-gw/portico/gateway/snapshot"
+	"github.com/portico-gw/portico/gateway/upstream"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	"github.com/portico-gw/portico/testing/gatewaytest"
 	"github.com/portico-gw/portico/testing/testca"
@@ -406,12 +407,11 @@ func TestUpstreamMutualTLS(t *testing.T) {
 	cfg := &configv1.Snapshot{
 		Clusters: []*configv1.Cluster{
 			{Name: "mtls", Protocol: configv1.Protocol_PROTOCOL_HTTP1, Endpoints: []*configv1.Endpoint{{Address: addr}},
-				Tls: &configv1.UpstreamTLS{CaPem: caPEM, ClientCertFile: certFile, ClientKeyFile: keyFile}},
+				Tls: &configv1.UpstreamTLS{CaPem: caPEM, Identity: "gateway"}},
 			{Name: "no-client-cert", Protocol: configv1.Protocol_PROTOCOL_HTTP1, Endpoints: []*configv1.Endpoint{{Address: addr}},
 				Tls: &configv1.UpstreamTLS{CaPem: caPEM}},
 			{Name: "wrong-ca", Protocol: configv1.Protocol_PROTOCOL_HTTP1, Endpoints: []*configv1.Endpoint{{Address: addr}},
-				Tls: &configv1.UpstreamTLS{CaPem: string(testca.New(t, "other").PEM),
-					ClientCertFile: certFile, ClientKeyFile: keyFile}},
+				Tls: &configv1.UpstreamTLS{CaPem: string(testca.New(t, "other").PEM), Identity: "gateway"}},
 		},
 		Routes: []*configv1.Route{
 			route("mtls", "/mtls", "mtls"),
@@ -422,7 +422,11 @@ func TestUpstreamMutualTLS(t *testing.T) {
 	for _, r := range cfg.Routes {
 		r.Timeout = durationpb.New(5 * time.Second)
 	}
-	g := gatewaytest.Start(t, cfg, nil)
+	ids, err := upstream.LoadIdentities([]upstream.IdentityFiles{{Name: "gateway", CertFile: certFile, KeyFile: keyFile}}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := gatewaytest.Start(t, cfg, func(o *gateway.Options) { o.Upstream.Identities = ids })
 	h := gatewaytest.HTTP1Client(t)
 
 	resp, err := h.Get(g.URL() + "/mtls")

@@ -86,6 +86,10 @@ type Endpoint struct {
 
 	// Owned by the health-check goroutine.
 	hcFails, hcOKs uint32
+
+	// guard, if set, refuses connections to addresses outside the
+	// endpoint's networks.
+	guard *dialGuard
 }
 
 // EndpointStatus is a point-in-time view of an endpoint for admin pages,
@@ -103,13 +107,16 @@ type EndpointStatus struct {
 	Ejections int
 	// InFlight is the number of requests picked and not yet done.
 	InFlight int64
+	// RefusedDials counts the connections refused because the address
+	// the endpoint's name resolved to lay outside its networks.
+	RefusedDials uint64
 }
 
 func newCluster(cfg *configv1.Cluster, opts Options) (*Cluster, error) {
 	if cfg.GetHealthCheck().GetGrpc() != nil && cfg.GetProtocol() == configv1.Protocol_PROTOCOL_HTTP1 {
 		// The probe could never succeed: every endpoint would go down.
-		return nil, fmt.Errorf("cluster %q: health_check.grpc needs an HTTP/2 protocol (GRPC, H2 or H2C), not %v",
-			cfg.GetName(), cfg.GetProtocol())
+		return nil, &ClusterError{Cluster: cfg.GetName(), Err: fmt.Errorf("health_check.grpc needs an HTTP/2 protocol (GRPC, H2 or H2C), not %v",
+			cfg.GetProtocol())}
 	}
 	log := opts.Logger.With("cluster", cfg.GetName())
 	c := &Cluster{
@@ -127,18 +134,25 @@ func newCluster(cfg *configv1.Cluster, opts Options) (*Cluster, error) {
 		c.scheme = "https"
 		requireH2 := cfg.GetProtocol() == configv1.Protocol_PROTOCOL_H2 || cfg.GetProtocol() == configv1.Protocol_PROTOCOL_GRPC
 		var err error
-		tlsConf, err = newTLSConfig(cfg.GetTls(), requireH2, opts.Now, log)
+		tlsConf, err = newTLSConfig(cfg.GetTls(), requireH2, opts.Identities)
 		if err != nil {
-			return nil, fmt.Errorf("cluster %q: %w", c.name, err)
+			return nil, &ClusterError{Cluster: c.name, Err: err}
 		}
 	}
-	c.transport = newTransport(cfg, tlsConf, opts.Dialer)
 	c.endpoints = make([]*Endpoint, len(cfg.GetEndpoints()))
 	for i, ec := range cfg.GetEndpoints() {
 		e := &Endpoint{cluster: c, addr: ec.GetAddress()}
+		if len(ec.GetNetworks()) > 0 {
+			nets, err := parseNetworks(ec.GetNetworks())
+			if err != nil {
+				return nil, &ClusterError{Cluster: c.name, Err: fmt.Errorf("endpoints[%d].networks: %w", i, err)}
+			}
+			e.guard = &dialGuard{endpoint: e, networks: nets}
+		}
 		e.healthy.Store(true)
 		c.endpoints[i] = e
 	}
+	c.transport = newTransport(cfg, tlsConf, newDialer(opts.Dialer, durationOr(cfg.GetConnectTimeout(), defaultConnectTimeout), c.endpoints))
 	c.revive.Store(math.MaxInt64)
 	c.mu.Lock()
 	c.rebuildLocked()
@@ -187,6 +201,9 @@ func (c *Cluster) Endpoints() []EndpointStatus {
 			Healthy:   e.healthy.Load(),
 			Ejections: e.ejections,
 			InFlight:  e.inFlight.Load(),
+		}
+		if e.guard != nil {
+			s.RefusedDials = e.guard.refused.Load()
 		}
 		if u := e.ejectedUntil.Load(); u != 0 {
 			s.EjectedUntil = time.Unix(0, u)

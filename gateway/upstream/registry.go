@@ -3,7 +3,6 @@ package upstream
 import (
 	"crypto/sha256"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -54,19 +53,20 @@ func NewRegistry(opts Options) *Registry {
 // the caller may reuse its messages.
 //
 // Build fails, holding nothing, if cluster names repeat, a cluster's TLS
-// files cannot be read or parsed, or a gRPC health probe is set on an
-// HTTP/1 cluster; the error names the cluster and the field.
+// CA cannot be read or parsed, it names an identity the node does not
+// hold, or a gRPC health probe is set on an HTTP/1 cluster; the error is
+// a *ClusterError naming the cluster and the field.
 func (r *Registry) Build(clusters []*configv1.Cluster) (*Set, error) {
 	keys := make([]clusterKey, len(clusters))
 	seen := make(map[string]struct{}, len(clusters))
 	for i, cfg := range clusters {
 		if _, dup := seen[cfg.GetName()]; dup {
-			return nil, fmt.Errorf("cluster %q: defined twice", cfg.GetName())
+			return nil, &ClusterError{Cluster: cfg.GetName(), Err: errors.New("defined twice")}
 		}
 		seen[cfg.GetName()] = struct{}{}
 		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(cfg)
 		if err != nil {
-			return nil, fmt.Errorf("cluster %q: %w", cfg.GetName(), err)
+			return nil, &ClusterError{Cluster: cfg.GetName(), Err: err}
 		}
 		keys[i] = sha256.Sum256(b)
 	}

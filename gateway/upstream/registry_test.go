@@ -1,6 +1,7 @@
 package upstream_test
 
 import (
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -196,8 +197,13 @@ func TestRegistryBuildErrors(t *testing.T) {
 			[]string{`cluster "secure"`, "tls.ca_file", "nope.pem"}},
 		{"ca_pem without a certificate", []*configv1.Cluster{tlsCluster(&configv1.UpstreamTLS{CaPem: "not a pem"})},
 			[]string{`cluster "secure"`, "tls.ca_pem"}},
-		{"missing client cert", []*configv1.Cluster{tlsCluster(&configv1.UpstreamTLS{ClientCertFile: dir + "/c.pem", ClientKeyFile: dir + "/k.pem"})},
-			[]string{`cluster "secure"`, "tls.client_cert_file"}},
+		{"identity the node lacks", []*configv1.Cluster{tlsCluster(&configv1.UpstreamTLS{Identity: "orders-mtls"})},
+			[]string{`cluster "secure"`, "tls.identity", `no upstream identity "orders-mtls"`}},
+		{"bad endpoint network", []*configv1.Cluster{func() *configv1.Cluster {
+			c := cluster("nets", configv1.Protocol_PROTOCOL_HTTP1, "backend.internal:80")
+			c.Endpoints[0].Networks = []string{"10.0.0.0/33"}
+			return c
+		}()}, []string{`cluster "nets"`, "endpoints[0].networks"}},
 		{"grpc probe over HTTP/1", []*configv1.Cluster{func() *configv1.Cluster {
 			c := cluster("h1", configv1.Protocol_PROTOCOL_HTTP1, "127.0.0.1:1")
 			c.HealthCheck = &configv1.HealthCheck{Probe: &configv1.HealthCheck_Grpc{Grpc: &configv1.GRPCProbe{}}}
@@ -221,6 +227,10 @@ func TestRegistryBuildErrors(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("Build() error %q, want it to mention %q", err, w)
 				}
+			}
+			var cerr *upstream.ClusterError
+			if !errors.As(err, &cerr) || cerr.Cluster != tt.cfgs[len(tt.cfgs)-1].GetName() {
+				t.Errorf("Build() error %#v, want a *upstream.ClusterError naming %q", err, tt.cfgs[len(tt.cfgs)-1].GetName())
 			}
 		})
 	}

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/portico-gw/portico/gateway/upstream"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	"github.com/portico-gw/portico/testing/testca"
 )
@@ -168,11 +169,21 @@ func TestMTLS(t *testing.T) {
 	writeFile(t, keyFile, keyPEM)
 
 	clock := newFakeClock()
+	opts := testOptions(t, clock)
+	ids, err := upstream.LoadIdentities([]upstream.IdentityFiles{{Name: "gateway", CertFile: certFile, KeyFile: keyFile}}, clock.Now, opts.Logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Identities = ids
 	withCert := cluster("mtls", configv1.Protocol_PROTOCOL_HTTP1, addr)
-	withCert.Tls = &configv1.UpstreamTLS{CaPem: string(serverCA.PEM), ClientCertFile: certFile, ClientKeyFile: keyFile}
+	withCert.Tls = &configv1.UpstreamTLS{CaPem: string(serverCA.PEM), Identity: "gateway"}
+	// A second cluster naming the same identity shares its certificate
+	// and sees its rotations.
+	sibling := cluster("mtls-2", configv1.Protocol_PROTOCOL_HTTP1, addr)
+	sibling.Tls = &configv1.UpstreamTLS{CaPem: string(serverCA.PEM), Identity: "gateway"}
 	withoutCert := cluster("plain", configv1.Protocol_PROTOCOL_HTTP1, addr)
 	withoutCert.Tls = &configv1.UpstreamTLS{CaPem: string(serverCA.PEM)}
-	_, s := build(t, testOptions(t, clock), withCert, withoutCert)
+	_, s := build(t, opts, withCert, sibling, withoutCert)
 	c := s.Cluster("mtls")
 
 	expect := func(want string) {
@@ -209,6 +220,13 @@ func TestMTLS(t *testing.T) {
 	writeFile(t, certFile, certPEM)
 	clock.Add(6 * time.Second)
 	expect("gateway-3")
+	if body, err := get(t, s.Cluster("mtls-2"), addr); err != nil || body != "1 gateway-3" {
+		t.Fatalf("the sibling cluster: %q, %v; want %q", body, err, "1 gateway-3")
+	}
+	info := ids.Info()
+	if len(info) != 1 || info[0].Name != "gateway" || info[0].Subject != "CN=gateway-3" || len(info[0].SHA256) != 64 || info[0].NotAfter.IsZero() {
+		t.Errorf("Info() = %+v, want the rotated certificate gateway-3 with its digest and expiry", info)
+	}
 }
 
 func TestGRPCHealthCheckOverTLS(t *testing.T) {

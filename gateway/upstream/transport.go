@@ -40,16 +40,45 @@ var keepAlive = net.KeepAliveConfig{Enable: true, Idle: 30 * time.Second, Interv
 
 type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 
-// newDialer bounds each dial by the connect timeout.
-func newDialer(custom dialFunc, timeout time.Duration) dialFunc {
+// newDialer bounds each dial by the connect timeout, and dials the
+// endpoints that have networks through their guard.
+func newDialer(custom dialFunc, timeout time.Duration, endpoints []*Endpoint) dialFunc {
+	var dial dialFunc
 	if custom == nil {
 		d := &net.Dialer{Timeout: timeout, KeepAliveConfig: keepAlive}
-		return d.DialContext
+		dial = d.DialContext
+	} else {
+		dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			return custom(ctx, network, addr)
+		}
+	}
+	guarded := map[string]dialFunc{}
+	for _, e := range endpoints {
+		if e.guard == nil {
+			continue
+		}
+		if custom == nil {
+			// The guard runs between the name's resolution and the
+			// connect(2) of each address tried: nothing is sent to an
+			// address outside the networks.
+			d := &net.Dialer{Timeout: timeout, KeepAliveConfig: keepAlive, Control: e.guard.control}
+			guarded[e.addr] = d.DialContext
+		} else {
+			// A custom dialer resolves on its own: the address it
+			// connected to is checked before the connection is used.
+			guarded[e.addr] = e.guard.after(dial)
+		}
+	}
+	if len(guarded) == 0 {
+		return dial
 	}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		ctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		return custom(ctx, network, addr)
+		if g := guarded[addr]; g != nil {
+			return g(ctx, network, addr)
+		}
+		return dial(ctx, network, addr)
 	}
 }
 
@@ -76,7 +105,7 @@ func protocolsOf(p configv1.Protocol, hasTLS bool) *http.Protocols {
 }
 
 // newTransport builds the one http.Transport of a cluster. tlsConf is nil
-// for cleartext clusters.
+// for cleartext clusters; dial is newDialer's.
 func newTransport(cfg *configv1.Cluster, tlsConf *tls.Config, dial dialFunc) *http.Transport {
 	pool := cfg.GetPool()
 	connectTimeout := durationOr(cfg.GetConnectTimeout(), defaultConnectTimeout)
@@ -91,7 +120,7 @@ func newTransport(cfg *configv1.Cluster, tlsConf *tls.Config, dial dialFunc) *ht
 	}
 	return &http.Transport{
 		Proxy:               nil, // never from the environment
-		DialContext:         newDialer(dial, connectTimeout),
+		DialContext:         dial,
 		TLSClientConfig:     tlsConf,
 		TLSHandshakeTimeout: connectTimeout,
 		// A proxy forwards the client's Accept-Encoding; it must not add its

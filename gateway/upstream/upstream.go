@@ -59,6 +59,7 @@ package upstream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"time"
@@ -75,11 +76,15 @@ type Options struct {
 	// connect timeout.
 	Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 
-	// Now is the clock of outlier ejections and of client certificate
-	// reloads. Nil means time.Now; tests pass a fake clock so that an
-	// ejection expires without sleeping. Active health checks run on real
-	// timers.
+	// Now is the clock of outlier ejections. Nil means time.Now; tests
+	// pass a fake clock so that an ejection expires without sleeping.
+	// Active health checks run on real timers.
 	Now func() time.Time
+
+	// Identities are the node's client certificates, which clusters name
+	// in tls.identity. Nil means none: a cluster that names one is
+	// refused.
+	Identities *Identities
 }
 
 func (o Options) withDefaults() Options {
@@ -101,3 +106,14 @@ var ErrOverloaded = errors.New("upstream: cluster at its in-flight limit")
 // cluster is unhealthy by active health checks or ejected by outlier
 // detection.
 var ErrNoEndpoint = errors.New("upstream: no available endpoint")
+
+// ClusterError is a cluster that could not be built: Cluster names it
+// and Err says why, naming the config field at fault.
+type ClusterError struct {
+	Cluster string
+	Err     error
+}
+
+func (e *ClusterError) Error() string { return fmt.Sprintf("cluster %q: %v", e.Cluster, e.Err) }
+
+func (e *ClusterError) Unwrap() error { return e.Err }

@@ -3152,8 +3152,14 @@ type Node struct {
 	FastLaneVersion uint64 `protobuf:"varint,9,opt,name=fast_lane_version,json=fastLaneVersion,proto3" json:"fast_lane_version,omitempty"`
 	// FastLaneError is the node's last refusal of fast-lane entries, if any.
 	FastLaneError string `protobuf:"bytes,10,opt,name=fast_lane_error,json=fastLaneError,proto3" json:"fast_lane_error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// UpstreamIdentities are the client certificates the node holds, by
+	// name.
+	UpstreamIdentities []string `protobuf:"bytes,11,rep,name=upstream_identities,json=upstreamIdentities,proto3" json:"upstream_identities,omitempty"`
+	// UnhealthyEndpoints are the endpoints the node cannot use now
+	// ("cluster/address"), as it last reported.
+	UnhealthyEndpoints []string `protobuf:"bytes,12,rep,name=unhealthy_endpoints,json=unhealthyEndpoints,proto3" json:"unhealthy_endpoints,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -3256,13 +3262,31 @@ func (x *Node) GetFastLaneError() string {
 	return ""
 }
 
+func (x *Node) GetUpstreamIdentities() []string {
+	if x != nil {
+		return x.UpstreamIdentities
+	}
+	return nil
+}
+
+func (x *Node) GetUnhealthyEndpoints() []string {
+	if x != nil {
+		return x.UnhealthyEndpoints
+	}
+	return nil
+}
+
 // Nack is a node's refusal of a snapshot.
 type Nack struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
-	Version       int64                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
-	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
-	At            *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=at,proto3" json:"at,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Node    string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Version int64                  `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// Error is the node's whole message; a team-admin caller sees it only
+	// when every refused object is its team's.
+	Error string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	At    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=at,proto3" json:"at,omitempty"`
+	// Objects are the config objects the node refused, when it could tell.
+	Objects       []*NackObject `protobuf:"bytes,5,rep,name=objects,proto3" json:"objects,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3325,6 +3349,85 @@ func (x *Nack) GetAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Nack) GetObjects() []*NackObject {
+	if x != nil {
+		return x.Objects
+	}
+	return nil
+}
+
+// NackObject is one config object a node refused.
+type NackObject struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Team owns it; empty for the platform's objects.
+	Team string `protobuf:"bytes,1,opt,name=team,proto3" json:"team,omitempty"`
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// Error is why; a team-admin caller sees it for its own team's objects
+	// only.
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NackObject) Reset() {
+	*x = NackObject{}
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NackObject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NackObject) ProtoMessage() {}
+
+func (x *NackObject) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NackObject.ProtoReflect.Descriptor instead.
+func (*NackObject) Descriptor() ([]byte, []int) {
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *NackObject) GetTeam() string {
+	if x != nil {
+		return x.Team
+	}
+	return ""
+}
+
+func (x *NackObject) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *NackObject) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *NackObject) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type PauseRolloutRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3333,7 +3436,7 @@ type PauseRolloutRequest struct {
 
 func (x *PauseRolloutRequest) Reset() {
 	*x = PauseRolloutRequest{}
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[61]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3345,7 +3448,7 @@ func (x *PauseRolloutRequest) String() string {
 func (*PauseRolloutRequest) ProtoMessage() {}
 
 func (x *PauseRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[61]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3358,7 +3461,7 @@ func (x *PauseRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRolloutRequest.ProtoReflect.Descriptor instead.
 func (*PauseRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{61}
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{62}
 }
 
 type PauseRolloutResponse struct {
@@ -3370,7 +3473,7 @@ type PauseRolloutResponse struct {
 
 func (x *PauseRolloutResponse) Reset() {
 	*x = PauseRolloutResponse{}
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[62]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3382,7 +3485,7 @@ func (x *PauseRolloutResponse) String() string {
 func (*PauseRolloutResponse) ProtoMessage() {}
 
 func (x *PauseRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[62]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3395,7 +3498,7 @@ func (x *PauseRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRolloutResponse.ProtoReflect.Descriptor instead.
 func (*PauseRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{62}
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *PauseRolloutResponse) GetRollout() *Rollout {
@@ -3413,7 +3516,7 @@ type ResumeRolloutRequest struct {
 
 func (x *ResumeRolloutRequest) Reset() {
 	*x = ResumeRolloutRequest{}
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[63]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3425,7 +3528,7 @@ func (x *ResumeRolloutRequest) String() string {
 func (*ResumeRolloutRequest) ProtoMessage() {}
 
 func (x *ResumeRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[63]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3438,7 +3541,7 @@ func (x *ResumeRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRolloutRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{63}
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{64}
 }
 
 type ResumeRolloutResponse struct {
@@ -3450,7 +3553,7 @@ type ResumeRolloutResponse struct {
 
 func (x *ResumeRolloutResponse) Reset() {
 	*x = ResumeRolloutResponse{}
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[64]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3462,7 +3565,7 @@ func (x *ResumeRolloutResponse) String() string {
 func (*ResumeRolloutResponse) ProtoMessage() {}
 
 func (x *ResumeRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[64]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3475,7 +3578,7 @@ func (x *ResumeRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRolloutResponse.ProtoReflect.Descriptor instead.
 func (*ResumeRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{64}
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ResumeRolloutResponse) GetRollout() *Rollout {
@@ -3493,7 +3596,7 @@ type AbortRolloutRequest struct {
 
 func (x *AbortRolloutRequest) Reset() {
 	*x = AbortRolloutRequest{}
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[65]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3505,7 +3608,7 @@ func (x *AbortRolloutRequest) String() string {
 func (*AbortRolloutRequest) ProtoMessage() {}
 
 func (x *AbortRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[65]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3518,7 +3621,7 @@ func (x *AbortRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRolloutRequest.ProtoReflect.Descriptor instead.
 func (*AbortRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{65}
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{66}
 }
 
 type AbortRolloutResponse struct {
@@ -3530,7 +3633,7 @@ type AbortRolloutResponse struct {
 
 func (x *AbortRolloutResponse) Reset() {
 	*x = AbortRolloutResponse{}
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[66]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3542,7 +3645,7 @@ func (x *AbortRolloutResponse) String() string {
 func (*AbortRolloutResponse) ProtoMessage() {}
 
 func (x *AbortRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[66]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3555,7 +3658,7 @@ func (x *AbortRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRolloutResponse.ProtoReflect.Descriptor instead.
 func (*AbortRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{66}
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *AbortRolloutResponse) GetRollout() *Rollout {
@@ -3751,7 +3854,7 @@ const file_portico_admin_v1_admin_proto_rawDesc = "" +
 	"\x05stage\x18\x03 \x01(\tR\x05stage\x12\x14\n" +
 	"\x05state\x18\x04 \x01(\tR\x05state\x12\x1a\n" +
 	"\bevidence\x18\x05 \x01(\tR\bevidence\x12\x18\n" +
-	"\areached\x18\x06 \x01(\x05R\areached\"\xb3\x03\n" +
+	"\areached\x18\x06 \x01(\x05R\areached\"\x95\x04\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x16\n" +
@@ -3763,15 +3866,24 @@ const file_portico_admin_v1_admin_proto_rawDesc = "" +
 	"\tlast_nack\x18\b \x01(\v2\x16.portico.admin.v1.NackR\blastNack\x12*\n" +
 	"\x11fast_lane_version\x18\t \x01(\x04R\x0ffastLaneVersion\x12&\n" +
 	"\x0ffast_lane_error\x18\n" +
-	" \x01(\tR\rfastLaneError\x1a9\n" +
+	" \x01(\tR\rfastLaneError\x12/\n" +
+	"\x13upstream_identities\x18\v \x03(\tR\x12upstreamIdentities\x12/\n" +
+	"\x13unhealthy_endpoints\x18\f \x03(\tR\x12unhealthyEndpoints\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"v\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xae\x01\n" +
 	"\x04Nack\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x03R\aversion\x12\x14\n" +
 	"\x05error\x18\x03 \x01(\tR\x05error\x12*\n" +
-	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x15\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x126\n" +
+	"\aobjects\x18\x05 \x03(\v2\x1c.portico.admin.v1.NackObjectR\aobjects\"^\n" +
+	"\n" +
+	"NackObject\x12\x12\n" +
+	"\x04team\x18\x01 \x01(\tR\x04team\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\x15\n" +
 	"\x13PauseRolloutRequest\"K\n" +
 	"\x14PauseRolloutResponse\x123\n" +
 	"\arollout\x18\x01 \x01(\v2\x19.portico.admin.v1.RolloutR\arollout\"\x16\n" +
@@ -3839,7 +3951,7 @@ func file_portico_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_portico_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_portico_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_portico_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
 var file_portico_admin_v1_admin_proto_goTypes = []any{
 	(Role)(0),                     // 0: portico.admin.v1.Role
 	(*PutRouteRequest)(nil),       // 1: portico.admin.v1.PutRouteRequest
@@ -3903,134 +4015,136 @@ var file_portico_admin_v1_admin_proto_goTypes = []any{
 	(*Rollout)(nil),               // 59: portico.admin.v1.Rollout
 	(*Node)(nil),                  // 60: portico.admin.v1.Node
 	(*Nack)(nil),                  // 61: portico.admin.v1.Nack
-	(*PauseRolloutRequest)(nil),   // 62: portico.admin.v1.PauseRolloutRequest
-	(*PauseRolloutResponse)(nil),  // 63: portico.admin.v1.PauseRolloutResponse
-	(*ResumeRolloutRequest)(nil),  // 64: portico.admin.v1.ResumeRolloutRequest
-	(*ResumeRolloutResponse)(nil), // 65: portico.admin.v1.ResumeRolloutResponse
-	(*AbortRolloutRequest)(nil),   // 66: portico.admin.v1.AbortRolloutRequest
-	(*AbortRolloutResponse)(nil),  // 67: portico.admin.v1.AbortRolloutResponse
-	nil,                           // 68: portico.admin.v1.Node.LabelsEntry
-	(*v1.Route)(nil),              // 69: portico.config.v1.Route
-	(*v1.Cluster)(nil),            // 70: portico.config.v1.Cluster
-	(*v1.Service)(nil),            // 71: portico.config.v1.Service
-	(*TeamConfig)(nil),            // 72: portico.admin.v1.TeamConfig
-	(*Team)(nil),                  // 73: portico.admin.v1.Team
-	(*Platform)(nil),              // 74: portico.admin.v1.Platform
-	(*timestamppb.Timestamp)(nil), // 75: google.protobuf.Timestamp
+	(*NackObject)(nil),            // 62: portico.admin.v1.NackObject
+	(*PauseRolloutRequest)(nil),   // 63: portico.admin.v1.PauseRolloutRequest
+	(*PauseRolloutResponse)(nil),  // 64: portico.admin.v1.PauseRolloutResponse
+	(*ResumeRolloutRequest)(nil),  // 65: portico.admin.v1.ResumeRolloutRequest
+	(*ResumeRolloutResponse)(nil), // 66: portico.admin.v1.ResumeRolloutResponse
+	(*AbortRolloutRequest)(nil),   // 67: portico.admin.v1.AbortRolloutRequest
+	(*AbortRolloutResponse)(nil),  // 68: portico.admin.v1.AbortRolloutResponse
+	nil,                           // 69: portico.admin.v1.Node.LabelsEntry
+	(*v1.Route)(nil),              // 70: portico.config.v1.Route
+	(*v1.Cluster)(nil),            // 71: portico.config.v1.Cluster
+	(*v1.Service)(nil),            // 72: portico.config.v1.Service
+	(*TeamConfig)(nil),            // 73: portico.admin.v1.TeamConfig
+	(*Team)(nil),                  // 74: portico.admin.v1.Team
+	(*Platform)(nil),              // 75: portico.admin.v1.Platform
+	(*timestamppb.Timestamp)(nil), // 76: google.protobuf.Timestamp
 }
 var file_portico_admin_v1_admin_proto_depIdxs = []int32{
-	69, // 0: portico.admin.v1.PutRouteRequest.route:type_name -> portico.config.v1.Route
+	70, // 0: portico.admin.v1.PutRouteRequest.route:type_name -> portico.config.v1.Route
 	37, // 1: portico.admin.v1.PutRouteResponse.change:type_name -> portico.admin.v1.Change
-	69, // 2: portico.admin.v1.GetRouteResponse.route:type_name -> portico.config.v1.Route
-	69, // 3: portico.admin.v1.ListRoutesResponse.routes:type_name -> portico.config.v1.Route
+	70, // 2: portico.admin.v1.GetRouteResponse.route:type_name -> portico.config.v1.Route
+	70, // 3: portico.admin.v1.ListRoutesResponse.routes:type_name -> portico.config.v1.Route
 	37, // 4: portico.admin.v1.DeleteRouteResponse.change:type_name -> portico.admin.v1.Change
-	70, // 5: portico.admin.v1.PutClusterRequest.cluster:type_name -> portico.config.v1.Cluster
+	71, // 5: portico.admin.v1.PutClusterRequest.cluster:type_name -> portico.config.v1.Cluster
 	37, // 6: portico.admin.v1.PutClusterResponse.change:type_name -> portico.admin.v1.Change
-	70, // 7: portico.admin.v1.GetClusterResponse.cluster:type_name -> portico.config.v1.Cluster
-	70, // 8: portico.admin.v1.ListClustersResponse.clusters:type_name -> portico.config.v1.Cluster
+	71, // 7: portico.admin.v1.GetClusterResponse.cluster:type_name -> portico.config.v1.Cluster
+	71, // 8: portico.admin.v1.ListClustersResponse.clusters:type_name -> portico.config.v1.Cluster
 	37, // 9: portico.admin.v1.DeleteClusterResponse.change:type_name -> portico.admin.v1.Change
-	71, // 10: portico.admin.v1.PutServiceRequest.service:type_name -> portico.config.v1.Service
+	72, // 10: portico.admin.v1.PutServiceRequest.service:type_name -> portico.config.v1.Service
 	37, // 11: portico.admin.v1.PutServiceResponse.change:type_name -> portico.admin.v1.Change
-	71, // 12: portico.admin.v1.GetServiceResponse.service:type_name -> portico.config.v1.Service
-	71, // 13: portico.admin.v1.ListServicesResponse.services:type_name -> portico.config.v1.Service
+	72, // 12: portico.admin.v1.GetServiceResponse.service:type_name -> portico.config.v1.Service
+	72, // 13: portico.admin.v1.ListServicesResponse.services:type_name -> portico.config.v1.Service
 	37, // 14: portico.admin.v1.DeleteServiceResponse.change:type_name -> portico.admin.v1.Change
-	72, // 15: portico.admin.v1.ApplyTeamRequest.config:type_name -> portico.admin.v1.TeamConfig
+	73, // 15: portico.admin.v1.ApplyTeamRequest.config:type_name -> portico.admin.v1.TeamConfig
 	37, // 16: portico.admin.v1.ApplyTeamResponse.change:type_name -> portico.admin.v1.Change
-	73, // 17: portico.admin.v1.PutTeamRequest.team:type_name -> portico.admin.v1.Team
+	74, // 17: portico.admin.v1.PutTeamRequest.team:type_name -> portico.admin.v1.Team
 	37, // 18: portico.admin.v1.PutTeamResponse.change:type_name -> portico.admin.v1.Change
-	73, // 19: portico.admin.v1.ListTeamsResponse.teams:type_name -> portico.admin.v1.Team
+	74, // 19: portico.admin.v1.ListTeamsResponse.teams:type_name -> portico.admin.v1.Team
 	37, // 20: portico.admin.v1.DeleteTeamResponse.change:type_name -> portico.admin.v1.Change
-	74, // 21: portico.admin.v1.PutPlatformRequest.platform:type_name -> portico.admin.v1.Platform
+	75, // 21: portico.admin.v1.PutPlatformRequest.platform:type_name -> portico.admin.v1.Platform
 	37, // 22: portico.admin.v1.PutPlatformResponse.change:type_name -> portico.admin.v1.Change
-	74, // 23: portico.admin.v1.GetPlatformResponse.platform:type_name -> portico.admin.v1.Platform
+	75, // 23: portico.admin.v1.GetPlatformResponse.platform:type_name -> portico.admin.v1.Platform
 	38, // 24: portico.admin.v1.Change.version:type_name -> portico.admin.v1.Version
-	75, // 25: portico.admin.v1.Version.created_at:type_name -> google.protobuf.Timestamp
+	76, // 25: portico.admin.v1.Version.created_at:type_name -> google.protobuf.Timestamp
 	38, // 26: portico.admin.v1.ListVersionsResponse.versions:type_name -> portico.admin.v1.Version
 	38, // 27: portico.admin.v1.GetVersionResponse.version:type_name -> portico.admin.v1.Version
 	37, // 28: portico.admin.v1.RollbackResponse.change:type_name -> portico.admin.v1.Change
 	0,  // 29: portico.admin.v1.CreateTokenRequest.role:type_name -> portico.admin.v1.Role
 	49, // 30: portico.admin.v1.CreateTokenResponse.info:type_name -> portico.admin.v1.TokenInfo
 	0,  // 31: portico.admin.v1.TokenInfo.role:type_name -> portico.admin.v1.Role
-	75, // 32: portico.admin.v1.TokenInfo.created_at:type_name -> google.protobuf.Timestamp
-	75, // 33: portico.admin.v1.TokenInfo.revoked_at:type_name -> google.protobuf.Timestamp
+	76, // 32: portico.admin.v1.TokenInfo.created_at:type_name -> google.protobuf.Timestamp
+	76, // 33: portico.admin.v1.TokenInfo.revoked_at:type_name -> google.protobuf.Timestamp
 	49, // 34: portico.admin.v1.ListTokensResponse.tokens:type_name -> portico.admin.v1.TokenInfo
 	56, // 35: portico.admin.v1.ListAuditResponse.entries:type_name -> portico.admin.v1.AuditEntry
-	75, // 36: portico.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	76, // 36: portico.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
 	61, // 37: portico.admin.v1.GetRolloutResponse.halted:type_name -> portico.admin.v1.Nack
 	59, // 38: portico.admin.v1.GetRolloutResponse.rollout:type_name -> portico.admin.v1.Rollout
 	60, // 39: portico.admin.v1.GetRolloutResponse.nodes:type_name -> portico.admin.v1.Node
-	68, // 40: portico.admin.v1.Node.labels:type_name -> portico.admin.v1.Node.LabelsEntry
-	75, // 41: portico.admin.v1.Node.connected_at:type_name -> google.protobuf.Timestamp
+	69, // 40: portico.admin.v1.Node.labels:type_name -> portico.admin.v1.Node.LabelsEntry
+	76, // 41: portico.admin.v1.Node.connected_at:type_name -> google.protobuf.Timestamp
 	61, // 42: portico.admin.v1.Node.last_nack:type_name -> portico.admin.v1.Nack
-	75, // 43: portico.admin.v1.Nack.at:type_name -> google.protobuf.Timestamp
-	59, // 44: portico.admin.v1.PauseRolloutResponse.rollout:type_name -> portico.admin.v1.Rollout
-	59, // 45: portico.admin.v1.ResumeRolloutResponse.rollout:type_name -> portico.admin.v1.Rollout
-	59, // 46: portico.admin.v1.AbortRolloutResponse.rollout:type_name -> portico.admin.v1.Rollout
-	1,  // 47: portico.admin.v1.AdminService.PutRoute:input_type -> portico.admin.v1.PutRouteRequest
-	3,  // 48: portico.admin.v1.AdminService.GetRoute:input_type -> portico.admin.v1.GetRouteRequest
-	5,  // 49: portico.admin.v1.AdminService.ListRoutes:input_type -> portico.admin.v1.ListRoutesRequest
-	7,  // 50: portico.admin.v1.AdminService.DeleteRoute:input_type -> portico.admin.v1.DeleteRouteRequest
-	9,  // 51: portico.admin.v1.AdminService.PutCluster:input_type -> portico.admin.v1.PutClusterRequest
-	11, // 52: portico.admin.v1.AdminService.GetCluster:input_type -> portico.admin.v1.GetClusterRequest
-	13, // 53: portico.admin.v1.AdminService.ListClusters:input_type -> portico.admin.v1.ListClustersRequest
-	15, // 54: portico.admin.v1.AdminService.DeleteCluster:input_type -> portico.admin.v1.DeleteClusterRequest
-	17, // 55: portico.admin.v1.AdminService.PutService:input_type -> portico.admin.v1.PutServiceRequest
-	19, // 56: portico.admin.v1.AdminService.GetService:input_type -> portico.admin.v1.GetServiceRequest
-	21, // 57: portico.admin.v1.AdminService.ListServices:input_type -> portico.admin.v1.ListServicesRequest
-	23, // 58: portico.admin.v1.AdminService.DeleteService:input_type -> portico.admin.v1.DeleteServiceRequest
-	25, // 59: portico.admin.v1.AdminService.ApplyTeam:input_type -> portico.admin.v1.ApplyTeamRequest
-	27, // 60: portico.admin.v1.AdminService.PutTeam:input_type -> portico.admin.v1.PutTeamRequest
-	29, // 61: portico.admin.v1.AdminService.ListTeams:input_type -> portico.admin.v1.ListTeamsRequest
-	31, // 62: portico.admin.v1.AdminService.DeleteTeam:input_type -> portico.admin.v1.DeleteTeamRequest
-	33, // 63: portico.admin.v1.AdminService.PutPlatform:input_type -> portico.admin.v1.PutPlatformRequest
-	35, // 64: portico.admin.v1.AdminService.GetPlatform:input_type -> portico.admin.v1.GetPlatformRequest
-	39, // 65: portico.admin.v1.AdminService.ListVersions:input_type -> portico.admin.v1.ListVersionsRequest
-	41, // 66: portico.admin.v1.AdminService.GetVersion:input_type -> portico.admin.v1.GetVersionRequest
-	43, // 67: portico.admin.v1.AdminService.DiffVersions:input_type -> portico.admin.v1.DiffVersionsRequest
-	45, // 68: portico.admin.v1.AdminService.Rollback:input_type -> portico.admin.v1.RollbackRequest
-	47, // 69: portico.admin.v1.AdminService.CreateToken:input_type -> portico.admin.v1.CreateTokenRequest
-	50, // 70: portico.admin.v1.AdminService.ListTokens:input_type -> portico.admin.v1.ListTokensRequest
-	52, // 71: portico.admin.v1.AdminService.RevokeToken:input_type -> portico.admin.v1.RevokeTokenRequest
-	57, // 72: portico.admin.v1.AdminService.GetRollout:input_type -> portico.admin.v1.GetRolloutRequest
-	62, // 73: portico.admin.v1.AdminService.PauseRollout:input_type -> portico.admin.v1.PauseRolloutRequest
-	64, // 74: portico.admin.v1.AdminService.ResumeRollout:input_type -> portico.admin.v1.ResumeRolloutRequest
-	66, // 75: portico.admin.v1.AdminService.AbortRollout:input_type -> portico.admin.v1.AbortRolloutRequest
-	54, // 76: portico.admin.v1.AdminService.ListAudit:input_type -> portico.admin.v1.ListAuditRequest
-	2,  // 77: portico.admin.v1.AdminService.PutRoute:output_type -> portico.admin.v1.PutRouteResponse
-	4,  // 78: portico.admin.v1.AdminService.GetRoute:output_type -> portico.admin.v1.GetRouteResponse
-	6,  // 79: portico.admin.v1.AdminService.ListRoutes:output_type -> portico.admin.v1.ListRoutesResponse
-	8,  // 80: portico.admin.v1.AdminService.DeleteRoute:output_type -> portico.admin.v1.DeleteRouteResponse
-	10, // 81: portico.admin.v1.AdminService.PutCluster:output_type -> portico.admin.v1.PutClusterResponse
-	12, // 82: portico.admin.v1.AdminService.GetCluster:output_type -> portico.admin.v1.GetClusterResponse
-	14, // 83: portico.admin.v1.AdminService.ListClusters:output_type -> portico.admin.v1.ListClustersResponse
-	16, // 84: portico.admin.v1.AdminService.DeleteCluster:output_type -> portico.admin.v1.DeleteClusterResponse
-	18, // 85: portico.admin.v1.AdminService.PutService:output_type -> portico.admin.v1.PutServiceResponse
-	20, // 86: portico.admin.v1.AdminService.GetService:output_type -> portico.admin.v1.GetServiceResponse
-	22, // 87: portico.admin.v1.AdminService.ListServices:output_type -> portico.admin.v1.ListServicesResponse
-	24, // 88: portico.admin.v1.AdminService.DeleteService:output_type -> portico.admin.v1.DeleteServiceResponse
-	26, // 89: portico.admin.v1.AdminService.ApplyTeam:output_type -> portico.admin.v1.ApplyTeamResponse
-	28, // 90: portico.admin.v1.AdminService.PutTeam:output_type -> portico.admin.v1.PutTeamResponse
-	30, // 91: portico.admin.v1.AdminService.ListTeams:output_type -> portico.admin.v1.ListTeamsResponse
-	32, // 92: portico.admin.v1.AdminService.DeleteTeam:output_type -> portico.admin.v1.DeleteTeamResponse
-	34, // 93: portico.admin.v1.AdminService.PutPlatform:output_type -> portico.admin.v1.PutPlatformResponse
-	36, // 94: portico.admin.v1.AdminService.GetPlatform:output_type -> portico.admin.v1.GetPlatformResponse
-	40, // 95: portico.admin.v1.AdminService.ListVersions:output_type -> portico.admin.v1.ListVersionsResponse
-	42, // 96: portico.admin.v1.AdminService.GetVersion:output_type -> portico.admin.v1.GetVersionResponse
-	44, // 97: portico.admin.v1.AdminService.DiffVersions:output_type -> portico.admin.v1.DiffVersionsResponse
-	46, // 98: portico.admin.v1.AdminService.Rollback:output_type -> portico.admin.v1.RollbackResponse
-	48, // 99: portico.admin.v1.AdminService.CreateToken:output_type -> portico.admin.v1.CreateTokenResponse
-	51, // 100: portico.admin.v1.AdminService.ListTokens:output_type -> portico.admin.v1.ListTokensResponse
-	53, // 101: portico.admin.v1.AdminService.RevokeToken:output_type -> portico.admin.v1.RevokeTokenResponse
-	58, // 102: portico.admin.v1.AdminService.GetRollout:output_type -> portico.admin.v1.GetRolloutResponse
-	63, // 103: portico.admin.v1.AdminService.PauseRollout:output_type -> portico.admin.v1.PauseRolloutResponse
-	65, // 104: portico.admin.v1.AdminService.ResumeRollout:output_type -> portico.admin.v1.ResumeRolloutResponse
-	67, // 105: portico.admin.v1.AdminService.AbortRollout:output_type -> portico.admin.v1.AbortRolloutResponse
-	55, // 106: portico.admin.v1.AdminService.ListAudit:output_type -> portico.admin.v1.ListAuditResponse
-	77, // [77:107] is the sub-list for method output_type
-	47, // [47:77] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	76, // 43: portico.admin.v1.Nack.at:type_name -> google.protobuf.Timestamp
+	62, // 44: portico.admin.v1.Nack.objects:type_name -> portico.admin.v1.NackObject
+	59, // 45: portico.admin.v1.PauseRolloutResponse.rollout:type_name -> portico.admin.v1.Rollout
+	59, // 46: portico.admin.v1.ResumeRolloutResponse.rollout:type_name -> portico.admin.v1.Rollout
+	59, // 47: portico.admin.v1.AbortRolloutResponse.rollout:type_name -> portico.admin.v1.Rollout
+	1,  // 48: portico.admin.v1.AdminService.PutRoute:input_type -> portico.admin.v1.PutRouteRequest
+	3,  // 49: portico.admin.v1.AdminService.GetRoute:input_type -> portico.admin.v1.GetRouteRequest
+	5,  // 50: portico.admin.v1.AdminService.ListRoutes:input_type -> portico.admin.v1.ListRoutesRequest
+	7,  // 51: portico.admin.v1.AdminService.DeleteRoute:input_type -> portico.admin.v1.DeleteRouteRequest
+	9,  // 52: portico.admin.v1.AdminService.PutCluster:input_type -> portico.admin.v1.PutClusterRequest
+	11, // 53: portico.admin.v1.AdminService.GetCluster:input_type -> portico.admin.v1.GetClusterRequest
+	13, // 54: portico.admin.v1.AdminService.ListClusters:input_type -> portico.admin.v1.ListClustersRequest
+	15, // 55: portico.admin.v1.AdminService.DeleteCluster:input_type -> portico.admin.v1.DeleteClusterRequest
+	17, // 56: portico.admin.v1.AdminService.PutService:input_type -> portico.admin.v1.PutServiceRequest
+	19, // 57: portico.admin.v1.AdminService.GetService:input_type -> portico.admin.v1.GetServiceRequest
+	21, // 58: portico.admin.v1.AdminService.ListServices:input_type -> portico.admin.v1.ListServicesRequest
+	23, // 59: portico.admin.v1.AdminService.DeleteService:input_type -> portico.admin.v1.DeleteServiceRequest
+	25, // 60: portico.admin.v1.AdminService.ApplyTeam:input_type -> portico.admin.v1.ApplyTeamRequest
+	27, // 61: portico.admin.v1.AdminService.PutTeam:input_type -> portico.admin.v1.PutTeamRequest
+	29, // 62: portico.admin.v1.AdminService.ListTeams:input_type -> portico.admin.v1.ListTeamsRequest
+	31, // 63: portico.admin.v1.AdminService.DeleteTeam:input_type -> portico.admin.v1.DeleteTeamRequest
+	33, // 64: portico.admin.v1.AdminService.PutPlatform:input_type -> portico.admin.v1.PutPlatformRequest
+	35, // 65: portico.admin.v1.AdminService.GetPlatform:input_type -> portico.admin.v1.GetPlatformRequest
+	39, // 66: portico.admin.v1.AdminService.ListVersions:input_type -> portico.admin.v1.ListVersionsRequest
+	41, // 67: portico.admin.v1.AdminService.GetVersion:input_type -> portico.admin.v1.GetVersionRequest
+	43, // 68: portico.admin.v1.AdminService.DiffVersions:input_type -> portico.admin.v1.DiffVersionsRequest
+	45, // 69: portico.admin.v1.AdminService.Rollback:input_type -> portico.admin.v1.RollbackRequest
+	47, // 70: portico.admin.v1.AdminService.CreateToken:input_type -> portico.admin.v1.CreateTokenRequest
+	50, // 71: portico.admin.v1.AdminService.ListTokens:input_type -> portico.admin.v1.ListTokensRequest
+	52, // 72: portico.admin.v1.AdminService.RevokeToken:input_type -> portico.admin.v1.RevokeTokenRequest
+	57, // 73: portico.admin.v1.AdminService.GetRollout:input_type -> portico.admin.v1.GetRolloutRequest
+	63, // 74: portico.admin.v1.AdminService.PauseRollout:input_type -> portico.admin.v1.PauseRolloutRequest
+	65, // 75: portico.admin.v1.AdminService.ResumeRollout:input_type -> portico.admin.v1.ResumeRolloutRequest
+	67, // 76: portico.admin.v1.AdminService.AbortRollout:input_type -> portico.admin.v1.AbortRolloutRequest
+	54, // 77: portico.admin.v1.AdminService.ListAudit:input_type -> portico.admin.v1.ListAuditRequest
+	2,  // 78: portico.admin.v1.AdminService.PutRoute:output_type -> portico.admin.v1.PutRouteResponse
+	4,  // 79: portico.admin.v1.AdminService.GetRoute:output_type -> portico.admin.v1.GetRouteResponse
+	6,  // 80: portico.admin.v1.AdminService.ListRoutes:output_type -> portico.admin.v1.ListRoutesResponse
+	8,  // 81: portico.admin.v1.AdminService.DeleteRoute:output_type -> portico.admin.v1.DeleteRouteResponse
+	10, // 82: portico.admin.v1.AdminService.PutCluster:output_type -> portico.admin.v1.PutClusterResponse
+	12, // 83: portico.admin.v1.AdminService.GetCluster:output_type -> portico.admin.v1.GetClusterResponse
+	14, // 84: portico.admin.v1.AdminService.ListClusters:output_type -> portico.admin.v1.ListClustersResponse
+	16, // 85: portico.admin.v1.AdminService.DeleteCluster:output_type -> portico.admin.v1.DeleteClusterResponse
+	18, // 86: portico.admin.v1.AdminService.PutService:output_type -> portico.admin.v1.PutServiceResponse
+	20, // 87: portico.admin.v1.AdminService.GetService:output_type -> portico.admin.v1.GetServiceResponse
+	22, // 88: portico.admin.v1.AdminService.ListServices:output_type -> portico.admin.v1.ListServicesResponse
+	24, // 89: portico.admin.v1.AdminService.DeleteService:output_type -> portico.admin.v1.DeleteServiceResponse
+	26, // 90: portico.admin.v1.AdminService.ApplyTeam:output_type -> portico.admin.v1.ApplyTeamResponse
+	28, // 91: portico.admin.v1.AdminService.PutTeam:output_type -> portico.admin.v1.PutTeamResponse
+	30, // 92: portico.admin.v1.AdminService.ListTeams:output_type -> portico.admin.v1.ListTeamsResponse
+	32, // 93: portico.admin.v1.AdminService.DeleteTeam:output_type -> portico.admin.v1.DeleteTeamResponse
+	34, // 94: portico.admin.v1.AdminService.PutPlatform:output_type -> portico.admin.v1.PutPlatformResponse
+	36, // 95: portico.admin.v1.AdminService.GetPlatform:output_type -> portico.admin.v1.GetPlatformResponse
+	40, // 96: portico.admin.v1.AdminService.ListVersions:output_type -> portico.admin.v1.ListVersionsResponse
+	42, // 97: portico.admin.v1.AdminService.GetVersion:output_type -> portico.admin.v1.GetVersionResponse
+	44, // 98: portico.admin.v1.AdminService.DiffVersions:output_type -> portico.admin.v1.DiffVersionsResponse
+	46, // 99: portico.admin.v1.AdminService.Rollback:output_type -> portico.admin.v1.RollbackResponse
+	48, // 100: portico.admin.v1.AdminService.CreateToken:output_type -> portico.admin.v1.CreateTokenResponse
+	51, // 101: portico.admin.v1.AdminService.ListTokens:output_type -> portico.admin.v1.ListTokensResponse
+	53, // 102: portico.admin.v1.AdminService.RevokeToken:output_type -> portico.admin.v1.RevokeTokenResponse
+	58, // 103: portico.admin.v1.AdminService.GetRollout:output_type -> portico.admin.v1.GetRolloutResponse
+	64, // 104: portico.admin.v1.AdminService.PauseRollout:output_type -> portico.admin.v1.PauseRolloutResponse
+	66, // 105: portico.admin.v1.AdminService.ResumeRollout:output_type -> portico.admin.v1.ResumeRolloutResponse
+	68, // 106: portico.admin.v1.AdminService.AbortRollout:output_type -> portico.admin.v1.AbortRolloutResponse
+	55, // 107: portico.admin.v1.AdminService.ListAudit:output_type -> portico.admin.v1.ListAuditResponse
+	78, // [78:108] is the sub-list for method output_type
+	48, // [48:78] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_portico_admin_v1_admin_proto_init() }
@@ -4045,7 +4159,7 @@ func file_portico_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_portico_admin_v1_admin_proto_rawDesc), len(file_portico_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   68,
+			NumMessages:   69,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -99,8 +99,14 @@ type Team struct {
 	// Owns lists (host, path prefix) pairs. A route of the team must match
 	// one: each of its hosts (or, for a route on every host, the empty
 	// host) and the literal start of its path.
-	Owns          []*Ownership `protobuf:"bytes,2,rep,name=owns,proto3" json:"owns,omitempty"`
-	Description   string       `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	Owns        []*Ownership `protobuf:"bytes,2,rep,name=owns,proto3" json:"owns,omitempty"`
+	Description string       `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	// Upstreams are the backend addresses the team's clusters may send
+	// traffic to: every endpoint of the team's clusters must match one. A
+	// team without any cannot declare clusters. They are the platform's to
+	// assign, like the URL space: with them a team cannot put a route of
+	// its own in front of another team's backend.
+	Upstreams     []*Upstream `protobuf:"bytes,4,rep,name=upstreams,proto3" json:"upstreams,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -156,6 +162,118 @@ func (x *Team) GetDescription() string {
 	return ""
 }
 
+func (x *Team) GetUpstreams() []*Upstream {
+	if x != nil {
+		return x.Upstreams
+	}
+	return nil
+}
+
+// Upstream is a set of backend addresses: names or a network, and ports.
+type Upstream struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Address:
+	//
+	//	*Upstream_Host
+	//	*Upstream_Cidr
+	Address isUpstream_Address `protobuf_oneof:"address"`
+	// Ports the endpoints may use: "443", or a range "8000-8099". Empty
+	// means any port.
+	Ports         []string `protobuf:"bytes,3,rep,name=ports,proto3" json:"ports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Upstream) Reset() {
+	*x = Upstream{}
+	mi := &file_portico_admin_v1_config_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Upstream) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Upstream) ProtoMessage() {}
+
+func (x *Upstream) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_admin_v1_config_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Upstream.ProtoReflect.Descriptor instead.
+func (*Upstream) Descriptor() ([]byte, []int) {
+	return file_portico_admin_v1_config_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Upstream) GetAddress() isUpstream_Address {
+	if x != nil {
+		return x.Address
+	}
+	return nil
+}
+
+func (x *Upstream) GetHost() string {
+	if x != nil {
+		if x, ok := x.Address.(*Upstream_Host); ok {
+			return x.Host
+		}
+	}
+	return ""
+}
+
+func (x *Upstream) GetCidr() string {
+	if x != nil {
+		if x, ok := x.Address.(*Upstream_Cidr); ok {
+			return x.Cidr
+		}
+	}
+	return ""
+}
+
+func (x *Upstream) GetPorts() []string {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+type isUpstream_Address interface {
+	isUpstream_Address()
+}
+
+type Upstream_Host struct {
+	// Host is a DNS name ("orders.internal"), or all the names under a
+	// domain when it starts with "*." ("*.orders.internal" covers
+	// "a.orders.internal" and "a.b.orders.internal", not
+	// "orders.internal"). Names are compared without case. An endpoint
+	// whose name a host covers is trusted by that name: the platform owns
+	// its DNS.
+	Host string `protobuf:"bytes,1,opt,name=host,proto3,oneof"`
+}
+
+type Upstream_Cidr struct {
+	// Cidr is an IP network ("10.20.0.0/16", "fd00:10::/64"). An endpoint
+	// given as an IP address must lie in one of the team's networks. An
+	// endpoint given as a name no host covers may still be used when the
+	// team has networks: nodes then check, each time they connect, that
+	// the address it resolves to lies in one, and refuse the connection
+	// otherwise.
+	Cidr string `protobuf:"bytes,2,opt,name=cidr,proto3,oneof"`
+}
+
+func (*Upstream_Host) isUpstream_Address() {}
+
+func (*Upstream_Cidr) isUpstream_Address() {}
+
 // Ownership is one host and path prefix a team owns.
 type Ownership struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -172,7 +290,7 @@ type Ownership struct {
 
 func (x *Ownership) Reset() {
 	*x = Ownership{}
-	mi := &file_portico_admin_v1_config_proto_msgTypes[2]
+	mi := &file_portico_admin_v1_config_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -184,7 +302,7 @@ func (x *Ownership) String() string {
 func (*Ownership) ProtoMessage() {}
 
 func (x *Ownership) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_admin_v1_config_proto_msgTypes[2]
+	mi := &file_portico_admin_v1_config_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -197,7 +315,7 @@ func (x *Ownership) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ownership.ProtoReflect.Descriptor instead.
 func (*Ownership) Descriptor() ([]byte, []int) {
-	return file_portico_admin_v1_config_proto_rawDescGZIP(), []int{2}
+	return file_portico_admin_v1_config_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Ownership) GetHost() string {
@@ -232,7 +350,7 @@ type TeamConfig struct {
 
 func (x *TeamConfig) Reset() {
 	*x = TeamConfig{}
-	mi := &file_portico_admin_v1_config_proto_msgTypes[3]
+	mi := &file_portico_admin_v1_config_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -244,7 +362,7 @@ func (x *TeamConfig) String() string {
 func (*TeamConfig) ProtoMessage() {}
 
 func (x *TeamConfig) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_admin_v1_config_proto_msgTypes[3]
+	mi := &file_portico_admin_v1_config_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -257,7 +375,7 @@ func (x *TeamConfig) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeamConfig.ProtoReflect.Descriptor instead.
 func (*TeamConfig) Descriptor() ([]byte, []int) {
-	return file_portico_admin_v1_config_proto_rawDescGZIP(), []int{3}
+	return file_portico_admin_v1_config_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TeamConfig) GetTeam() string {
@@ -290,19 +408,26 @@ func (x *TeamConfig) GetServices() []*v1.Service {
 
 // Platform is what the platform team alone declares.
 type Platform struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Products      []*v1.Product          `protobuf:"bytes,1,rep,name=products,proto3" json:"products,omitempty"`
-	Plans         []*v1.Plan             `protobuf:"bytes,2,rep,name=plans,proto3" json:"plans,omitempty"`
-	Scopes        []*v1.Scope            `protobuf:"bytes,3,rep,name=scopes,proto3" json:"scopes,omitempty"`
-	Issuers       []*v1.Issuer           `protobuf:"bytes,4,rep,name=issuers,proto3" json:"issuers,omitempty"`
-	RateLimiting  *v1.RateLimiting       `protobuf:"bytes,5,opt,name=rate_limiting,json=rateLimiting,proto3" json:"rate_limiting,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Products     []*v1.Product          `protobuf:"bytes,1,rep,name=products,proto3" json:"products,omitempty"`
+	Plans        []*v1.Plan             `protobuf:"bytes,2,rep,name=plans,proto3" json:"plans,omitempty"`
+	Scopes       []*v1.Scope            `protobuf:"bytes,3,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	Issuers      []*v1.Issuer           `protobuf:"bytes,4,rep,name=issuers,proto3" json:"issuers,omitempty"`
+	RateLimiting *v1.RateLimiting       `protobuf:"bytes,5,opt,name=rate_limiting,json=rateLimiting,proto3" json:"rate_limiting,omitempty"`
+	// UpstreamIdentities are the client certificates nodes may present to
+	// backends over mTLS, by name, and which teams may use each. A
+	// certificate and its key are files on each node (`portico gateway
+	// -upstream-identity NAME=CERT,KEY`), never in a config: a team's
+	// cluster names an identity (tls.identity), and only one the platform
+	// gave the team.
+	UpstreamIdentities []*UpstreamIdentity `protobuf:"bytes,6,rep,name=upstream_identities,json=upstreamIdentities,proto3" json:"upstream_identities,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Platform) Reset() {
 	*x = Platform{}
-	mi := &file_portico_admin_v1_config_proto_msgTypes[4]
+	mi := &file_portico_admin_v1_config_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -314,7 +439,7 @@ func (x *Platform) String() string {
 func (*Platform) ProtoMessage() {}
 
 func (x *Platform) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_admin_v1_config_proto_msgTypes[4]
+	mi := &file_portico_admin_v1_config_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -327,7 +452,7 @@ func (x *Platform) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Platform.ProtoReflect.Descriptor instead.
 func (*Platform) Descriptor() ([]byte, []int) {
-	return file_portico_admin_v1_config_proto_rawDescGZIP(), []int{4}
+	return file_portico_admin_v1_config_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Platform) GetProducts() []*v1.Product {
@@ -365,6 +490,76 @@ func (x *Platform) GetRateLimiting() *v1.RateLimiting {
 	return nil
 }
 
+func (x *Platform) GetUpstreamIdentities() []*UpstreamIdentity {
+	if x != nil {
+		return x.UpstreamIdentities
+	}
+	return nil
+}
+
+// UpstreamIdentity is a client certificate that nodes hold and teams may
+// use by name.
+type UpstreamIdentity struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Teams whose clusters may name it.
+	Teams         []string `protobuf:"bytes,2,rep,name=teams,proto3" json:"teams,omitempty"`
+	Description   string   `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpstreamIdentity) Reset() {
+	*x = UpstreamIdentity{}
+	mi := &file_portico_admin_v1_config_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpstreamIdentity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpstreamIdentity) ProtoMessage() {}
+
+func (x *UpstreamIdentity) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_admin_v1_config_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpstreamIdentity.ProtoReflect.Descriptor instead.
+func (*UpstreamIdentity) Descriptor() ([]byte, []int) {
+	return file_portico_admin_v1_config_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *UpstreamIdentity) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpstreamIdentity) GetTeams() []string {
+	if x != nil {
+		return x.Teams
+	}
+	return nil
+}
+
+func (x *UpstreamIdentity) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
 var File_portico_admin_v1_config_proto protoreflect.FileDescriptor
 
 const file_portico_admin_v1_config_proto_rawDesc = "" +
@@ -373,11 +568,18 @@ const file_portico_admin_v1_config_proto_rawDesc = "" +
 	"\x06Config\x127\n" +
 	"\x05teams\x18\x01 \x03(\v2\x16.portico.admin.v1.TeamB\t\xbaH\x06\x92\x01\x03\x10\x90NR\x05teams\x12J\n" +
 	"\fteam_configs\x18\x02 \x03(\v2\x1c.portico.admin.v1.TeamConfigB\t\xbaH\x06\x92\x01\x03\x10\x90NR\vteamConfigs\x126\n" +
-	"\bplatform\x18\x03 \x01(\v2\x1a.portico.admin.v1.PlatformR\bplatform\"\xa4\x01\n" +
+	"\bplatform\x18\x03 \x01(\v2\x1a.portico.admin.v1.PlatformR\bplatform\"\xe9\x01\n" +
 	"\x04Team\x124\n" +
 	"\x04name\x18\x01 \x01(\tB \xbaH\x1dr\x1b2\x19^[a-z0-9][a-z0-9-]{0,62}$R\x04name\x12:\n" +
 	"\x04owns\x18\x02 \x03(\v2\x1b.portico.admin.v1.OwnershipB\t\xbaH\x06\x92\x01\x03\x10\xe8\aR\x04owns\x12*\n" +
-	"\vdescription\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\vdescription\"X\n" +
+	"\vdescription\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\vdescription\x12C\n" +
+	"\tupstreams\x18\x04 \x03(\v2\x1a.portico.admin.v1.UpstreamB\t\xbaH\x06\x92\x01\x03\x10\xe8\aR\tupstreams\"\x85\x02\n" +
+	"\bUpstream\x12\x84\x01\n" +
+	"\x04host\x18\x01 \x01(\tBn\xbaHkri\x18\xfd\x012d^(\\*\\.)?([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\\.)*[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$H\x00R\x04host\x12 \n" +
+	"\x04cidr\x18\x02 \x01(\tB\n" +
+	"\xbaH\ar\x05\x18@\xe8\x01\x01H\x00R\x04cidr\x12>\n" +
+	"\x05ports\x18\x03 \x03(\tB(\xbaH%\x92\x01\"\x10@\"\x1er\x1c2\x1a^[0-9]{1,5}(-[0-9]{1,5})?$R\x05portsB\x10\n" +
+	"\aaddress\x12\x05\xbaH\x02\b\x01\"X\n" +
 	"\tOwnership\x12\x1c\n" +
 	"\x04host\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\xfd\x01R\x04host\x12-\n" +
 	"\vpath_prefix\x18\x02 \x01(\tB\f\xbaH\tr\a\x18\x80\b2\x02^/R\n" +
@@ -388,14 +590,19 @@ const file_portico_admin_v1_config_proto_rawDesc = "" +
 	"\x06routes\x18\x02 \x03(\v2\x18.portico.config.v1.RouteB\n" +
 	"\xbaH\a\x92\x01\x04\x10\xa0\x8d\x06R\x06routes\x12A\n" +
 	"\bclusters\x18\x03 \x03(\v2\x1a.portico.config.v1.ClusterB\t\xbaH\x06\x92\x01\x03\x10\x90NR\bclusters\x12A\n" +
-	"\bservices\x18\x04 \x03(\v2\x1a.portico.config.v1.ServiceB\t\xbaH\x06\x92\x01\x03\x10\x90NR\bservices\"\xca\x02\n" +
+	"\bservices\x18\x04 \x03(\v2\x1a.portico.config.v1.ServiceB\t\xbaH\x06\x92\x01\x03\x10\x90NR\bservices\"\xaa\x03\n" +
 	"\bPlatform\x12A\n" +
 	"\bproducts\x18\x01 \x03(\v2\x1a.portico.config.v1.ProductB\t\xbaH\x06\x92\x01\x03\x10\x90NR\bproducts\x128\n" +
 	"\x05plans\x18\x02 \x03(\v2\x17.portico.config.v1.PlanB\t\xbaH\x06\x92\x01\x03\x10\x90NR\x05plans\x12<\n" +
 	"\x06scopes\x18\x03 \x03(\v2\x18.portico.config.v1.ScopeB\n" +
 	"\xbaH\a\x92\x01\x04\x10\xa0\x8d\x06R\x06scopes\x12=\n" +
 	"\aissuers\x18\x04 \x03(\v2\x19.portico.config.v1.IssuerB\b\xbaH\x05\x92\x01\x02\x10dR\aissuers\x12D\n" +
-	"\rrate_limiting\x18\x05 \x01(\v2\x1f.portico.config.v1.RateLimitingR\frateLimitingB<Z:github.com/portico-gw/portico/gen/portico/admin/v1;adminv1b\x06proto3"
+	"\rrate_limiting\x18\x05 \x01(\v2\x1f.portico.config.v1.RateLimitingR\frateLimiting\x12^\n" +
+	"\x13upstream_identities\x18\x06 \x03(\v2\".portico.admin.v1.UpstreamIdentityB\t\xbaH\x06\x92\x01\x03\x10\xe8\aR\x12upstreamIdentities\"\xb7\x01\n" +
+	"\x10UpstreamIdentity\x127\n" +
+	"\x04name\x18\x01 \x01(\tB#\xbaH r\x1e2\x1c^[a-z0-9][a-z0-9._-]{0,127}$R\x04name\x12>\n" +
+	"\x05teams\x18\x02 \x03(\tB(\xbaH%\x92\x01\"\x10\x90N\"\x1dr\x1b2\x19^[a-z0-9][a-z0-9-]{0,62}$R\x05teams\x12*\n" +
+	"\vdescription\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\vdescriptionB<Z:github.com/portico-gw/portico/gen/portico/admin/v1;adminv1b\x06proto3"
 
 var (
 	file_portico_admin_v1_config_proto_rawDescOnce sync.Once
@@ -409,40 +616,44 @@ func file_portico_admin_v1_config_proto_rawDescGZIP() []byte {
 	return file_portico_admin_v1_config_proto_rawDescData
 }
 
-var file_portico_admin_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_portico_admin_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_portico_admin_v1_config_proto_goTypes = []any{
-	(*Config)(nil),          // 0: portico.admin.v1.Config
-	(*Team)(nil),            // 1: portico.admin.v1.Team
-	(*Ownership)(nil),       // 2: portico.admin.v1.Ownership
-	(*TeamConfig)(nil),      // 3: portico.admin.v1.TeamConfig
-	(*Platform)(nil),        // 4: portico.admin.v1.Platform
-	(*v1.Route)(nil),        // 5: portico.config.v1.Route
-	(*v1.Cluster)(nil),      // 6: portico.config.v1.Cluster
-	(*v1.Service)(nil),      // 7: portico.config.v1.Service
-	(*v1.Product)(nil),      // 8: portico.config.v1.Product
-	(*v1.Plan)(nil),         // 9: portico.config.v1.Plan
-	(*v1.Scope)(nil),        // 10: portico.config.v1.Scope
-	(*v1.Issuer)(nil),       // 11: portico.config.v1.Issuer
-	(*v1.RateLimiting)(nil), // 12: portico.config.v1.RateLimiting
+	(*Config)(nil),           // 0: portico.admin.v1.Config
+	(*Team)(nil),             // 1: portico.admin.v1.Team
+	(*Upstream)(nil),         // 2: portico.admin.v1.Upstream
+	(*Ownership)(nil),        // 3: portico.admin.v1.Ownership
+	(*TeamConfig)(nil),       // 4: portico.admin.v1.TeamConfig
+	(*Platform)(nil),         // 5: portico.admin.v1.Platform
+	(*UpstreamIdentity)(nil), // 6: portico.admin.v1.UpstreamIdentity
+	(*v1.Route)(nil),         // 7: portico.config.v1.Route
+	(*v1.Cluster)(nil),       // 8: portico.config.v1.Cluster
+	(*v1.Service)(nil),       // 9: portico.config.v1.Service
+	(*v1.Product)(nil),       // 10: portico.config.v1.Product
+	(*v1.Plan)(nil),          // 11: portico.config.v1.Plan
+	(*v1.Scope)(nil),         // 12: portico.config.v1.Scope
+	(*v1.Issuer)(nil),        // 13: portico.config.v1.Issuer
+	(*v1.RateLimiting)(nil),  // 14: portico.config.v1.RateLimiting
 }
 var file_portico_admin_v1_config_proto_depIdxs = []int32{
 	1,  // 0: portico.admin.v1.Config.teams:type_name -> portico.admin.v1.Team
-	3,  // 1: portico.admin.v1.Config.team_configs:type_name -> portico.admin.v1.TeamConfig
-	4,  // 2: portico.admin.v1.Config.platform:type_name -> portico.admin.v1.Platform
-	2,  // 3: portico.admin.v1.Team.owns:type_name -> portico.admin.v1.Ownership
-	5,  // 4: portico.admin.v1.TeamConfig.routes:type_name -> portico.config.v1.Route
-	6,  // 5: portico.admin.v1.TeamConfig.clusters:type_name -> portico.config.v1.Cluster
-	7,  // 6: portico.admin.v1.TeamConfig.services:type_name -> portico.config.v1.Service
-	8,  // 7: portico.admin.v1.Platform.products:type_name -> portico.config.v1.Product
-	9,  // 8: portico.admin.v1.Platform.plans:type_name -> portico.config.v1.Plan
-	10, // 9: portico.admin.v1.Platform.scopes:type_name -> portico.config.v1.Scope
-	11, // 10: portico.admin.v1.Platform.issuers:type_name -> portico.config.v1.Issuer
-	12, // 11: portico.admin.v1.Platform.rate_limiting:type_name -> portico.config.v1.RateLimiting
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	4,  // 1: portico.admin.v1.Config.team_configs:type_name -> portico.admin.v1.TeamConfig
+	5,  // 2: portico.admin.v1.Config.platform:type_name -> portico.admin.v1.Platform
+	3,  // 3: portico.admin.v1.Team.owns:type_name -> portico.admin.v1.Ownership
+	2,  // 4: portico.admin.v1.Team.upstreams:type_name -> portico.admin.v1.Upstream
+	7,  // 5: portico.admin.v1.TeamConfig.routes:type_name -> portico.config.v1.Route
+	8,  // 6: portico.admin.v1.TeamConfig.clusters:type_name -> portico.config.v1.Cluster
+	9,  // 7: portico.admin.v1.TeamConfig.services:type_name -> portico.config.v1.Service
+	10, // 8: portico.admin.v1.Platform.products:type_name -> portico.config.v1.Product
+	11, // 9: portico.admin.v1.Platform.plans:type_name -> portico.config.v1.Plan
+	12, // 10: portico.admin.v1.Platform.scopes:type_name -> portico.config.v1.Scope
+	13, // 11: portico.admin.v1.Platform.issuers:type_name -> portico.config.v1.Issuer
+	14, // 12: portico.admin.v1.Platform.rate_limiting:type_name -> portico.config.v1.RateLimiting
+	6,  // 13: portico.admin.v1.Platform.upstream_identities:type_name -> portico.admin.v1.UpstreamIdentity
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_portico_admin_v1_config_proto_init() }
@@ -450,13 +661,17 @@ func file_portico_admin_v1_config_proto_init() {
 	if File_portico_admin_v1_config_proto != nil {
 		return
 	}
+	file_portico_admin_v1_config_proto_msgTypes[2].OneofWrappers = []any{
+		(*Upstream_Host)(nil),
+		(*Upstream_Cidr)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_portico_admin_v1_config_proto_rawDesc), len(file_portico_admin_v1_config_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -2652,8 +2652,12 @@ type Cluster struct {
 	Tls *UpstreamTLS `protobuf:"bytes,7,opt,name=tls,proto3" json:"tls,omitempty"`
 	// ConnectTimeout bounds the TCP and TLS handshake. Unset means 2 s.
 	ConnectTimeout *durationpb.Duration `protobuf:"bytes,8,opt,name=connect_timeout,json=connectTimeout,proto3" json:"connect_timeout,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Team is the team that owns the cluster; the control plane sets it
+	// (a team's config may leave it empty). Nodes name it when they refuse
+	// the cluster or a connection to one of its endpoints.
+	Team          string `protobuf:"bytes,9,opt,name=team,proto3" json:"team,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Cluster) Reset() {
@@ -2742,11 +2746,25 @@ func (x *Cluster) GetConnectTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *Cluster) GetTeam() string {
+	if x != nil {
+		return x.Team
+	}
+	return ""
+}
+
 type Endpoint struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Address is "host:port"; the host is an IP address or a DNS name resolved
 	// when a connection is made.
-	Address       string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	Address string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	// Networks, when set, are the only IP networks the node connects to for
+	// this endpoint: each time it connects, an address the name resolved to
+	// outside them is refused (counted and logged) before any packet is
+	// sent. The control plane sets it, from the owning team's upstreams, on
+	// endpoints whose name the team may use only by network; a team cannot
+	// set it.
+	Networks      []string `protobuf:"bytes,2,rep,name=networks,proto3" json:"networks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2786,6 +2804,13 @@ func (x *Endpoint) GetAddress() string {
 		return x.Address
 	}
 	return ""
+}
+
+func (x *Endpoint) GetNetworks() []string {
+	if x != nil {
+		return x.Networks
+	}
+	return nil
 }
 
 // HealthCheck is an active probe sent to every endpoint.
@@ -3159,8 +3184,8 @@ func (x *ConnectionPool) GetMaxInFlight() uint32 {
 }
 
 // UpstreamTLS is how the node connects to a cluster over TLS. Private keys
-// never travel in a snapshot: the client certificate is read from files on the
-// node.
+// never travel in a snapshot: the client certificate is one of the node's
+// own identities, named.
 type UpstreamTLS struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// ServerName to verify and send in SNI; empty means the endpoint's host.
@@ -3170,12 +3195,14 @@ type UpstreamTLS struct {
 	CaPem string `protobuf:"bytes,2,opt,name=ca_pem,json=caPem,proto3" json:"ca_pem,omitempty"`
 	// CaFile is a PEM file on the node, the alternative to ca_pem.
 	CaFile string `protobuf:"bytes,3,opt,name=ca_file,json=caFile,proto3" json:"ca_file,omitempty"`
-	// ClientCertFile and ClientKeyFile are the node's certificate for mTLS,
-	// PEM files on the node, re-read when they change.
-	ClientCertFile string `protobuf:"bytes,4,opt,name=client_cert_file,json=clientCertFile,proto3" json:"client_cert_file,omitempty"`
-	ClientKeyFile  string `protobuf:"bytes,5,opt,name=client_key_file,json=clientKeyFile,proto3" json:"client_key_file,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Identity names the client certificate the node presents for mTLS:
+	// one of the node's upstream identities (`portico gateway
+	// -upstream-identity NAME=CERT,KEY`, PEM files on the node, re-read
+	// when they change). Empty: no client certificate. A node that does
+	// not have the identity refuses the snapshot, naming the cluster.
+	Identity      string `protobuf:"bytes,6,opt,name=identity,proto3" json:"identity,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpstreamTLS) Reset() {
@@ -3229,16 +3256,9 @@ func (x *UpstreamTLS) GetCaFile() string {
 	return ""
 }
 
-func (x *UpstreamTLS) GetClientCertFile() string {
+func (x *UpstreamTLS) GetIdentity() string {
 	if x != nil {
-		return x.ClientCertFile
-	}
-	return ""
-}
-
-func (x *UpstreamTLS) GetClientKeyFile() string {
-	if x != nil {
-		return x.ClientKeyFile
+		return x.Identity
 	}
 	return ""
 }
@@ -3763,7 +3783,7 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\bH\x00R\x05regex\x12#\n" +
 	"\apresent\x18\x05 \x01(\bB\a\xbaH\x04j\x02\b\x01H\x00R\apresent\x12\x16\n" +
 	"\x06invert\x18\x06 \x01(\bR\x06invertB\x0e\n" +
-	"\x05match\x12\x05\xbaH\x02\b\x01\"\x9e\a\n" +
+	"\x05match\x12\x05\xbaH\x02\b\x01\"\xd7\a\n" +
 	"\aCluster\x127\n" +
 	"\x04name\x18\x01 \x01(\tB#\xbaH r\x1e2\x1c^[a-z0-9][a-z0-9._-]{0,127}$R\x04name\x12C\n" +
 	"\bprotocol\x18\x02 \x01(\x0e2\x1b.portico.config.v1.ProtocolB\n" +
@@ -3773,13 +3793,16 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	"\x11outlier_detection\x18\x05 \x01(\v2#.portico.config.v1.OutlierDetectionR\x10outlierDetection\x125\n" +
 	"\x04pool\x18\x06 \x01(\v2!.portico.config.v1.ConnectionPoolR\x04pool\x120\n" +
 	"\x03tls\x18\a \x01(\v2\x1e.portico.config.v1.UpstreamTLSR\x03tls\x12P\n" +
-	"\x0fconnect_timeout\x18\b \x01(\v2\x19.google.protobuf.DurationB\f\xbaH\t\xaa\x01\x06\"\x02\b\x1e*\x00R\x0econnectTimeout:\xfc\x02\xbaH\xf8\x02\x1ai\n" +
+	"\x0fconnect_timeout\x18\b \x01(\v2\x19.google.protobuf.DurationB\f\xbaH\t\xaa\x01\x06\"\x02\b\x1e*\x00R\x0econnectTimeout\x127\n" +
+	"\x04team\x18\t \x01(\tB#\xbaH r\x1e2\x1c^([a-z0-9][a-z0-9-]{0,62})?$R\x04team:\xfc\x02\xbaH\xf8\x02\x1ai\n" +
 	"\x14cluster.h2_needs_tls\x12,protocol H2 is HTTP/2 over TLS and needs tls\x1a#this.protocol != 3 || has(this.tls)\x1ai\n" +
 	"\x12cluster.h2c_no_tls\x12-protocol H2C is cleartext and cannot have tls\x1a$this.protocol != 2 || !has(this.tls)\x1a\x9f\x01\n" +
-	"\x1ecluster.grpc_probe_needs_http2\x12Ia grpc health check needs an HTTP/2 protocol (GRPC, H2C or H2), not HTTP1\x1a2this.protocol != 1 || !has(this.health_check.grpc)\"3\n" +
+	"\x1ecluster.grpc_probe_needs_http2\x12Ia grpc health check needs an HTTP/2 protocol (GRPC, H2C or H2), not HTTP1\x1a2this.protocol != 1 || !has(this.health_check.grpc)\"a\n" +
 	"\bEndpoint\x12'\n" +
 	"\aaddress\x18\x01 \x01(\tB\r\xbaH\n" +
-	"r\b\x10\x03\x18\x85\x02\x80\x02\x01R\aaddress\"\x83\x03\n" +
+	"r\b\x10\x03\x18\x85\x02\x80\x02\x01R\aaddress\x12,\n" +
+	"\bnetworks\x18\x02 \x03(\tB\x10\xbaH\r\x92\x01\n" +
+	"\x10\xe8\a\"\x05r\x03\xe8\x01\x01R\bnetworks\"\x83\x03\n" +
 	"\vHealthCheck\x12I\n" +
 	"\binterval\x18\x01 \x01(\v2\x19.google.protobuf.DurationB\x12\xbaH\x0f\xaa\x01\f\"\x03\b\xac\x022\x05\x10\x80\xc2\xd7/R\binterval\x12A\n" +
 	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationB\f\xbaH\t\xaa\x01\x06\"\x02\b<*\x00R\atimeout\x128\n" +
@@ -3805,16 +3828,14 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	"\fidle_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationB\r\xbaH\n" +
 	"\xaa\x01\a\"\x03\b\x90\x1c*\x00R\vidleTimeout\x12.\n" +
 	"\rmax_in_flight\x18\x04 \x01(\rB\n" +
-	"\xbaH\a*\x05\x18\x80\xad\xe2\x04R\vmaxInFlight\"\xe2\x03\n" +
+	"\xbaH\a*\x05\x18\x80\xad\xe2\x04R\vmaxInFlight\"\xdf\x02\n" +
 	"\vUpstreamTLS\x12)\n" +
 	"\vserver_name\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\n" +
 	"serverName\x12 \n" +
 	"\x06ca_pem\x18\x02 \x01(\tB\t\xbaH\x06r\x04\x18\x80\x80\x04R\x05caPem\x12!\n" +
-	"\aca_file\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\x06caFile\x122\n" +
-	"\x10client_cert_file\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\x0eclientCertFile\x120\n" +
-	"\x0fclient_key_file\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\rclientKeyFile:\xfc\x01\xbaH\xf8\x01\x1ah\n" +
-	"\x16upstream_tls.ca_one_of\x12%set at most one of ca_pem and ca_file\x1a'this.ca_pem == '' || this.ca_file == ''\x1a\x8b\x01\n" +
-	"\x18upstream_tls.client_pair\x120client_cert_file and client_key_file go together\x1a=(this.client_cert_file == '') == (this.client_key_file == '')\"\xe2\x01\n" +
+	"\aca_file\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\x06caFile\x12B\n" +
+	"\bidentity\x18\x06 \x01(\tB&\xbaH#r!2\x1f^([a-z0-9][a-z0-9._-]{0,127})?$R\bidentity:m\xbaHj\x1ah\n" +
+	"\x16upstream_tls.ca_one_of\x12%set at most one of ca_pem and ca_file\x1a'this.ca_pem == '' || this.ca_file == ''J\x04\b\x04\x10\x05J\x04\b\x05\x10\x06R\x10client_cert_fileR\x0fclient_key_file\"\xe2\x01\n" +
 	"\rFastLaneEntry\x12\x19\n" +
 	"\x03rev\x18\x01 \x01(\x04B\a\xbaH\x042\x02 \x00R\x03rev\x120\n" +
 	"\x03key\x18\x02 \x01(\v2\x1c.portico.config.v1.KeyRecordH\x00R\x03key\x122\n" +

@@ -12,6 +12,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -779,7 +780,8 @@ func (x *FastLaneUpdate) GetMore() bool {
 }
 
 // StreamRequest is a node's message: first a Hello, then an Ack per
-// snapshot received, and a Report every few seconds.
+// snapshot received, a ProbeResult per Probe, and a Report every few
+// seconds.
 type StreamRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Message:
@@ -787,6 +789,7 @@ type StreamRequest struct {
 	//	*StreamRequest_Hello
 	//	*StreamRequest_Ack
 	//	*StreamRequest_Report
+	//	*StreamRequest_ProbeResult
 	Message       isStreamRequest_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -856,6 +859,15 @@ func (x *StreamRequest) GetReport() *Report {
 	return nil
 }
 
+func (x *StreamRequest) GetProbeResult() *ProbeResult {
+	if x != nil {
+		if x, ok := x.Message.(*StreamRequest_ProbeResult); ok {
+			return x.ProbeResult
+		}
+	}
+	return nil
+}
+
 type isStreamRequest_Message interface {
 	isStreamRequest_Message()
 }
@@ -872,18 +884,25 @@ type StreamRequest_Report struct {
 	Report *Report `protobuf:"bytes,3,opt,name=report,proto3,oneof"`
 }
 
+type StreamRequest_ProbeResult struct {
+	ProbeResult *ProbeResult `protobuf:"bytes,4,opt,name=probe_result,json=probeResult,proto3,oneof"`
+}
+
 func (*StreamRequest_Hello) isStreamRequest_Message() {}
 
 func (*StreamRequest_Ack) isStreamRequest_Message() {}
 
 func (*StreamRequest_Report) isStreamRequest_Message() {}
 
+func (*StreamRequest_ProbeResult) isStreamRequest_Message() {}
+
 // Report is what the node counted of each route's calls since it started
 // (cumulative: the control plane takes differences, so a lost report
-// loses nothing).
+// loses nothing), and how its upstream endpoints are now.
 type Report struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Routes        []*RouteCounts         `protobuf:"bytes,1,rep,name=routes,proto3" json:"routes,omitempty"`
+	Clusters      []*ClusterHealth       `protobuf:"bytes,2,rep,name=clusters,proto3" json:"clusters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -925,6 +944,139 @@ func (x *Report) GetRoutes() []*RouteCounts {
 	return nil
 }
 
+func (x *Report) GetClusters() []*ClusterHealth {
+	if x != nil {
+		return x.Clusters
+	}
+	return nil
+}
+
+// ClusterHealth is how a node sees one cluster's endpoints.
+type ClusterHealth struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Endpoints     []*EndpointHealth      `protobuf:"bytes,2,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterHealth) Reset() {
+	*x = ClusterHealth{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterHealth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterHealth) ProtoMessage() {}
+
+func (x *ClusterHealth) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterHealth.ProtoReflect.Descriptor instead.
+func (*ClusterHealth) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ClusterHealth) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ClusterHealth) GetEndpoints() []*EndpointHealth {
+	if x != nil {
+		return x.Endpoints
+	}
+	return nil
+}
+
+// EndpointHealth is one endpoint of a cluster, as one node sees it.
+type EndpointHealth struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Address string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	// Healthy is the verdict of the cluster's active health checks (true
+	// without any); Ejected says passive outlier detection took it out.
+	Healthy bool `protobuf:"varint,2,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	Ejected bool `protobuf:"varint,3,opt,name=ejected,proto3" json:"ejected,omitempty"`
+	// RefusedDials counts the connections the node refused because the
+	// address the endpoint's name resolved to lay outside its networks.
+	RefusedDials  uint64 `protobuf:"varint,4,opt,name=refused_dials,json=refusedDials,proto3" json:"refused_dials,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndpointHealth) Reset() {
+	*x = EndpointHealth{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndpointHealth) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndpointHealth) ProtoMessage() {}
+
+func (x *EndpointHealth) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndpointHealth.ProtoReflect.Descriptor instead.
+func (*EndpointHealth) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *EndpointHealth) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *EndpointHealth) GetHealthy() bool {
+	if x != nil {
+		return x.Healthy
+	}
+	return false
+}
+
+func (x *EndpointHealth) GetEjected() bool {
+	if x != nil {
+		return x.Ejected
+	}
+	return false
+}
+
+func (x *EndpointHealth) GetRefusedDials() uint64 {
+	if x != nil {
+		return x.RefusedDials
+	}
+	return 0
+}
+
 // RouteCounts are one route's counters.
 type RouteCounts struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -942,7 +1094,7 @@ type RouteCounts struct {
 
 func (x *RouteCounts) Reset() {
 	*x = RouteCounts{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[14]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -954,7 +1106,7 @@ func (x *RouteCounts) String() string {
 func (*RouteCounts) ProtoMessage() {}
 
 func (x *RouteCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[14]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -967,7 +1119,7 @@ func (x *RouteCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteCounts.ProtoReflect.Descriptor instead.
 func (*RouteCounts) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{14}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RouteCounts) GetRouteId() string {
@@ -1008,14 +1160,21 @@ type Hello struct {
 	Labels map[string]string `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Sha256 is the snapshot the node runs (from disk after a restart);
 	// empty if it runs none.
-	Sha256        string `protobuf:"bytes,5,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Sha256 string `protobuf:"bytes,5,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// Resources are what the node holds itself that snapshots name: the
+	// control plane refuses a change that names one a connected node
+	// lacks, before anything is pushed.
+	Resources *NodeResources `protobuf:"bytes,6,opt,name=resources,proto3" json:"resources,omitempty"`
+	// Clusters are the node's upstream endpoints as its checks see them
+	// when it connects (reports keep them current).
+	Clusters      []*ClusterHealth `protobuf:"bytes,7,rep,name=clusters,proto3" json:"clusters,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[15]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1186,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[15]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1199,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{15}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Hello) GetNodeId() string {
@@ -1078,20 +1237,154 @@ func (x *Hello) GetSha256() string {
 	return ""
 }
 
+func (x *Hello) GetResources() *NodeResources {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+func (x *Hello) GetClusters() []*ClusterHealth {
+	if x != nil {
+		return x.Clusters
+	}
+	return nil
+}
+
+// NodeResources are a node's own resources, named by snapshots.
+type NodeResources struct {
+	state              protoimpl.MessageState  `protogen:"open.v1"`
+	UpstreamIdentities []*UpstreamIdentityInfo `protobuf:"bytes,1,rep,name=upstream_identities,json=upstreamIdentities,proto3" json:"upstream_identities,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *NodeResources) Reset() {
+	*x = NodeResources{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeResources) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeResources) ProtoMessage() {}
+
+func (x *NodeResources) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeResources.ProtoReflect.Descriptor instead.
+func (*NodeResources) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *NodeResources) GetUpstreamIdentities() []*UpstreamIdentityInfo {
+	if x != nil {
+		return x.UpstreamIdentities
+	}
+	return nil
+}
+
+// UpstreamIdentityInfo is one client certificate a node holds for mTLS to
+// backends: its name and what identifies the certificate (never the key).
+type UpstreamIdentityInfo struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Subject  string                 `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	NotAfter *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=not_after,json=notAfter,proto3" json:"not_after,omitempty"`
+	// Sha256 is the hex SHA-256 of the certificate (DER).
+	Sha256        string `protobuf:"bytes,4,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpstreamIdentityInfo) Reset() {
+	*x = UpstreamIdentityInfo{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpstreamIdentityInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpstreamIdentityInfo) ProtoMessage() {}
+
+func (x *UpstreamIdentityInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpstreamIdentityInfo.ProtoReflect.Descriptor instead.
+func (*UpstreamIdentityInfo) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *UpstreamIdentityInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UpstreamIdentityInfo) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *UpstreamIdentityInfo) GetNotAfter() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotAfter
+	}
+	return nil
+}
+
+func (x *UpstreamIdentityInfo) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
 // Ack answers one Snapshot.
 type Ack struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Sha256 string                 `protobuf:"bytes,1,opt,name=sha256,proto3" json:"sha256,omitempty"`
 	// Error is empty for an ACK; for a NACK, why the node refused the
 	// snapshot.
-	Error         string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	// Objects are the config objects a NACK refused, each with its team,
+	// when the node can tell which (a snapshot that does not decode names
+	// none).
+	Objects       []*RefusedObject `protobuf:"bytes,3,rep,name=objects,proto3" json:"objects,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[16]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1103,7 +1396,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[16]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1116,7 +1409,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{16}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Ack) GetSha256() string {
@@ -1133,12 +1426,92 @@ func (x *Ack) GetError() string {
 	return ""
 }
 
+func (x *Ack) GetObjects() []*RefusedObject {
+	if x != nil {
+		return x.Objects
+	}
+	return nil
+}
+
+// RefusedObject is one config object a node could not run.
+type RefusedObject struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Team owns the object; empty for the platform's (issuers, plans, ...).
+	Team string `protobuf:"bytes,1,opt,name=team,proto3" json:"team,omitempty"`
+	// Kind is "route", "cluster", "service", "issuer", "plan", "product",
+	// "scope", "key" or "snapshot".
+	Kind          string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RefusedObject) Reset() {
+	*x = RefusedObject{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RefusedObject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RefusedObject) ProtoMessage() {}
+
+func (x *RefusedObject) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RefusedObject.ProtoReflect.Descriptor instead.
+func (*RefusedObject) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *RefusedObject) GetTeam() string {
+	if x != nil {
+		return x.Team
+	}
+	return ""
+}
+
+func (x *RefusedObject) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *RefusedObject) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RefusedObject) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 // StreamResponse is the control plane's message.
 type StreamResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Message:
 	//
 	//	*StreamResponse_Snapshot
+	//	*StreamResponse_Probe
 	Message       isStreamResponse_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1146,7 +1519,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[17]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1531,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[17]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1544,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{17}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StreamResponse) GetMessage() isStreamResponse_Message {
@@ -1190,6 +1563,15 @@ func (x *StreamResponse) GetSnapshot() *Snapshot {
 	return nil
 }
 
+func (x *StreamResponse) GetProbe() *Probe {
+	if x != nil {
+		if x, ok := x.Message.(*StreamResponse_Probe); ok {
+			return x.Probe
+		}
+	}
+	return nil
+}
+
 type isStreamResponse_Message interface {
 	isStreamResponse_Message()
 }
@@ -1198,7 +1580,259 @@ type StreamResponse_Snapshot struct {
 	Snapshot *Snapshot `protobuf:"bytes,1,opt,name=snapshot,proto3,oneof"`
 }
 
+type StreamResponse_Probe struct {
+	Probe *Probe `protobuf:"bytes,2,opt,name=probe,proto3,oneof"`
+}
+
 func (*StreamResponse_Snapshot) isStreamResponse_Message() {}
+
+func (*StreamResponse_Probe) isStreamResponse_Message() {}
+
+// Probe asks a node to try clusters a change adds or changes before the
+// change is committed: build each as it would (its identity, its TLS),
+// and check every endpoint once (the cluster's health check, or a
+// connection and TLS handshake without one), from the node's own network.
+// The node answers with a ProbeResult of the same id; nothing it serves
+// changes.
+type Probe struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Clusters []*v1.Cluster          `protobuf:"bytes,2,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	// Timeout bounds each endpoint's check.
+	Timeout       *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Probe) Reset() {
+	*x = Probe{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Probe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Probe) ProtoMessage() {}
+
+func (x *Probe) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Probe.ProtoReflect.Descriptor instead.
+func (*Probe) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *Probe) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Probe) GetClusters() []*v1.Cluster {
+	if x != nil {
+		return x.Clusters
+	}
+	return nil
+}
+
+func (x *Probe) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+// ProbeResult answers a Probe.
+type ProbeResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Clusters      []*ClusterProbe        `protobuf:"bytes,2,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProbeResult) Reset() {
+	*x = ProbeResult{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProbeResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProbeResult) ProtoMessage() {}
+
+func (x *ProbeResult) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProbeResult.ProtoReflect.Descriptor instead.
+func (*ProbeResult) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ProbeResult) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ProbeResult) GetClusters() []*ClusterProbe {
+	if x != nil {
+		return x.Clusters
+	}
+	return nil
+}
+
+// ClusterProbe is how one probed cluster fared on one node.
+type ClusterProbe struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Error says why the node could not build the cluster at all (an
+	// identity it lacks, a CA that does not parse); its endpoints were not
+	// checked then.
+	Error         string           `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Endpoints     []*EndpointProbe `protobuf:"bytes,3,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterProbe) Reset() {
+	*x = ClusterProbe{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterProbe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterProbe) ProtoMessage() {}
+
+func (x *ClusterProbe) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterProbe.ProtoReflect.Descriptor instead.
+func (*ClusterProbe) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ClusterProbe) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ClusterProbe) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *ClusterProbe) GetEndpoints() []*EndpointProbe {
+	if x != nil {
+		return x.Endpoints
+	}
+	return nil
+}
+
+// EndpointProbe is one endpoint's check.
+type EndpointProbe struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Address string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	Healthy bool                   `protobuf:"varint,2,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	// Error says why it is not healthy.
+	Error         string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EndpointProbe) Reset() {
+	*x = EndpointProbe{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EndpointProbe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EndpointProbe) ProtoMessage() {}
+
+func (x *EndpointProbe) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EndpointProbe.ProtoReflect.Descriptor instead.
+func (*EndpointProbe) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *EndpointProbe) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *EndpointProbe) GetHealthy() bool {
+	if x != nil {
+		return x.Healthy
+	}
+	return false
+}
+
+func (x *EndpointProbe) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
 
 // Snapshot is what the node should run.
 type Snapshot struct {
@@ -1217,7 +1851,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[18]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1229,7 +1863,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[18]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1242,7 +1876,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{18}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Snapshot) GetVersion() int64 {
@@ -1270,7 +1904,7 @@ var File_portico_distribution_v1_distribution_proto protoreflect.FileDescriptor
 
 const file_portico_distribution_v1_distribution_proto_rawDesc = "" +
 	"\n" +
-	"*portico/distribution/v1/distribution.proto\x12\x17portico.distribution.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1eportico/config/v1/config.proto\"\x9e\x02\n" +
+	"*portico/distribution/v1/distribution.proto\x12\x17portico.distribution.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1eportico/config/v1/config.proto\"\x9e\x02\n" +
 	"\x0ePublishRequest\x125\n" +
 	"\x06source\x18\x01 \x01(\tB\x1d\xbaH\x1ar\x182\x16^[a-z][a-z0-9-]{0,31}$R\x06source\x12\x19\n" +
 	"\bfrom_seq\x18\x02 \x01(\x04R\afromSeq\x12\x15\n" +
@@ -1317,35 +1951,76 @@ const file_portico_distribution_v1_distribution_proto_rawDesc = "" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x12\n" +
 	"\x04full\x18\x03 \x01(\bR\x04full\x12:\n" +
 	"\aentries\x18\x04 \x03(\v2 .portico.config.v1.FastLaneEntryR\aentries\x12\x12\n" +
-	"\x04more\x18\x05 \x01(\bR\x04more\"\xc6\x01\n" +
+	"\x04more\x18\x05 \x01(\bR\x04more\"\x91\x02\n" +
 	"\rStreamRequest\x126\n" +
 	"\x05hello\x18\x01 \x01(\v2\x1e.portico.distribution.v1.HelloH\x00R\x05hello\x120\n" +
 	"\x03ack\x18\x02 \x01(\v2\x1c.portico.distribution.v1.AckH\x00R\x03ack\x129\n" +
-	"\x06report\x18\x03 \x01(\v2\x1f.portico.distribution.v1.ReportH\x00R\x06reportB\x10\n" +
-	"\amessage\x12\x05\xbaH\x02\b\x01\"R\n" +
+	"\x06report\x18\x03 \x01(\v2\x1f.portico.distribution.v1.ReportH\x00R\x06report\x12I\n" +
+	"\fprobe_result\x18\x04 \x01(\v2$.portico.distribution.v1.ProbeResultH\x00R\vprobeResultB\x10\n" +
+	"\amessage\x12\x05\xbaH\x02\b\x01\"\xa1\x01\n" +
 	"\x06Report\x12H\n" +
 	"\x06routes\x18\x01 \x03(\v2$.portico.distribution.v1.RouteCountsB\n" +
-	"\xbaH\a\x92\x01\x04\x10\xc0\x9a\fR\x06routes\"\x98\x01\n" +
+	"\xbaH\a\x92\x01\x04\x10\xc0\x9a\fR\x06routes\x12M\n" +
+	"\bclusters\x18\x02 \x03(\v2&.portico.distribution.v1.ClusterHealthB\t\xbaH\x06\x92\x01\x03\x10\x90NR\bclusters\"\x7f\n" +
+	"\rClusterHealth\x12\x1c\n" +
+	"\x04name\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x04name\x12P\n" +
+	"\tendpoints\x18\x02 \x03(\v2'.portico.distribution.v1.EndpointHealthB\t\xbaH\x06\x92\x01\x03\x10\x80\bR\tendpoints\"\x8d\x01\n" +
+	"\x0eEndpointHealth\x12\"\n" +
+	"\aaddress\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x85\x02R\aaddress\x12\x18\n" +
+	"\ahealthy\x18\x02 \x01(\bR\ahealthy\x12\x18\n" +
+	"\aejected\x18\x03 \x01(\bR\aejected\x12#\n" +
+	"\rrefused_dials\x18\x04 \x01(\x04R\frefusedDials\"\x98\x01\n" +
 	"\vRouteCounts\x12\"\n" +
 	"\broute_id\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\arouteId\x12\x1a\n" +
 	"\brequests\x18\x02 \x01(\x04R\brequests\x12\x16\n" +
 	"\x06errors\x18\x03 \x01(\x04R\x06errors\x121\n" +
-	"\x0flatency_buckets\x18\x04 \x03(\x04B\b\xbaH\x05\x92\x01\x02\x10\x0fR\x0elatencyBuckets\"\xc5\x02\n" +
+	"\x0flatency_buckets\x18\x04 \x03(\x04B\b\xbaH\x05\x92\x01\x02\x10\x0fR\x0elatencyBuckets\"\xda\x03\n" +
 	"\x05Hello\x12C\n" +
 	"\anode_id\x18\x01 \x01(\tB*\xbaH'r%2#^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$R\x06nodeId\x12\x1b\n" +
 	"\x04pool\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x18@R\x04pool\x12\x1f\n" +
 	"\x06region\x18\x03 \x01(\tB\a\xbaH\x04r\x02\x18@R\x06region\x12L\n" +
 	"\x06labels\x18\x04 \x03(\v2*.portico.distribution.v1.Hello.LabelsEntryB\b\xbaH\x05\x9a\x01\x02\x10@R\x06labels\x120\n" +
-	"\x06sha256\x18\x05 \x01(\tB\x18\xbaH\x15r\x132\x11^([0-9a-f]{64})?$R\x06sha256\x1a9\n" +
+	"\x06sha256\x18\x05 \x01(\tB\x18\xbaH\x15r\x132\x11^([0-9a-f]{64})?$R\x06sha256\x12D\n" +
+	"\tresources\x18\x06 \x01(\v2&.portico.distribution.v1.NodeResourcesR\tresources\x12M\n" +
+	"\bclusters\x18\a \x03(\v2&.portico.distribution.v1.ClusterHealthB\t\xbaH\x06\x92\x01\x03\x10\x90NR\bclusters\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"U\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"z\n" +
+	"\rNodeResources\x12i\n" +
+	"\x13upstream_identities\x18\x01 \x03(\v2-.portico.distribution.v1.UpstreamIdentityInfoB\t\xbaH\x06\x92\x01\x03\x10\xe8\aR\x12upstreamIdentities\"\xde\x01\n" +
+	"\x14UpstreamIdentityInfo\x127\n" +
+	"\x04name\x18\x01 \x01(\tB#\xbaH r\x1e2\x1c^[a-z0-9][a-z0-9._-]{0,127}$R\x04name\x12\"\n" +
+	"\asubject\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\asubject\x127\n" +
+	"\tnot_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\x120\n" +
+	"\x06sha256\x18\x04 \x01(\tB\x18\xbaH\x15r\x132\x11^([0-9a-f]{64})?$R\x06sha256\"\xa2\x01\n" +
 	"\x03Ack\x12-\n" +
 	"\x06sha256\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\x06sha256\x12\x1f\n" +
-	"\x05error\x18\x02 \x01(\tB\t\xbaH\x06r\x04\x18\x80\x80\x04R\x05error\"\\\n" +
+	"\x05error\x18\x02 \x01(\tB\t\xbaH\x06r\x04\x18\x80\x80\x04R\x05error\x12K\n" +
+	"\aobjects\x18\x03 \x03(\v2&.portico.distribution.v1.RefusedObjectB\t\xbaH\x06\x92\x01\x03\x10\xe8\aR\aobjects\"\x87\x01\n" +
+	"\rRefusedObject\x12\x1b\n" +
+	"\x04team\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x18@R\x04team\x12\x1b\n" +
+	"\x04kind\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x18 R\x04kind\x12\x1c\n" +
+	"\x04name\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x02R\x04name\x12\x1e\n" +
+	"\x05error\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\x05error\"\x94\x01\n" +
 	"\x0eStreamResponse\x12?\n" +
-	"\bsnapshot\x18\x01 \x01(\v2!.portico.distribution.v1.SnapshotH\x00R\bsnapshotB\t\n" +
-	"\amessage\"P\n" +
+	"\bsnapshot\x18\x01 \x01(\v2!.portico.distribution.v1.SnapshotH\x00R\bsnapshot\x126\n" +
+	"\x05probe\x18\x02 \x01(\v2\x1e.portico.distribution.v1.ProbeH\x00R\x05probeB\t\n" +
+	"\amessage\"\x98\x01\n" +
+	"\x05Probe\x12\x17\n" +
+	"\x02id\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x18@R\x02id\x12A\n" +
+	"\bclusters\x18\x02 \x03(\v2\x1a.portico.config.v1.ClusterB\t\xbaH\x06\x92\x01\x03\x10\xe8\aR\bclusters\x123\n" +
+	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"t\n" +
+	"\vProbeResult\x12\x17\n" +
+	"\x02id\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x18@R\x02id\x12L\n" +
+	"\bclusters\x18\x02 \x03(\v2%.portico.distribution.v1.ClusterProbeB\t\xbaH\x06\x92\x01\x03\x10\xe8\aR\bclusters\"\x9d\x01\n" +
+	"\fClusterProbe\x12\x1c\n" +
+	"\x04name\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x04name\x12\x1e\n" +
+	"\x05error\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\x05error\x12O\n" +
+	"\tendpoints\x18\x03 \x03(\v2&.portico.distribution.v1.EndpointProbeB\t\xbaH\x06\x92\x01\x03\x10\x80\bR\tendpoints\"m\n" +
+	"\rEndpointProbe\x12\"\n" +
+	"\aaddress\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x85\x02R\aaddress\x12\x18\n" +
+	"\ahealthy\x18\x02 \x01(\bR\ahealthy\x12\x1e\n" +
+	"\x05error\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\x05error\"P\n" +
 	"\bSnapshot\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x12\n" +
@@ -1370,60 +2045,84 @@ func file_portico_distribution_v1_distribution_proto_rawDescGZIP() []byte {
 	return file_portico_distribution_v1_distribution_proto_rawDescData
 }
 
-var file_portico_distribution_v1_distribution_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_portico_distribution_v1_distribution_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_portico_distribution_v1_distribution_proto_goTypes = []any{
-	(*PublishRequest)(nil),      // 0: portico.distribution.v1.PublishRequest
-	(*PublishResponse)(nil),     // 1: portico.distribution.v1.PublishResponse
-	(*SourceRequest)(nil),       // 2: portico.distribution.v1.SourceRequest
-	(*SourceResponse)(nil),      // 3: portico.distribution.v1.SourceResponse
-	(*WaitRequest)(nil),         // 4: portico.distribution.v1.WaitRequest
-	(*WaitResponse)(nil),        // 5: portico.distribution.v1.WaitResponse
-	(*NodeFastLane)(nil),        // 6: portico.distribution.v1.NodeFastLane
-	(*FastLaneRequest)(nil),     // 7: portico.distribution.v1.FastLaneRequest
-	(*FastLaneHello)(nil),       // 8: portico.distribution.v1.FastLaneHello
-	(*FastLaneAck)(nil),         // 9: portico.distribution.v1.FastLaneAck
-	(*FastLaneResponse)(nil),    // 10: portico.distribution.v1.FastLaneResponse
-	(*FastLaneUpdate)(nil),      // 11: portico.distribution.v1.FastLaneUpdate
-	(*StreamRequest)(nil),       // 12: portico.distribution.v1.StreamRequest
-	(*Report)(nil),              // 13: portico.distribution.v1.Report
-	(*RouteCounts)(nil),         // 14: portico.distribution.v1.RouteCounts
-	(*Hello)(nil),               // 15: portico.distribution.v1.Hello
-	(*Ack)(nil),                 // 16: portico.distribution.v1.Ack
-	(*StreamResponse)(nil),      // 17: portico.distribution.v1.StreamResponse
-	(*Snapshot)(nil),            // 18: portico.distribution.v1.Snapshot
-	nil,                         // 19: portico.distribution.v1.Hello.LabelsEntry
-	(*v1.FastLaneEntry)(nil),    // 20: portico.config.v1.FastLaneEntry
-	(*durationpb.Duration)(nil), // 21: google.protobuf.Duration
+	(*PublishRequest)(nil),        // 0: portico.distribution.v1.PublishRequest
+	(*PublishResponse)(nil),       // 1: portico.distribution.v1.PublishResponse
+	(*SourceRequest)(nil),         // 2: portico.distribution.v1.SourceRequest
+	(*SourceResponse)(nil),        // 3: portico.distribution.v1.SourceResponse
+	(*WaitRequest)(nil),           // 4: portico.distribution.v1.WaitRequest
+	(*WaitResponse)(nil),          // 5: portico.distribution.v1.WaitResponse
+	(*NodeFastLane)(nil),          // 6: portico.distribution.v1.NodeFastLane
+	(*FastLaneRequest)(nil),       // 7: portico.distribution.v1.FastLaneRequest
+	(*FastLaneHello)(nil),         // 8: portico.distribution.v1.FastLaneHello
+	(*FastLaneAck)(nil),           // 9: portico.distribution.v1.FastLaneAck
+	(*FastLaneResponse)(nil),      // 10: portico.distribution.v1.FastLaneResponse
+	(*FastLaneUpdate)(nil),        // 11: portico.distribution.v1.FastLaneUpdate
+	(*StreamRequest)(nil),         // 12: portico.distribution.v1.StreamRequest
+	(*Report)(nil),                // 13: portico.distribution.v1.Report
+	(*ClusterHealth)(nil),         // 14: portico.distribution.v1.ClusterHealth
+	(*EndpointHealth)(nil),        // 15: portico.distribution.v1.EndpointHealth
+	(*RouteCounts)(nil),           // 16: portico.distribution.v1.RouteCounts
+	(*Hello)(nil),                 // 17: portico.distribution.v1.Hello
+	(*NodeResources)(nil),         // 18: portico.distribution.v1.NodeResources
+	(*UpstreamIdentityInfo)(nil),  // 19: portico.distribution.v1.UpstreamIdentityInfo
+	(*Ack)(nil),                   // 20: portico.distribution.v1.Ack
+	(*RefusedObject)(nil),         // 21: portico.distribution.v1.RefusedObject
+	(*StreamResponse)(nil),        // 22: portico.distribution.v1.StreamResponse
+	(*Probe)(nil),                 // 23: portico.distribution.v1.Probe
+	(*ProbeResult)(nil),           // 24: portico.distribution.v1.ProbeResult
+	(*ClusterProbe)(nil),          // 25: portico.distribution.v1.ClusterProbe
+	(*EndpointProbe)(nil),         // 26: portico.distribution.v1.EndpointProbe
+	(*Snapshot)(nil),              // 27: portico.distribution.v1.Snapshot
+	nil,                           // 28: portico.distribution.v1.Hello.LabelsEntry
+	(*v1.FastLaneEntry)(nil),      // 29: portico.config.v1.FastLaneEntry
+	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
+	(*v1.Cluster)(nil),            // 32: portico.config.v1.Cluster
 }
 var file_portico_distribution_v1_distribution_proto_depIdxs = []int32{
-	20, // 0: portico.distribution.v1.PublishRequest.entries:type_name -> portico.config.v1.FastLaneEntry
-	21, // 1: portico.distribution.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
+	29, // 0: portico.distribution.v1.PublishRequest.entries:type_name -> portico.config.v1.FastLaneEntry
+	30, // 1: portico.distribution.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
 	6,  // 2: portico.distribution.v1.WaitResponse.behind:type_name -> portico.distribution.v1.NodeFastLane
 	8,  // 3: portico.distribution.v1.FastLaneRequest.hello:type_name -> portico.distribution.v1.FastLaneHello
 	9,  // 4: portico.distribution.v1.FastLaneRequest.ack:type_name -> portico.distribution.v1.FastLaneAck
 	11, // 5: portico.distribution.v1.FastLaneResponse.update:type_name -> portico.distribution.v1.FastLaneUpdate
-	20, // 6: portico.distribution.v1.FastLaneUpdate.entries:type_name -> portico.config.v1.FastLaneEntry
-	15, // 7: portico.distribution.v1.StreamRequest.hello:type_name -> portico.distribution.v1.Hello
-	16, // 8: portico.distribution.v1.StreamRequest.ack:type_name -> portico.distribution.v1.Ack
+	29, // 6: portico.distribution.v1.FastLaneUpdate.entries:type_name -> portico.config.v1.FastLaneEntry
+	17, // 7: portico.distribution.v1.StreamRequest.hello:type_name -> portico.distribution.v1.Hello
+	20, // 8: portico.distribution.v1.StreamRequest.ack:type_name -> portico.distribution.v1.Ack
 	13, // 9: portico.distribution.v1.StreamRequest.report:type_name -> portico.distribution.v1.Report
-	14, // 10: portico.distribution.v1.Report.routes:type_name -> portico.distribution.v1.RouteCounts
-	19, // 11: portico.distribution.v1.Hello.labels:type_name -> portico.distribution.v1.Hello.LabelsEntry
-	18, // 12: portico.distribution.v1.StreamResponse.snapshot:type_name -> portico.distribution.v1.Snapshot
-	12, // 13: portico.distribution.v1.DistributionService.Stream:input_type -> portico.distribution.v1.StreamRequest
-	7,  // 14: portico.distribution.v1.DistributionService.FastLane:input_type -> portico.distribution.v1.FastLaneRequest
-	0,  // 15: portico.distribution.v1.FastLaneService.Publish:input_type -> portico.distribution.v1.PublishRequest
-	2,  // 16: portico.distribution.v1.FastLaneService.Source:input_type -> portico.distribution.v1.SourceRequest
-	4,  // 17: portico.distribution.v1.FastLaneService.Wait:input_type -> portico.distribution.v1.WaitRequest
-	17, // 18: portico.distribution.v1.DistributionService.Stream:output_type -> portico.distribution.v1.StreamResponse
-	10, // 19: portico.distribution.v1.DistributionService.FastLane:output_type -> portico.distribution.v1.FastLaneResponse
-	1,  // 20: portico.distribution.v1.FastLaneService.Publish:output_type -> portico.distribution.v1.PublishResponse
-	3,  // 21: portico.distribution.v1.FastLaneService.Source:output_type -> portico.distribution.v1.SourceResponse
-	5,  // 22: portico.distribution.v1.FastLaneService.Wait:output_type -> portico.distribution.v1.WaitResponse
-	18, // [18:23] is the sub-list for method output_type
-	13, // [13:18] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	24, // 10: portico.distribution.v1.StreamRequest.probe_result:type_name -> portico.distribution.v1.ProbeResult
+	16, // 11: portico.distribution.v1.Report.routes:type_name -> portico.distribution.v1.RouteCounts
+	14, // 12: portico.distribution.v1.Report.clusters:type_name -> portico.distribution.v1.ClusterHealth
+	15, // 13: portico.distribution.v1.ClusterHealth.endpoints:type_name -> portico.distribution.v1.EndpointHealth
+	28, // 14: portico.distribution.v1.Hello.labels:type_name -> portico.distribution.v1.Hello.LabelsEntry
+	18, // 15: portico.distribution.v1.Hello.resources:type_name -> portico.distribution.v1.NodeResources
+	14, // 16: portico.distribution.v1.Hello.clusters:type_name -> portico.distribution.v1.ClusterHealth
+	19, // 17: portico.distribution.v1.NodeResources.upstream_identities:type_name -> portico.distribution.v1.UpstreamIdentityInfo
+	31, // 18: portico.distribution.v1.UpstreamIdentityInfo.not_after:type_name -> google.protobuf.Timestamp
+	21, // 19: portico.distribution.v1.Ack.objects:type_name -> portico.distribution.v1.RefusedObject
+	27, // 20: portico.distribution.v1.StreamResponse.snapshot:type_name -> portico.distribution.v1.Snapshot
+	23, // 21: portico.distribution.v1.StreamResponse.probe:type_name -> portico.distribution.v1.Probe
+	32, // 22: portico.distribution.v1.Probe.clusters:type_name -> portico.config.v1.Cluster
+	30, // 23: portico.distribution.v1.Probe.timeout:type_name -> google.protobuf.Duration
+	25, // 24: portico.distribution.v1.ProbeResult.clusters:type_name -> portico.distribution.v1.ClusterProbe
+	26, // 25: portico.distribution.v1.ClusterProbe.endpoints:type_name -> portico.distribution.v1.EndpointProbe
+	12, // 26: portico.distribution.v1.DistributionService.Stream:input_type -> portico.distribution.v1.StreamRequest
+	7,  // 27: portico.distribution.v1.DistributionService.FastLane:input_type -> portico.distribution.v1.FastLaneRequest
+	0,  // 28: portico.distribution.v1.FastLaneService.Publish:input_type -> portico.distribution.v1.PublishRequest
+	2,  // 29: portico.distribution.v1.FastLaneService.Source:input_type -> portico.distribution.v1.SourceRequest
+	4,  // 30: portico.distribution.v1.FastLaneService.Wait:input_type -> portico.distribution.v1.WaitRequest
+	22, // 31: portico.distribution.v1.DistributionService.Stream:output_type -> portico.distribution.v1.StreamResponse
+	10, // 32: portico.distribution.v1.DistributionService.FastLane:output_type -> portico.distribution.v1.FastLaneResponse
+	1,  // 33: portico.distribution.v1.FastLaneService.Publish:output_type -> portico.distribution.v1.PublishResponse
+	3,  // 34: portico.distribution.v1.FastLaneService.Source:output_type -> portico.distribution.v1.SourceResponse
+	5,  // 35: portico.distribution.v1.FastLaneService.Wait:output_type -> portico.distribution.v1.WaitResponse
+	31, // [31:36] is the sub-list for method output_type
+	26, // [26:31] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_portico_distribution_v1_distribution_proto_init() }
@@ -1442,9 +2141,11 @@ func file_portico_distribution_v1_distribution_proto_init() {
 		(*StreamRequest_Hello)(nil),
 		(*StreamRequest_Ack)(nil),
 		(*StreamRequest_Report)(nil),
+		(*StreamRequest_ProbeResult)(nil),
 	}
-	file_portico_distribution_v1_distribution_proto_msgTypes[17].OneofWrappers = []any{
+	file_portico_distribution_v1_distribution_proto_msgTypes[22].OneofWrappers = []any{
 		(*StreamResponse_Snapshot)(nil),
+		(*StreamResponse_Probe)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1452,7 +2153,7 @@ func file_portico_distribution_v1_distribution_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_portico_distribution_v1_distribution_proto_rawDesc), len(file_portico_distribution_v1_distribution_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
