@@ -187,6 +187,12 @@ func (tb *tableBuilder) build(pool string, include func(*configv1.Route) bool) *
 		if len(p.Indexes) > 0 {
 			path = tb.labels[index[p.Indexes[0]]]
 		}
+		msg := p.Message
+		if p.Kind == router.InvalidTemplate && p.Err != nil && path != "" && path != "routes" {
+			// The field is known: name it, and leave out the route id
+			// the path already has.
+			path, msg = path+".path", p.Err.Error()
+		}
 		// A problem between routes with no pools shows up in every table;
 		// report it once.
 		key := path + "\x00" + p.Message
@@ -194,7 +200,6 @@ func (tb *tableBuilder) build(pool string, include func(*configv1.Route) bool) *
 			continue
 		}
 		tb.seen[key] = true
-		msg := p.Message
 		if pool != "" {
 			msg += " in pool " + strconv.Quote(pool)
 		}
