@@ -63,7 +63,7 @@ func TestControlRole(t *testing.T) {
 		},
 		func() error {
 			_, err := admin.PutTeam(ctx, connect.NewRequest(&adminv1.PutTeamRequest{Team: &adminv1.Team{
-				Name: "orders", Owns: []*adminv1.Ownership{{PathPrefix: "/v1/orders"}}}}))
+				Name: "orders", Owns: []*adminv1.Ownership{{PathPrefix: "/v1/orders"}}, Upstreams: loopback}}))
 			return err
 		},
 		func() error {
@@ -169,7 +169,7 @@ func TestKeysRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := admin.PutTeam(ctx, connect.NewRequest(&adminv1.PutTeamRequest{Team: &adminv1.Team{
-		Name: "orders", Owns: []*adminv1.Ownership{{PathPrefix: "/v1/orders"}}}})); err != nil {
+		Name: "orders", Owns: []*adminv1.Ownership{{PathPrefix: "/v1/orders"}}, Upstreams: loopback}})); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := admin.ApplyTeam(ctx, connect.NewRequest(&adminv1.ApplyTeamRequest{Config: &adminv1.TeamConfig{Team: "orders",
@@ -259,3 +259,7 @@ func TestKeysRole(t *testing.T) {
 		t.Errorf("a revoked key on a node restarted with nothing to ask: %d, want 401", got)
 	}
 }
+
+// loopback is the upstreams of a team whose backends the test starts on
+// 127.0.0.1.
+var loopback = []*adminv1.Upstream{{Address: &adminv1.Upstream_Cidr{Cidr: "127.0.0.1/32"}}}

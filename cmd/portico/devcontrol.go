@@ -206,7 +206,10 @@ func (c *devControl) seed(ctx context.Context, demo *configv1.Snapshot) (int64, 
 		},
 		func() (*adminv1.Change, error) {
 			r, err := api.PutTeam(ctx, connect.NewRequest(&adminv1.PutTeamRequest{Message: "portico dev: the demo team",
-				Team: &adminv1.Team{Name: "demo", Owns: owns, Description: "the demo backends"}}))
+				Team: &adminv1.Team{Name: "demo", Owns: owns, Description: "the demo backends",
+					// The demo backends listen on loopback, on ports that
+					// change from run to run.
+					Upstreams: []*adminv1.Upstream{{Address: &adminv1.Upstream_Cidr{Cidr: "127.0.0.1/32"}}}}}))
 			if err != nil {
 				return nil, err
 			}

@@ -80,7 +80,8 @@ func (f *fixture) setUp(t *testing.T) {
 	p := f.client(platformToken)
 	for team, prefix := range map[string]string{"orders": "/v1/orders", "search": "/v1/search"} {
 		if _, err := p.PutTeam(ctx, connect.NewRequest(&adminv1.PutTeamRequest{Team: &adminv1.Team{
-			Name: team, Owns: []*adminv1.Ownership{{Host: "api.example.com", PathPrefix: prefix}}}})); err != nil {
+			Name: team, Owns: []*adminv1.Ownership{{Host: "api.example.com", PathPrefix: prefix}},
+			Upstreams: []*adminv1.Upstream{{Address: &adminv1.Upstream_Host{Host: "*." + team + ".internal"}}}}})); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := p.PutCluster(ctx, connect.NewRequest(&adminv1.PutClusterRequest{Team: team, Cluster: cluster(team)})); err != nil {
@@ -89,8 +90,9 @@ func (f *fixture) setUp(t *testing.T) {
 	}
 }
 
+// cluster is a cluster of the team setUp gives "*.<name>.internal".
 func cluster(name string) *configv1.Cluster {
-	return &configv1.Cluster{Name: name, Protocol: configv1.Protocol_PROTOCOL_HTTP1, Endpoints: []*configv1.Endpoint{{Address: "127.0.0.1:9"}}}
+	return &configv1.Cluster{Name: name, Protocol: configv1.Protocol_PROTOCOL_HTTP1, Endpoints: []*configv1.Endpoint{{Address: "api." + name + ".internal:9"}}}
 }
 
 func route(id, path, cluster string) *configv1.Route {

@@ -17,8 +17,11 @@ func fleet(teams, routesPerTeam int) *adminv1.Config {
 	for i := range teams {
 		name := fmt.Sprintf("team-%03d", i)
 		prefix := fmt.Sprintf("/v1/t%03d", i)
-		cfg.Teams = append(cfg.Teams, &adminv1.Team{Name: name, Owns: []*adminv1.Ownership{{Host: "api.example.com", PathPrefix: prefix}}})
-		tc := &adminv1.TeamConfig{Team: name, Clusters: []*configv1.Cluster{cluster(name)}}
+		cfg.Teams = append(cfg.Teams, &adminv1.Team{Name: name, Owns: []*adminv1.Ownership{{Host: "api.example.com", PathPrefix: prefix}},
+			Upstreams: []*adminv1.Upstream{{Address: &adminv1.Upstream_Host{Host: "*." + name + ".internal"}}}})
+		c := cluster(name)
+		c.Endpoints[0].Address = "api." + name + ".internal:8080"
+		tc := &adminv1.TeamConfig{Team: name, Clusters: []*configv1.Cluster{c}}
 		for j := range routesPerTeam {
 			var path string
 			switch j % 4 {

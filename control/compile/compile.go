@@ -96,7 +96,8 @@ func Compile(cfg *adminv1.Config, version string) (*Result, error) {
 		}
 	}
 	teams := checkTeams(cfg, errs)
-	snap, origins := assemble(cfg, teams, version, errs)
+	up := &upstreams{rules: compileUpstreams(cfg, errs), identities: compileIdentities(cfg, errs)}
+	snap, origins := assemble(cfg, teams, up, version, errs)
 	if !schemaOK {
 		return nil, errs
 	}
@@ -245,11 +246,19 @@ func (o *origins) translate(path string) string {
 	return path
 }
 
+// upstreams are the platform's grants of backends: each team's upstream
+// rules, and the identities by name.
+type upstreams struct {
+	rules      map[string][]*upstreamRule
+	identities map[string]*adminv1.UpstreamIdentity
+}
+
 // assemble builds the snapshot of cfg: every team's objects sorted by
 // id, the platform's lists by name. It checks that objects belong to a
-// declared team, that clusters have one owner and are used by it only,
-// and that hand-written routes lie in their team's space.
-func assemble(cfg *adminv1.Config, teams map[string]*adminv1.Team, version string, errs *Error) (*configv1.Snapshot, *origins) {
+// declared team, that clusters have one owner, are used by it only and
+// reach only the team's upstreams, and that hand-written routes lie in
+// their team's space.
+func assemble(cfg *adminv1.Config, teams map[string]*adminv1.Team, up *upstreams, version string, errs *Error) (*configv1.Snapshot, *origins) {
 	snap := &configv1.Snapshot{Version: version}
 	org := &origins{}
 	seenTeam := map[string]bool{}
@@ -276,8 +285,9 @@ func assemble(cfg *adminv1.Config, teams map[string]*adminv1.Team, version strin
 				continue
 			}
 			clusterOwner[c.GetName()] = team
-			snap.Clusters = append(snap.Clusters, c)
-			org.clusters = append(org.clusters, prefix+"clusters["+c.GetName()+"]")
+			path := prefix + "clusters[" + c.GetName() + "]"
+			snap.Clusters = append(snap.Clusters, checkCluster(c, team, path, up.rules[team], up.identities, errs))
+			org.clusters = append(org.clusters, path)
 		}
 	}
 	useCluster := func(path, team, cluster string) {

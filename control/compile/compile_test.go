@@ -52,11 +52,13 @@ func valid(t *testing.T) *adminv1.Config {
 				{Host: "api.example.com", PathPrefix: "/v1/orders"},
 				{Host: "api.example.com", PathPrefix: "/v1/customers"},
 				{Host: "api.example.com", PathPrefix: "/portico.demo.v1.OrdersService"},
-			}},
-			{Name: "search", Owns: []*adminv1.Ownership{{Host: "api.example.com", PathPrefix: "/v1/search"}}},
+			}, Upstreams: []*adminv1.Upstream{{Address: &adminv1.Upstream_Cidr{Cidr: "127.0.0.1/32"}}}},
+			{Name: "search", Owns: []*adminv1.Ownership{{Host: "api.example.com", PathPrefix: "/v1/search"}},
+				Upstreams: []*adminv1.Upstream{{Address: &adminv1.Upstream_Host{Host: "search.internal"}}}},
 		},
 		TeamConfigs: []*adminv1.TeamConfig{
-			{Team: "search", Clusters: []*configv1.Cluster{cluster("search")},
+			{Team: "search", Clusters: []*configv1.Cluster{{Name: "search", Protocol: configv1.Protocol_PROTOCOL_HTTP1,
+				Endpoints: []*configv1.Endpoint{{Address: "search.internal:8080"}}}},
 				Routes: []*configv1.Route{route("search.query", "api.example.com", "/v1/search/{q}", "search")}},
 			{Team: "orders",
 				Clusters: []*configv1.Cluster{cluster("orders-legacy"),
@@ -254,4 +256,148 @@ func checkViolations(t *testing.T, err *compile.Error, want []string) {
 	if len(got) != len(want) {
 		t.Errorf("%d violations, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
 	}
+}
+
+// TestCompileUpstreams: a team's clusters reach only the addresses the
+// platform gave the team, and present only identities given to it; names
+// the team may use only by network carry those networks to the nodes.
+func TestCompileUpstreams(t *testing.T) {
+	t.Parallel()
+	cfg := valid(t)
+	host := func(h string, ports ...string) *adminv1.Upstream {
+		return &adminv1.Upstream{Address: &adminv1.Upstream_Host{Host: h}, Ports: ports}
+	}
+	cidr := func(c string, ports ...string) *adminv1.Upstream {
+		return &adminv1.Upstream{Address: &adminv1.Upstream_Cidr{Cidr: c}, Ports: ports}
+	}
+	cfg.Teams[0].Upstreams = append(cfg.Teams[0].Upstreams,
+		cidr("10.1.0.0/16", "443", "8000-8099"),
+		host("*.orders.internal"),
+		host("legacy.orders.example", "80"),
+		host("10.9.9.9"),              // an address given as a host
+		cidr("10.7.0.0/16", "90-80"),  // a range backwards
+		cidr("10.1.128.0/17", "8443"), // the team's own overlap is fine
+	)
+	cfg.Teams[1].Upstreams = append(cfg.Teams[1].Upstreams,
+		cidr("10.1.2.0/24", "8050"),    // orders' network and ports: two owners
+		host("db.orders.internal"),     // under orders' domain
+		host("*.search.internal", "1"), // fine
+	)
+	cfg.Teams[1].Upstreams[0].Ports = []string{"8080"}
+	ep := func(addrs ...string) []*configv1.Endpoint {
+		var out []*configv1.Endpoint
+		for _, a := range addrs {
+			out = append(out, &configv1.Endpoint{Address: a})
+		}
+		return out
+	}
+	orders := cfg.TeamConfigs[1]
+	orders.Clusters = append(orders.Clusters,
+		&configv1.Cluster{Name: "fine", Protocol: configv1.Protocol_PROTOCOL_HTTP1,
+			Endpoints: ep("10.1.2.3:443", "api.orders.internal:9999", "legacy.orders.example:80", "db.example.net:8080", "[::ffff:10.1.0.1]:8000")},
+		&configv1.Cluster{Name: "outside", Protocol: configv1.Protocol_PROTOCOL_HTTP1,
+			Endpoints: ep("10.2.0.1:443", "10.1.2.3:22", "[::1]:443")},
+		&configv1.Cluster{Name: "sneaky", Protocol: configv1.Protocol_PROTOCOL_HTTP1, Team: "search",
+			Endpoints: []*configv1.Endpoint{{Address: "db.example.net:443", Networks: []string{"0.0.0.0/0"}}},
+			Tls:       &configv1.UpstreamTLS{CaFile: "/etc/portico/ca.pem", Identity: "gateway"}},
+		&configv1.Cluster{Name: "with-id", Protocol: configv1.Protocol_PROTOCOL_HTTP1, Endpoints: ep("10.1.2.4:443"),
+			Tls: &configv1.UpstreamTLS{Identity: "orders-mtls"}},
+		&configv1.Cluster{Name: "unknown-id", Protocol: configv1.Protocol_PROTOCOL_HTTP1, Endpoints: ep("10.1.2.5:443"),
+			Tls: &configv1.UpstreamTLS{Identity: "nobody"}},
+	)
+	// search has names only: a name it was not given is outside, whatever
+	// it resolves to.
+	cfg.TeamConfigs[0].Clusters = append(cfg.TeamConfigs[0].Clusters, &configv1.Cluster{Name: "stray",
+		Protocol: configv1.Protocol_PROTOCOL_HTTP1, Endpoints: ep("api.orders.internal:443", "search.internal:9000")})
+	cfg.Platform.UpstreamIdentities = []*adminv1.UpstreamIdentity{
+		{Name: "gateway", Teams: []string{"search"}},
+		{Name: "orders-mtls", Teams: []string{"orders"}},
+		{Name: "future", Teams: []string{"not-yet"}},
+	}
+	_, err := compile.Compile(cfg, "v9")
+	var cerr *compile.Error
+	if !errors.As(err, &cerr) {
+		t.Fatalf("Compile: %v, want *compile.Error", err)
+	}
+	checkViolations(t, cerr, []string{
+		`teams[orders].upstreams[4].host: "10.9.9.9" is an IP address: give it as a network`,
+		`teams[orders].upstreams[5].ports[0]: the range "90-80" ends before it starts`,
+		`teams[search].upstreams[1]: network 10.1.2.0/24 overlaps team "orders"'s network 10.1.0.0/16`,
+		`teams[search].upstreams[2]: host "db.orders.internal" overlaps team "orders"'s host "*.orders.internal"`,
+		`platform: upstream_identities[future].teams[0]: no such team "not-yet"`,
+		`team orders: clusters[outside].endpoints[0].address: 10.2.0.1:443 is outside team "orders"'s upstreams`,
+		`team orders: clusters[outside].endpoints[1].address: 10.1.2.3:22 is outside`,
+		`team orders: clusters[outside].endpoints[2].address: [::1]:443 is outside`,
+		`team search: clusters[stray].endpoints[0].address: api.orders.internal:443 is outside team "search"'s upstreams`,
+		`team search: clusters[stray].endpoints[1].address: search.internal:9000 is outside`,
+		`team orders: clusters[sneaky].team: the cluster says team "search"`,
+		`team orders: clusters[sneaky].endpoints[0].networks: set by the control plane`,
+		`team orders: clusters[sneaky].tls.ca_file: a team's cluster pins its CA inline`,
+		`team orders: clusters[sneaky].tls.identity: upstream identity "gateway" is not given to team "orders"`,
+		`team orders: clusters[unknown-id].tls.identity: no upstream identity "nobody"`,
+	})
+}
+
+// TestCompileEndpointNetworks: what the snapshot says of the clusters that
+// compile: their team, and the networks of endpoints used by network.
+func TestCompileEndpointNetworks(t *testing.T) {
+	t.Parallel()
+	cfg := valid(t)
+	cfg.Teams[0].Upstreams = []*adminv1.Upstream{
+		{Address: &adminv1.Upstream_Cidr{Cidr: "127.0.0.1/32"}},
+		{Address: &adminv1.Upstream_Cidr{Cidr: "10.1.0.0/16"}, Ports: []string{"443"}},
+		{Address: &adminv1.Upstream_Cidr{Cidr: "fd00:1::/64"}, Ports: []string{"8000-8099"}},
+		{Address: &adminv1.Upstream_Host{Host: "*.orders.internal"}},
+	}
+	cfg.TeamConfigs[1].Clusters = append(cfg.TeamConfigs[1].Clusters, &configv1.Cluster{Name: "mixed", Protocol: configv1.Protocol_PROTOCOL_HTTP1,
+		Endpoints: []*configv1.Endpoint{{Address: "API.Orders.Internal:443"}, {Address: "db.example.net:443"}, {Address: "db.example.net:8080"}, {Address: "10.1.9.9:443"}}})
+	res, err := compile.Compile(cfg, "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mixed *configv1.Cluster
+	for _, c := range res.Snapshot.GetClusters() {
+		if want := map[string]string{"search": "search"}[c.GetName()]; want == "" && c.GetTeam() != "orders" || want != "" && c.GetTeam() != want {
+			t.Errorf("cluster %q has team %q", c.GetName(), c.GetTeam())
+		}
+		if c.GetName() == "mixed" {
+			mixed = c
+		}
+	}
+	got := map[string][]string{}
+	for _, e := range mixed.GetEndpoints() {
+		got[e.GetAddress()] = e.GetNetworks()
+	}
+	want := map[string][]string{
+		"API.Orders.Internal:443": nil,                             // by name
+		"db.example.net:443":      {"127.0.0.1/32", "10.1.0.0/16"}, // by network: the networks that allow 443
+		"db.example.net:8080":     {"127.0.0.1/32", "fd00:1::/64"}, // and 8080
+		"10.1.9.9:443":            nil,                             // an address in a network
+	}
+	for a, w := range want {
+		if !slices.Equal(got[a], w) {
+			t.Errorf("endpoint %s: networks %q, want %q", a, got[a], w)
+		}
+	}
+}
+
+// TestCompileDotSegments: a route template with a dot segment, plain or
+// encoded, never matches a normalised request: refused, with its path.
+func TestCompileDotSegments(t *testing.T) {
+	t.Parallel()
+	cfg := valid(t)
+	cfg.TeamConfigs[1].Routes = append(cfg.TeamConfigs[1].Routes,
+		route("orders.up", "api.example.com", "/v1/orders/../admin", "orders-legacy"),
+		route("orders.encoded", "api.example.com", "/v1/orders/%2e%2E/admin", "orders-legacy"),
+		route("orders.here", "api.example.com", "/v1/orders/./x", "orders-legacy"))
+	_, err := compile.Compile(cfg, "v1")
+	var cerr *compile.Error
+	if !errors.As(err, &cerr) {
+		t.Fatalf("Compile: %v, want *compile.Error", err)
+	}
+	checkViolations(t, cerr, []string{
+		`team orders: routes[orders.up].path: invalid path template "/v1/orders/../admin" at offset 11: the segment ".." is a dot segment`,
+		`team orders: routes[orders.encoded].path: invalid path template "/v1/orders/%2e%2E/admin" at offset 11: the segment "%2e%2E" is a dot segment`,
+		`team orders: routes[orders.here].path: invalid path template "/v1/orders/./x" at offset 11: the segment "." is a dot segment`,
+	})
 }

@@ -23,9 +23,10 @@ func bigConfig() *adminv1.Config {
 	for i := range 300 {
 		name := fmt.Sprintf("team-%03d", i)
 		prefix := fmt.Sprintf("/v1/t%03d", i)
-		cfg.Teams = append(cfg.Teams, &adminv1.Team{Name: name, Owns: []*adminv1.Ownership{{Host: "api.example.com", PathPrefix: prefix}}})
+		cfg.Teams = append(cfg.Teams, &adminv1.Team{Name: name, Owns: []*adminv1.Ownership{{Host: "api.example.com", PathPrefix: prefix}},
+			Upstreams: []*adminv1.Upstream{{Address: &adminv1.Upstream_Host{Host: name + ".internal"}}}})
 		tc := &adminv1.TeamConfig{Team: name, Clusters: []*configv1.Cluster{{Name: name, Protocol: configv1.Protocol_PROTOCOL_HTTP1,
-			Endpoints: []*configv1.Endpoint{{Address: "127.0.0.1:9"}}}}}
+			Endpoints: []*configv1.Endpoint{{Address: name + ".internal:9"}}}}}
 		for j := range 17 {
 			tc.Routes = append(tc.Routes, &configv1.Route{Id: fmt.Sprintf("%s.r%d", name, j), Hosts: []string{"api.example.com"},
 				Path: fmt.Sprintf("%s/r%d/{id}", prefix, j), Cluster: name, Auth: &configv1.RouteAuth{Public: true, Reviewer: "bench"}})

@@ -180,7 +180,8 @@ func setUp(t *testing.T, cp *controlPlane, backendAddr string) int64 {
 		t.Fatal(err)
 	}
 	if _, err := cp.admin.PutTeam(ctx, connect.NewRequest(&adminv1.PutTeamRequest{Team: &adminv1.Team{
-		Name: "orders", Owns: []*adminv1.Ownership{{Host: "api.example.com", PathPrefix: "/v1/orders"}}}})); err != nil {
+		Name: "orders", Owns: []*adminv1.Ownership{{Host: "api.example.com", PathPrefix: "/v1/orders"}},
+		Upstreams: []*adminv1.Upstream{{Address: &adminv1.Upstream_Cidr{Cidr: "127.0.0.1/32"}}}}})); err != nil {
 		t.Fatal(err)
 	}
 	return pointCluster(t, cp, backendAddr)
