@@ -44,6 +44,7 @@ func Diff(a, b *adminv1.Config) string {
 	diffByKey(pa.GetPlans(), pb.GetPlans(), (*configv1.Plan).GetName, func(sign, n string) { add(sign, "platform plan "+n) })
 	diffByKey(pa.GetScopes(), pb.GetScopes(), (*configv1.Scope).GetName, func(sign, n string) { add(sign, "platform scope "+n) })
 	diffByKey(pa.GetIssuers(), pb.GetIssuers(), (*configv1.Issuer).GetName, func(sign, n string) { add(sign, "platform issuer "+n) })
+	diffByKey(pa.GetUpstreamIdentities(), pb.GetUpstreamIdentities(), (*adminv1.UpstreamIdentity).GetName, func(sign, n string) { add(sign, "platform upstream_identity "+n) })
 	if !proto.Equal(pa.GetRateLimiting(), pb.GetRateLimiting()) {
 		add("~", "platform rate_limiting")
 	}
