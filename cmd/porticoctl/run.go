@@ -31,8 +31,16 @@ commands:
   diff -f DIR                 what apply would change, without changing it
   versions [-limit N]         the newest versions
   rollback N [-m MESSAGE]     a new version equal to version N (platform admins)
-  team put NAME -own [HOST]/PREFIX ...
-                              declare a team and the space it owns (platform admins)
+  team put NAME -own [HOST]/PREFIX ... -upstream ADDRESS[:PORTS] ...
+                              declare a team, the space it owns and the backends it
+                              may use: a host, *.domain or CIDR, with optional ports
+                              (-upstream '*.orders.internal' -upstream
+                              10.20.0.0/16:443,8000-8099) (platform admins)
+  platform get                the platform's objects, as YAML-ready JSON
+  platform put -f FILE [-m MESSAGE]
+                              replace the platform's objects (products, plans, scopes,
+                              issuers, rate limiting, upstream identities) with FILE's
+                              (YAML or JSON) (platform admins)
   route put -team T -f FILE [-m MESSAGE]
                               create or replace one route of a team (YAML or JSON)
   route delete -team T ID [-m MESSAGE]
@@ -151,6 +159,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return c.rollback(ctx, rest)
 	case "team":
 		return c.team(ctx, rest)
+	case "platform":
+		return c.platform(ctx, rest)
 	case "rollout":
 		return c.rollout(ctx, rest)
 	case "route":
@@ -316,10 +326,11 @@ func (c *cli) rollback(ctx context.Context, args []string) int {
 	return exitOK
 }
 
-// team declares a team: porticoctl team put NAME -own api.example.com/v1/orders -own /internal/orders.
+// team declares a team: porticoctl team put NAME -own api.example.com/v1/orders -own /internal/orders
+// -upstream '*.orders.internal' -upstream 10.20.0.0/16:443,8000-8099.
 func (c *cli) team(ctx context.Context, args []string) int {
 	if len(args) < 2 || args[0] != "put" {
-		fmt.Fprintln(c.stderr, "porticoctl team: porticoctl team put NAME -own [HOST]/PREFIX ... [-m MESSAGE]")
+		fmt.Fprintln(c.stderr, "porticoctl team: porticoctl team put NAME -own [HOST]/PREFIX ... -upstream ADDRESS[:PORTS] ... [-m MESSAGE]")
 		return exitUsage
 	}
 	name := args[1]
@@ -333,20 +344,32 @@ func (c *cli) team(ctx context.Context, args []string) int {
 		owns = append(owns, &adminv1.Ownership{Host: v[:i], PathPrefix: v[i:]})
 		return nil
 	})
+	var ups []*adminv1.Upstream
+	fs.Func("upstream", "backend addresses the team's clusters may use: HOST, *.DOMAIN or CIDR, each with optional :PORTS (443,8000-8099) (repeatable)", func(v string) error {
+		u, err := parseUpstream(v)
+		if err == nil {
+			ups = append(ups, u)
+		}
+		return err
+	})
 	msg := fs.String("m", "", "why")
 	if err := fs.Parse(args[2:]); err != nil {
 		return exitUsage
 	}
-	resp, err := c.admin.PutTeam(ctx, connect.NewRequest(&adminv1.PutTeamRequest{Team: &adminv1.Team{Name: name, Owns: owns}, Message: *msg}))
+	resp, err := c.admin.PutTeam(ctx, connect.NewRequest(&adminv1.PutTeamRequest{Team: &adminv1.Team{Name: name, Owns: owns, Upstreams: ups}, Message: *msg}))
 	if err != nil {
 		return c.failed("team put", err)
 	}
 	if c.json {
 		return c.printJSON(resp.Msg)
 	}
-	ch := resp.Msg.GetChange()
+	return c.printChange(resp.Msg.GetChange(), "team "+name)
+}
+
+// printChange prints what a write did to what.
+func (c *cli) printChange(ch *adminv1.Change, what string) int {
 	if !ch.GetChanged() {
-		fmt.Fprintf(c.stdout, "no change for team %s\n", name)
+		fmt.Fprintf(c.stdout, "no change for %s\n", what)
 		return exitOK
 	}
 	fmt.Fprintf(c.stdout, "version %d\n%s\n", ch.GetVersion().GetNumber(), ch.GetDiff())

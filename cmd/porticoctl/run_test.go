@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -44,7 +45,13 @@ func server(t *testing.T) (string, string) {
 		for _, p := range prefixes {
 			owns = append(owns, &adminv1.Ownership{PathPrefix: p})
 		}
-		if _, err := admin.PutTeam(ctx, connect.NewRequest(&adminv1.PutTeamRequest{Team: &adminv1.Team{Name: team, Owns: owns}})); err != nil {
+		// orders' clusters are on loopback; search has none.
+		ups := map[string]*adminv1.Upstream{
+			"orders": {Address: &adminv1.Upstream_Cidr{Cidr: "127.0.0.1/32"}},
+			"search": {Address: &adminv1.Upstream_Host{Host: "*.search.internal"}},
+		}
+		if _, err := admin.PutTeam(ctx, connect.NewRequest(&adminv1.PutTeamRequest{Team: &adminv1.Team{Name: team, Owns: owns,
+			Upstreams: []*adminv1.Upstream{ups[team]}}})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -233,5 +240,81 @@ func TestExampleTeamDirectory(t *testing.T) {
 	env := map[string]string{"PORTICO_SERVER": url, "PORTICO_TOKEN": platformToken}
 	if code, out, errOut := ctl(t, env, "apply", "-f", "../../docs/examples/teams/orders/", "-m", "first routes"); code != 0 || !strings.Contains(out, "+ orders route orders.read") {
 		t.Errorf("apply the example = %d %q %q", code, out, errOut)
+	}
+}
+
+func TestParseUpstream(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in         string
+		host, cidr string
+		ports      []string
+	}{
+		{"orders.internal", "orders.internal", "", nil},
+		{"*.orders.internal:443", "*.orders.internal", "", []string{"443"}},
+		{"10.20.0.0/16", "", "10.20.0.0/16", nil},
+		{"10.20.0.0/16:443,8000-8099", "", "10.20.0.0/16", []string{"443", "8000-8099"}},
+		{"fd00:1::/64", "", "fd00:1::/64", nil},
+		{"fd00:1::/64:8443", "", "fd00:1::/64", []string{"8443"}},
+	}
+	for _, tt := range tests {
+		u, err := parseUpstream(tt.in)
+		if err != nil || u.GetHost() != tt.host || u.GetCidr() != tt.cidr || !slices.Equal(u.GetPorts(), tt.ports) {
+			t.Errorf("parseUpstream(%q) = %v, %v; want host %q cidr %q ports %q", tt.in, u, err, tt.host, tt.cidr, tt.ports)
+		}
+	}
+	for _, bad := range []string{"", ":443", "orders.internal:", "10.0.0.0/8:"} {
+		if u, err := parseUpstream(bad); err == nil {
+			t.Errorf("parseUpstream(%q) = %v, want an error", bad, u)
+		}
+	}
+}
+
+// TestTeamUpstreamsAndPlatform: a platform admin gives a team its
+// backends with team put -upstream, and identities with platform put; the
+// control plane refuses a cluster outside them, naming the field.
+func TestTeamUpstreamsAndPlatform(t *testing.T) {
+	t.Parallel()
+	url, token := server(t)
+	platform := map[string]string{"PORTICO_SERVER": url, "PORTICO_TOKEN": platformToken}
+	team := map[string]string{"PORTICO_SERVER": url, "PORTICO_TOKEN": token}
+	code, out, errOut := ctl(t, platform, "team", "put", "orders", "-own", "/v1/orders", "-upstream", "*.orders.internal:443", "-upstream", "127.0.0.1/32:9")
+	if code != 0 || !strings.Contains(out, "~ team orders") {
+		t.Fatalf("team put -upstream = %d %q %q", code, out, errOut)
+	}
+	pf := filepath.Join(t.TempDir(), "platform.yaml")
+	if err := os.WriteFile(pf, []byte("upstreamIdentities:\n  - {name: orders-mtls, teams: [orders]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut = ctl(t, platform, "platform", "put", "-f", pf, "-m", "orders' client certificate"); code != 0 || !strings.Contains(out, "~ platform") && !strings.Contains(out, "version") {
+		t.Fatalf("platform put = %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut = ctl(t, team, "platform", "get"); code != 0 || !strings.Contains(out, `"orders-mtls"`) {
+		t.Errorf("platform get = %d %q %q", code, out, errOut)
+	}
+	if code, _, errOut = ctl(t, team, "platform", "put", "-f", pf); code != 1 || !strings.Contains(errOut, "permission_denied") {
+		t.Errorf("platform put by a team = %d %q", code, errOut)
+	}
+	ok := writeDir(t, map[string]string{"team.yaml": `team: orders
+clusters:
+  - name: orders-secure
+    protocol: PROTOCOL_HTTP1
+    endpoints: [{address: "api.orders.internal:443"}]
+    tls: {identity: orders-mtls}
+`})
+	if code, out, errOut = ctl(t, team, "apply", "-f", ok); code != 0 {
+		t.Errorf("apply inside the team's upstreams = %d %q %q", code, out, errOut)
+	}
+	outside := writeDir(t, map[string]string{"team.yaml": `team: orders
+clusters:
+  - name: orders-secure
+    protocol: PROTOCOL_HTTP1
+    endpoints: [{address: "api.search.internal:443"}]
+    tls: {identity: gateway}
+`})
+	code, out, errOut = ctl(t, team, "apply", "-f", outside)
+	if code != 1 || !strings.Contains(errOut, "team orders: clusters[orders-secure].endpoints[0].address: api.search.internal:443 is outside team \"orders\"'s upstreams") ||
+		!strings.Contains(errOut, `team orders: clusters[orders-secure].tls.identity: no upstream identity "gateway"`) {
+		t.Errorf("apply outside the team's upstreams = %d %q\n%s", code, out, errOut)
 	}
 }
