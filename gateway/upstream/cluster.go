@@ -160,13 +160,20 @@ func newCluster(cfg *configv1.Cluster, opts Options) (*Cluster, error) {
 
 	if hc := cfg.GetHealthCheck(); hc != nil {
 		c.health = newHealthChecker(c, hc)
-		ctx, cancel := context.WithCancel(context.Background())
-		c.stop = cancel
-		go c.health.run(ctx, c.stopped)
-	} else {
-		close(c.stopped)
 	}
 	return c, nil
+}
+
+// start starts the health checks, if the cluster has any. A cluster that
+// is never started (a probe's) needs no stopping beyond close.
+func (c *Cluster) start() {
+	if c.health == nil {
+		close(c.stopped)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.stop = cancel
+	go c.health.run(ctx, c.stopped)
 }
 
 // Name returns the cluster's name from its config.
@@ -239,8 +246,11 @@ func (c *Cluster) close() {
 		c.closed.Store(true)
 		if c.stop != nil {
 			c.stop()
+			<-c.stopped
 		}
-		<-c.stopped
+		if c.health != nil && c.health.ownRT {
+			c.health.rt.CloseIdleConnections() // a probe's: run never did
+		}
 		c.transport.CloseIdleConnections()
 	})
 }

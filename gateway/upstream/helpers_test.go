@@ -132,7 +132,7 @@ func healthGoroutines() int {
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			return bytes.Count(buf[:n], []byte("created by github.com/portico-gw/portico/gateway/upstream.newCluster"))
+			return bytes.Count(buf[:n], []byte("created by github.com/portico-gw/portico/gateway/upstream.(*Cluster).start"))
 		}
 		buf = make([]byte, 2*len(buf))
 	}

@@ -92,6 +92,7 @@ func (r *Registry) Build(clusters []*configv1.Cluster) (*Set, error) {
 				closeAll(unused)
 				return nil, err
 			}
+			c.start()
 			e = &entry{key: keys[i], c: c}
 			r.clusters[keys[i]] = e
 		}
