@@ -160,6 +160,22 @@ func (s *Set) Cluster(name string) *Cluster { return s.byName[name] }
 // Build. The slice is shared: do not modify it.
 func (s *Set) Clusters() []*Cluster { return s.list }
 
+// ClusterStatus is one cluster's endpoints as the node sees them now.
+type ClusterStatus struct {
+	Name      string
+	Endpoints []EndpointStatus
+}
+
+// Status returns every cluster of the set with its endpoints' state, in
+// Build order. It takes each cluster's lock: not for the request path.
+func (s *Set) Status() []ClusterStatus {
+	out := make([]ClusterStatus, len(s.list))
+	for i, c := range s.list {
+		out[i] = ClusterStatus{Name: c.name, Endpoints: c.Endpoints()}
+	}
+	return out
+}
+
 // Release says that the snapshot holding s is gone. Clusters that no other
 // live Set holds are closed before Release returns (their health checks
 // stopped, idle connections closed). Release is idempotent; lookups on s
