@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/portico-gw/portico/gateway/routestats"
+	"github.com/portico-gw/portico/gateway/upstream"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
 	"github.com/portico-gw/portico/gen/portico/distribution/v1/distributionv1connect"
@@ -65,6 +66,20 @@ type Options struct {
 	// (defaults 200 ms and 15 s); each wait is a random fraction of the
 	// current bound, which doubles per failure.
 	MinBackoff, MaxBackoff time.Duration
+	// Node, if set, describes the node to the control plane (its upstream
+	// identities and its endpoints' health, in the hello and every report)
+	// and runs the probes the control plane asks for before it commits a
+	// change (gateway.Node). Without it the node reports none, and
+	// answers probes that it cannot run them.
+	Node Node
+}
+
+// Node is what the client tells the control plane of the node, and how
+// it probes clusters (*gateway.Node).
+type Node interface {
+	UpstreamIdentities() []upstream.IdentityInfo
+	ClusterStatus() []upstream.ClusterStatus
+	ProbeClusters(ctx context.Context, clusters []*configv1.Cluster, timeout time.Duration) []upstream.ProbeResult
 }
 
 // Lane is what the fast-lane stream feeds (*fastlane.Lane). Apply merges
@@ -205,13 +220,17 @@ func (c *Client) session(ctx context.Context, client distributionv1connect.Distr
 		return stream.Send(m)
 	}
 	running, _ := c.Running()
-	err := send(&distributionv1.StreamRequest{Message: &distributionv1.StreamRequest_Hello{Hello: &distributionv1.Hello{
+	hello := &distributionv1.Hello{
 		NodeId: c.opts.NodeID, Pool: c.opts.Pool, Region: c.opts.Region, Labels: c.opts.Labels, Sha256: running,
-	}}})
-	if err != nil {
+	}
+	if c.opts.Node != nil {
+		hello.Resources = resourcesOf(c.opts.Node.UpstreamIdentities())
+		hello.Clusters = healthOf(c.opts.Node.ClusterStatus())
+	}
+	if err := send(&distributionv1.StreamRequest{Message: &distributionv1.StreamRequest_Hello{Hello: hello}}); err != nil {
 		return err
 	}
-	if c.opts.Stats != nil {
+	if c.opts.Stats != nil || c.opts.Node != nil {
 		go c.report(ctx, stopped, send)
 	}
 	for {
@@ -219,13 +238,20 @@ func (c *Client) session(ctx context.Context, client distributionv1connect.Distr
 		if err != nil {
 			return err
 		}
+		if p := resp.GetProbe(); p != nil {
+			// A probe takes up to its timeout: snapshots and ACKs do not
+			// wait for it.
+			go c.probe(ctx, p, send)
+			continue
+		}
 		snap := resp.GetSnapshot()
 		if snap == nil {
 			continue
 		}
 		ack := &distributionv1.Ack{Sha256: snap.GetSha256()}
 		if err := c.run(snap); err != nil {
-			ack.Error = err.Error()
+			ack.Error = truncate(err.Error(), maxAckError)
+			ack.Objects = refusedObjects(err)
 			c.log.Warn("snapshot refused", "version", snap.GetVersion(), "sha256", snap.GetSha256(), "err", err)
 		} else {
 			c.log.Info("snapshot running", "version", snap.GetVersion(), "sha256", snap.GetSha256())
@@ -266,11 +292,16 @@ func (c *Client) report(ctx context.Context, stopped <-chan struct{}, send func(
 		case <-t.C:
 		}
 		rep := &distributionv1.Report{}
-		c.opts.Stats(func(id string, n routestats.Counts) {
-			rep.Routes = append(rep.Routes, &distributionv1.RouteCounts{
-				RouteId: id, Requests: n.Requests, Errors: n.Errors, LatencyBuckets: n.Buckets[:],
+		if c.opts.Stats != nil {
+			c.opts.Stats(func(id string, n routestats.Counts) {
+				rep.Routes = append(rep.Routes, &distributionv1.RouteCounts{
+					RouteId: id, Requests: n.Requests, Errors: n.Errors, LatencyBuckets: n.Buckets[:],
+				})
 			})
-		})
+		}
+		if c.opts.Node != nil {
+			rep.Clusters = healthOf(c.opts.Node.ClusterStatus())
+		}
 		if err := send(&distributionv1.StreamRequest{Message: &distributionv1.StreamRequest_Report{Report: rep}}); err != nil {
 			return // the session is ending; it reports why
 		}
@@ -297,7 +328,7 @@ func (c *Client) run(snap *distributionv1.Snapshot) error {
 		return fmt.Errorf("the snapshot's bytes hash to %s, not to the %s it was sent as", cfg.GetSha256(), snap.GetSha256())
 	}
 	if err := c.opts.Apply(cfg); err != nil {
-		return err
+		return &applyError{cfg: cfg, err: err}
 	}
 	c.mu.Lock()
 	c.running, c.version = snap.GetSha256(), snap.GetVersion()
