@@ -74,6 +74,10 @@ type Server struct {
 	ranEverywhere map[string]bool
 
 	lane fastLane
+
+	// probes are the probes waiting for nodes' answers, by id; guarded
+	// by mu.
+	probes map[string]*pendingProbe
 }
 
 // target is the version the fleet should run.
@@ -95,6 +99,15 @@ type NACK struct {
 	SHA256  string
 	Error   string
 	At      time.Time
+	// Objects are the config objects the node refused, each with its
+	// team, when it could tell.
+	Objects []RefusedObject
+}
+
+// RefusedObject is one config object a node refused: Team is empty for
+// the platform's objects.
+type RefusedObject struct {
+	Team, Kind, Name, Error string
 }
 
 // node is one connected node.
@@ -109,6 +122,7 @@ type node struct {
 	sent        string
 	sentVersion int64
 	send        chan *distributionv1.StreamResponse // buffered 1; the newest push replaces an unsent one
+	probes      chan *distributionv1.StreamResponse // probes to send; a full channel refuses a probe
 	done        chan struct{}                       // closed when the stream ends
 }
 
@@ -129,6 +143,11 @@ type NodeStatus struct {
 	// LaneError its last refusal of fast-lane entries (see LaneNodes).
 	LaneVersion uint64
 	LaneError   string
+	// Identities are the upstream identities (client certificates) the
+	// node said it holds, by name.
+	Identities []string
+	// Clusters are its endpoints' health as it last reported it.
+	Clusters []*distributionv1.ClusterHealth
 }
 
 // New returns a distribution server over st.
@@ -137,7 +156,7 @@ func New(st *store.Store, opts Options) *Server {
 		opts.Rollout = opts.Rollout.withDefaults()
 	}
 	s := &Server{store: st, log: opts.Logger, now: opts.Now, opts: opts, nodes: map[string]*node{}, changed: make(chan struct{}),
-		ranEverywhere: map[string]bool{}}
+		ranEverywhere: map[string]bool{}, probes: map[string]*pendingProbe{}}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -325,9 +344,13 @@ func (s *Server) Stream(ctx context.Context, stream *connect.BidiStream[distribu
 	}
 	n := &node{
 		NodeStatus: NodeStatus{ID: hello.GetNodeId(), Pool: hello.GetPool(), Region: hello.GetRegion(), Labels: hello.GetLabels(),
-			ConnectedAt: s.now(), SHA256: hello.GetSha256()},
-		send: make(chan *distributionv1.StreamResponse, 1),
-		done: make(chan struct{}),
+			ConnectedAt: s.now(), SHA256: hello.GetSha256(), Clusters: hello.GetClusters()},
+		send:   make(chan *distributionv1.StreamResponse, 1),
+		probes: make(chan *distributionv1.StreamResponse, 4),
+		done:   make(chan struct{}),
+	}
+	for _, id := range hello.GetResources().GetUpstreamIdentities() {
+		n.Identities = append(n.Identities, id.GetName())
 	}
 	s.register(n)
 	defer s.unregister(n)
@@ -344,6 +367,11 @@ func (s *Server) Stream(ctx context.Context, stream *connect.BidiStream[distribu
 				sendErr <- nil
 				return
 			case msg := <-n.send:
+				if err := stream.Send(msg); err != nil {
+					sendErr <- err
+					return
+				}
+			case msg := <-n.probes:
 				if err := stream.Send(msg); err != nil {
 					sendErr <- err
 					return
@@ -371,6 +399,9 @@ func (s *Server) Stream(ctx context.Context, stream *connect.BidiStream[distribu
 		}
 		if rep := req.GetReport(); rep != nil {
 			s.report(n, rep)
+		}
+		if res := req.GetProbeResult(); res != nil {
+			s.probeAnswered(n.ID, res)
 		}
 	}
 }
@@ -407,11 +438,14 @@ func (s *Server) ack(n *node, a *distributionv1.Ack) {
 		n.Version = s.versionLocked(n.SHA256)
 	} else {
 		nack := &NACK{Node: n.ID, SHA256: a.GetSha256(), Error: a.GetError(), At: s.now()}
+		for _, o := range a.GetObjects() {
+			nack.Objects = append(nack.Objects, RefusedObject{Team: o.GetTeam(), Kind: o.GetKind(), Name: o.GetName(), Error: o.GetError()})
+		}
 		if t != nil && t.sha256 == a.GetSha256() {
 			nack.Version = t.version
 			if t.halted == nil {
 				t.halted = nack
-				s.log.Warn("version halted: a node refused it", "version", t.version, "node", n.ID, "error", a.GetError())
+				s.log.Warn("version halted: a node refused it", "version", t.version, "node", n.ID, "objects", objectNames(nack.Objects), "error", a.GetError())
 			}
 		}
 		n.LastNACK = nack
@@ -429,6 +463,9 @@ func (s *Server) report(n *node, rep *distributionv1.Report) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n.routes = routes
+	if rep.GetClusters() != nil {
+		n.Clusters = rep.GetClusters()
+	}
 	n.ReportedAt = s.now()
 	s.notifyLocked()
 }
