@@ -13,6 +13,7 @@ import (
 	"github.com/portico-gw/portico/control/compile"
 	"github.com/portico-gw/portico/control/store"
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
 
 // commitAttempts bounds how often a change is recomputed after losing a
@@ -83,6 +84,9 @@ func (s *Service) commit(ctx context.Context, ch change) (*adminv1.Change, error
 		// would be.
 		res, err := compile.Compile(next, "v"+strconv.FormatInt(prev.Number+1, 10))
 		if err != nil {
+			return nil, s.refuse(ctx, ch, err)
+		}
+		if err := s.checkFleet(ctx, cfg, next, res); err != nil {
 			return nil, s.refuse(ctx, ch, err)
 		}
 		if ch.dryRun {
@@ -192,4 +196,53 @@ func find[T any](list []T, k string, key func(T) string) (T, bool) {
 	}
 	var zero T
 	return zero, false
+}
+
+// checkFleet refuses a change whose new or changed clusters the connected
+// nodes cannot run: an identity a node lacks, or no endpoint any probed
+// node finds healthy. It runs before anything is stored or pushed; the
+// clusters the change leaves alone are not checked, so one team's
+// unhealthy backend never holds up another team's change.
+func (s *Service) checkFleet(ctx context.Context, prev, next *adminv1.Config, res *compile.Result) error {
+	checker, ok := s.fleetOf.(ClusterChecker)
+	if !ok {
+		return nil
+	}
+	before := map[string]*configv1.Cluster{}
+	for _, tc := range prev.GetTeamConfigs() {
+		for _, c := range tc.GetClusters() {
+			before[tc.GetTeam()+"/"+c.GetName()] = c
+		}
+	}
+	changed := map[string]bool{}
+	for _, tc := range next.GetTeamConfigs() {
+		for _, c := range tc.GetClusters() {
+			if old := before[tc.GetTeam()+"/"+c.GetName()]; old == nil || !proto.Equal(old, c) {
+				changed[c.GetName()] = true
+			}
+		}
+	}
+	var check []*configv1.Cluster
+	for _, c := range res.Snapshot.GetClusters() {
+		if changed[c.GetName()] {
+			check = append(check, c)
+		}
+	}
+	problems := checker.CheckClusters(ctx, check)
+	if len(problems) == 0 {
+		return nil
+	}
+	teamOf := map[string]string{}
+	for _, c := range check {
+		teamOf[c.GetName()] = c.GetTeam()
+	}
+	cerr := &compile.Error{}
+	for _, p := range problems {
+		path := "team " + teamOf[p.Cluster] + ": clusters[" + p.Cluster + "]"
+		if p.Field != "" {
+			path += "." + p.Field
+		}
+		cerr.Violations = append(cerr.Violations, compile.Violation{Path: path, Message: p.Message})
+	}
+	return cerr
 }

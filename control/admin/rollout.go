@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -10,6 +11,7 @@ import (
 	"github.com/portico-gw/portico/control/distribution"
 	"github.com/portico-gw/portico/control/store"
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
 
 // Fleet is the distribution side the admin API reports on and steers
@@ -21,6 +23,13 @@ type Fleet interface {
 	Abort() bool
 }
 
+// ClusterChecker is a Fleet that can say, before a change is committed,
+// what keeps its new or changed clusters from running on the connected
+// nodes (distribution.Server.CheckClusters).
+type ClusterChecker interface {
+	CheckClusters(ctx context.Context, clusters []*configv1.Cluster) []distribution.ClusterProblem
+}
+
 func (s *Service) fleet() (Fleet, error) {
 	if s.fleetOf == nil {
 		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("this control plane distributes no snapshots"))
@@ -30,7 +39,8 @@ func (s *Service) fleet() (Fleet, error) {
 
 // GetRollout describes the fleet.
 func (s *Service) GetRollout(ctx context.Context, req *connect.Request[adminv1.GetRolloutRequest]) (*connect.Response[adminv1.GetRolloutResponse], error) {
-	if _, err := s.authenticate(ctx, req.Header()); err != nil {
+	c, err := s.authenticate(ctx, req.Header())
+	if err != nil {
 		return nil, err
 	}
 	f, err := s.fleet()
@@ -38,11 +48,19 @@ func (s *Service) GetRollout(ctx context.Context, req *connect.Request[adminv1.G
 		return nil, err
 	}
 	st := f.Status()
-	out := &adminv1.GetRolloutResponse{TargetVersion: st.Version, Halted: nackProto(st.Halted), Rollout: rolloutProto(st.Rollout)}
+	out := &adminv1.GetRolloutResponse{TargetVersion: st.Version, Halted: nackProto(st.Halted, c), Rollout: rolloutProto(st.Rollout)}
 	for _, n := range st.Nodes {
-		out.Nodes = append(out.Nodes, &adminv1.Node{Id: n.ID, Pool: n.Pool, Region: n.Region, Labels: n.Labels,
-			Version: n.Version, Sha256: n.SHA256, ConnectedAt: timestamppb.New(n.ConnectedAt), LastNack: nackProto(n.LastNACK),
-			FastLaneVersion: n.LaneVersion, FastLaneError: n.LaneError})
+		node := &adminv1.Node{Id: n.ID, Pool: n.Pool, Region: n.Region, Labels: n.Labels,
+			Version: n.Version, Sha256: n.SHA256, ConnectedAt: timestamppb.New(n.ConnectedAt), LastNack: nackProto(n.LastNACK, c),
+			FastLaneVersion: n.LaneVersion, FastLaneError: n.LaneError, UpstreamIdentities: n.Identities}
+		for _, ch := range n.Clusters {
+			for _, e := range ch.GetEndpoints() {
+				if !e.GetHealthy() || e.GetEjected() {
+					node.UnhealthyEndpoints = append(node.UnhealthyEndpoints, ch.GetName()+"/"+e.GetAddress())
+				}
+			}
+		}
+		out.Nodes = append(out.Nodes, node)
 	}
 	return connect.NewResponse(out), nil
 }
@@ -91,9 +109,28 @@ func rolloutProto(r *distribution.RolloutStatus) *adminv1.Rollout {
 	return &adminv1.Rollout{Version: r.Version, Previous: r.Previous, Stage: r.Stage, State: r.State, Evidence: r.Evidence, Reached: int32(r.Reached)}
 }
 
-func nackProto(n *distribution.NACK) *adminv1.Nack {
+// nackProto is what caller c may see of a NACK: all of it for a
+// platform admin; for a team admin, the refused objects of its own team
+// with their errors, and the node's whole message only when every
+// refused object is its team's (it names the others' objects).
+func nackProto(n *distribution.NACK, c caller) *adminv1.Nack {
 	if n == nil {
 		return nil
 	}
-	return &adminv1.Nack{Node: n.Node, Version: n.Version, Error: n.Error, At: timestamppb.New(n.At)}
+	out := &adminv1.Nack{Node: n.Node, Version: n.Version, Error: n.Error, At: timestamppb.New(n.At)}
+	others := 0
+	for _, o := range n.Objects {
+		if !c.platform() && o.Team != c.team {
+			others++
+			continue
+		}
+		out.Objects = append(out.Objects, &adminv1.NackObject{Team: o.Team, Kind: o.Kind, Name: o.Name, Error: o.Error})
+	}
+	if !c.platform() && (others > 0 || len(n.Objects) == 0) {
+		out.Error = fmt.Sprintf("the node refused %d objects that are not team %s's", max(others, 1), c.team)
+		if len(n.Objects) == 0 {
+			out.Error = "the node refused the snapshot as a whole"
+		}
+	}
+	return out
 }
