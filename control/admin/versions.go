@@ -4,39 +4,129 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/portico-gw/portico/control/store"
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 )
 
-// ListVersions lists versions, newest first; any admin may.
+// ListVersions lists versions, newest first: every version for a
+// platform admin; for a team admin, the versions that changed its team's
+// objects, each with its team's part of the diff only (teamView).
 func (s *Service) ListVersions(ctx context.Context, req *connect.Request[adminv1.ListVersionsRequest]) (*connect.Response[adminv1.ListVersionsResponse], error) {
-	if _, err := s.authenticate(ctx, req.Header()); err != nil {
+	c, err := s.authenticate(ctx, req.Header())
+	if err != nil {
 		return nil, err
 	}
-	vs, err := s.store.List(ctx, req.Msg.GetBefore(), int(req.Msg.GetLimit()))
-	if err != nil {
-		return nil, s.storeFailed(ctx, "versions.list", err)
+	limit := int(req.Msg.GetLimit())
+	if limit <= 0 || limit > 1000 {
+		limit = 1000
 	}
 	out := &adminv1.ListVersionsResponse{}
-	for _, v := range vs {
-		out.Versions = append(out.Versions, versionProto(v))
+	before := req.Msg.GetBefore()
+	for len(out.Versions) < limit {
+		// A team's versions are found among everyone's: page through
+		// until the page is full or the history ends.
+		vs, err := s.store.List(ctx, before, limit)
+		if err != nil {
+			return nil, s.storeFailed(ctx, "versions.list", err)
+		}
+		for _, v := range vs {
+			if vp, ok := view(c, versionProto(v)); ok && len(out.Versions) < limit {
+				out.Versions = append(out.Versions, vp)
+			}
+		}
+		if len(vs) < limit || c.platform() {
+			break
+		}
+		before = vs[len(vs)-1].Number
 	}
 	return connect.NewResponse(out), nil
 }
 
-// GetVersion returns one version.
+// GetVersion returns one version; a team admin gets only a version that
+// changed its team's objects, with its team's part of the diff.
 func (s *Service) GetVersion(ctx context.Context, req *connect.Request[adminv1.GetVersionRequest]) (*connect.Response[adminv1.GetVersionResponse], error) {
-	if _, err := s.authenticate(ctx, req.Header()); err != nil {
+	c, err := s.authenticate(ctx, req.Header())
+	if err != nil {
 		return nil, err
 	}
 	v, err := s.version(ctx, req.Msg.GetNumber())
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&adminv1.GetVersionResponse{Version: versionProto(v)}), nil
+	vp, ok := view(c, versionProto(v))
+	if !ok {
+		return nil, s.denyRead(ctx, c, "versions.get", fmt.Sprintf("version %d", v.Number))
+	}
+	return connect.NewResponse(&adminv1.GetVersionResponse{Version: vp}), nil
+}
+
+// view is what caller c may see of version v: all of it for a platform
+// admin. A team admin sees only versions whose diff touches its team's
+// objects, with only those lines; the message and the author only when
+// every line of the diff is its team's (a platform change, or another
+// team's, says nothing to it).
+func view(c caller, v *adminv1.Version) (*adminv1.Version, bool) {
+	if c.platform() {
+		return v, true
+	}
+	own, all := teamLines(v.GetDiff(), c.team)
+	if len(own) == 0 {
+		return nil, false
+	}
+	out := proto.CloneOf(v)
+	out.Diff = strings.Join(own, "\n")
+	if !all {
+		out.Message, out.CreatedBy = "", ""
+	}
+	return out, true
+}
+
+// teamLines picks team's lines out of a Diff, and says whether they are
+// all of them.
+func teamLines(diff, team string) (own []string, all bool) {
+	all = true
+	for _, l := range strings.Split(diff, "\n") {
+		if l == "" {
+			continue
+		}
+		if ownLine(l, team) {
+			own = append(own, l)
+		} else {
+			all = false
+		}
+	}
+	return own, all
+}
+
+// ownLine reports whether a Diff line ("~ orders route get", "+ team
+// orders") is about team's objects.
+func ownLine(l, team string) bool {
+	if len(l) < 2 {
+		return false
+	}
+	rest := l[2:]
+	if rest == "team "+team {
+		return true
+	}
+	for _, kind := range []string{" route ", " cluster ", " service "} {
+		if strings.HasPrefix(rest, team+kind) {
+			return true
+		}
+	}
+	return false
+}
+
+// denyRead refuses a team admin a read of what is not its team's, and
+// audits it.
+func (s *Service) denyRead(ctx context.Context, c caller, action, object string) error {
+	detail := "a team-admin token of team " + c.team + " reads that team's versions only"
+	s.audit(ctx, &store.AuditEntry{Actor: c.id, Team: c.team, Action: action, Object: object, Outcome: "permission_denied", Detail: detail})
+	return connect.NewError(connect.CodePermissionDenied, errors.New(detail))
 }
 
 func (s *Service) version(ctx context.Context, n int64) (store.Version, error) {
@@ -53,7 +143,8 @@ func (s *Service) version(ctx context.Context, n int64) (store.Version, error) {
 // DiffVersions describes the change from version from (0: nothing) to
 // version to.
 func (s *Service) DiffVersions(ctx context.Context, req *connect.Request[adminv1.DiffVersionsRequest]) (*connect.Response[adminv1.DiffVersionsResponse], error) {
-	if _, err := s.authenticate(ctx, req.Header()); err != nil {
+	c, err := s.authenticate(ctx, req.Header())
+	if err != nil {
 		return nil, err
 	}
 	configs := [2]*adminv1.Config{{}, {}}
@@ -69,7 +160,13 @@ func (s *Service) DiffVersions(ctx context.Context, req *connect.Request[adminv1
 			return nil, s.storeFailed(ctx, "versions.diff", err)
 		}
 	}
-	return connect.NewResponse(&adminv1.DiffVersionsResponse{Diff: Diff(configs[0], configs[1])}), nil
+	diff := Diff(configs[0], configs[1])
+	if !c.platform() {
+		// A team admin sees what changed of its own team's objects only.
+		own, _ := teamLines(diff, c.team)
+		diff = strings.Join(own, "\n")
+	}
+	return connect.NewResponse(&adminv1.DiffVersionsResponse{Diff: diff}), nil
 }
 
 // Rollback creates a new version equal to version to: its config and its
