@@ -242,7 +242,7 @@ func (c *devControl) seed(ctx context.Context, demo *configv1.Snapshot) (int64, 
 func (c *devControl) follow(ctx context.Context, node *gateway.Node, ident *devIdentity, version int64, log *slog.Logger) error {
 	client := gwdist.New(gwdist.Options{
 		URL: c.url, HTTPClient: streamClient(c.url), Token: c.nodeToken,
-		NodeID: "dev", Pool: "public", Region: "dev", Logger: log, Stats: node.RouteStats, Lane: node.FastLane(),
+		NodeID: "dev", Pool: "public", Region: "dev", Logger: log, Stats: node.RouteStats, Lane: node.FastLane(), Node: node,
 		Apply: func(cfg *configv1.Snapshot) error {
 			cfg = proto.CloneOf(cfg)
 			cfg.Sha256 = "" // it no longer is the control plane's snapshot

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/portico-gw/portico/gateway"
+	"github.com/portico-gw/portico/gateway/upstream"
 )
 
 // listenFlag collects repeated -listen pool=addr values.
@@ -52,6 +53,26 @@ func (f *prefixFlag) Set(v string) error {
 		p = netip.PrefixFrom(addr, addr.BitLen())
 	}
 	*f = append(*f, p)
+	return nil
+}
+
+// identityFlag collects repeated -upstream-identity NAME=CERT,KEY values.
+type identityFlag []upstream.IdentityFiles
+
+func (f *identityFlag) String() string {
+	parts := make([]string, len(*f))
+	for i, id := range *f {
+		parts[i] = id.Name + "=" + id.CertFile + "," + id.KeyFile
+	}
+	return strings.Join(parts, " ")
+}
+
+func (f *identityFlag) Set(v string) error {
+	id, err := upstream.ParseIdentityFlag(v)
+	if err != nil {
+		return err
+	}
+	*f = append(*f, id)
 	return nil
 }
 

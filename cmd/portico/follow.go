@@ -41,7 +41,7 @@ func followControl(ctx context.Context, node *gateway.Node, url, tokenFile, cach
 	client := distribution.New(distribution.Options{
 		URL: url, HTTPClient: streamClient(url),
 		Token: token, NodeID: nodeID, Pool: pool, Region: region, Labels: labels,
-		CacheFile: cacheFile, Apply: node.Apply, Logger: log, Stats: node.RouteStats, Lane: node.FastLane(),
+		CacheFile: cacheFile, Apply: node.Apply, Logger: log, Stats: node.RouteStats, Lane: node.FastLane(), Node: node,
 	})
 	booted, err := client.Boot()
 	if err != nil {

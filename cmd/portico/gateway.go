@@ -16,6 +16,7 @@ import (
 
 	"github.com/portico-gw/portico/gateway"
 	"github.com/portico-gw/portico/gateway/configfile"
+	"github.com/portico-gw/portico/gateway/upstream"
 )
 
 func runGateway(ctx context.Context, args []string) error {
@@ -53,6 +54,8 @@ func runGateway(ctx context.Context, args []string) error {
 	fs.Var(&labels, "label", "with -control: key=value describing this node to rollouts (repeatable)")
 	fs.Var(&keysPubs, "keys-public-key", "with -keys-snapshot: PEM Ed25519 public key the snapshot must be signed with (the key service's .pub.pem; repeatable, for rotation)")
 	fs.Var(&trusted, "trusted-proxy", "CIDR of a proxy in front of the gateway whose X-Forwarded-For is kept (repeatable)")
+	var identities identityFlag
+	fs.Var(&identities, "upstream-identity", "NAME=CERT_FILE,KEY_FILE: a client certificate (PEM files, re-read when they change) that clusters naming NAME in tls.identity present to their backends over mTLS (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -85,12 +88,17 @@ func runGateway(ctx context.Context, args []string) error {
 		return err
 	}
 
+	ids, err := upstream.LoadIdentities(identities, nil, log)
+	if err != nil {
+		return fmt.Errorf("gateway: -upstream-identity: %w", err)
+	}
 	rl, closeRedis, err := rateLimitOptions(*redisAddrs, *redisPass, *nodeID)
 	if err != nil {
 		return err
 	}
 	defer closeRedis()
 	node, err := gateway.New(gateway.Options{
+		Upstream:          upstream.Options{Identities: ids},
 		RateLimit:         rl,
 		Listeners:         ls,
 		Logger:            log,

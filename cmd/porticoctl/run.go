@@ -451,6 +451,9 @@ func (c *cli) rollout(ctx context.Context, args []string) int {
 		fmt.Fprintf(c.stdout, "target version %d\n", resp.Msg.GetTargetVersion())
 		if h := resp.Msg.GetHalted(); h != nil {
 			fmt.Fprintf(c.stdout, "halted: node %s refused version %d: %s\n", h.GetNode(), h.GetVersion(), h.GetError())
+			for _, o := range h.GetObjects() {
+				fmt.Fprintf(c.stdout, "  %s\n", objectLine(o))
+			}
 		}
 		ro = resp.Msg.GetRollout()
 	case "pause":
@@ -499,15 +502,41 @@ func (c *cli) nodes(ctx context.Context) int {
 	}
 	for _, n := range resp.Msg.GetNodes() {
 		line := fmt.Sprintf("%s\t%s\t%s\tversion %d\tfast lane %d", n.GetId(), n.GetPool(), n.GetRegion(), n.GetVersion(), n.GetFastLaneVersion())
+		if ids := n.GetUpstreamIdentities(); len(ids) > 0 {
+			line += "\tidentities " + strings.Join(ids, ",")
+		}
 		if nk := n.GetLastNack(); nk != nil {
 			line += fmt.Sprintf("\tNACK version %d: %s", nk.GetVersion(), nk.GetError())
+			for _, o := range nk.GetObjects() {
+				line += "\n  " + objectLine(o)
+			}
 		}
 		if e := n.GetFastLaneError(); e != "" {
 			line += "\tfast lane refused: " + e
 		}
+		if u := n.GetUnhealthyEndpoints(); len(u) > 0 {
+			line += "\tunhealthy " + strings.Join(u, ",")
+		}
 		fmt.Fprintln(c.stdout, line)
 	}
 	return exitOK
+}
+
+// objectLine names a refused object and why: "team orders cluster pay:
+// ...", "platform issuer idp: ...".
+func objectLine(o *adminv1.NackObject) string {
+	owner := "platform"
+	if o.GetTeam() != "" {
+		owner = "team " + o.GetTeam()
+	}
+	line := owner + " " + o.GetKind()
+	if o.GetName() != "" {
+		line += " " + o.GetName()
+	}
+	if o.GetError() != "" {
+		line += ": " + o.GetError()
+	}
+	return line
 }
 
 // failed prints a refused or failed call: its code and message, and each
