@@ -190,7 +190,7 @@ func (v *Verifier) Update(issuers []*configv1.Issuer, deny []*configv1.DenyEntry
 		}
 	}
 	var err error
-	if next.deny, err = newDenyList(deny, v.now()); err != nil {
+	if next.deny, err = newDenyList(deny, v.now(), next.byName); err != nil {
 		return fmt.Errorf("jwt: %w", err)
 	}
 
