@@ -20,6 +20,7 @@ import (
 	"github.com/portico-gw/portico/control"
 	"github.com/portico-gw/portico/control/distribution"
 	"github.com/portico-gw/portico/control/store"
+	"github.com/portico-gw/portico/gateway"
 	gwdist "github.com/portico-gw/portico/gateway/distribution"
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 	"github.com/portico-gw/portico/gen/portico/admin/v1/adminv1connect"
@@ -92,9 +93,16 @@ func startNodeWith(t *testing.T, url, id, cacheFile, region string, labels map[s
 
 func startNodeToken(t *testing.T, url, id, cacheFile, region string, labels map[string]string, token string) *gatewayNode {
 	t.Helper()
+	return startNodeEdit(t, url, id, cacheFile, region, labels, token, nil)
+}
+
+// startNodeEdit starts a node whose gateway options edit changes, if not
+// nil.
+func startNodeEdit(t *testing.T, url, id, cacheFile, region string, labels map[string]string, token string, edit func(*gateway.Options)) *gatewayNode {
+	t.Helper()
 	n := &gatewayNode{done: make(chan struct{})}
 	n.refuse.Store("")
-	n.gw = gatewaytest.Start(t, nil, nil)
+	n.gw = gatewaytest.Start(t, nil, edit)
 	n.lane = &laneRecorder{lane: n.gw.Node.FastLane(), id: id}
 	n.client = gwdist.New(gwdist.Options{
 		Stats: n.gw.Node.RouteStats, Token: token, Lane: n.lane,
