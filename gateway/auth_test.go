@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/portico-gw/portico/gateway"
@@ -274,6 +275,54 @@ func TestTokenAuthentication(t *testing.T) {
 			}
 			if p := readProblem(t, resp); p.Error != tc.code {
 				t.Errorf("error = %q, want %q", p.Error, tc.code)
+			}
+		})
+	}
+}
+
+// TestTokenLifetime: a token that lives longer than its issuer allows (15
+// minutes plus leeway by default) is a 401 invalid_token that says why
+// without echoing the token, with or without iat; an issuer may allow
+// longer.
+func TestTokenLifetime(t *testing.T) {
+	t.Parallel()
+	d := gatewaytest.Demo(t)
+	f := newAuthFixture(t, d)
+	long := gatewaytest.NewIssuer(t, "long")
+	cfg := long.Config(t)
+	cfg.MaxTokenLifetime = durationpb.New(time.Hour)
+	f.cfg.Issuers = append(f.cfg.Issuers, cfg)
+	g := gatewaytest.Start(t, f.cfg, nil)
+	client := gatewaytest.HTTP1Client(t)
+	hour := time.Now().Add(time.Hour).Unix()
+	for _, tc := range []struct {
+		name   string
+		token  string
+		status int
+	}{
+		{"an hour", f.issuer.Mint(t, map[string]any{"scope": "inventory:read", "plan": "pro", "exp": hour}), 401},
+		{"an hour without iat", f.issuer.Mint(t, map[string]any{"scope": "inventory:read", "plan": "pro", "exp": hour, "iat": nil}), 401},
+		{"an hour of an issuer that allows it", long.Mint(t, map[string]any{"scope": "inventory:read", "plan": "pro", "exp": hour}), 200},
+		{"15 minutes", f.issuer.Mint(t, map[string]any{"scope": "inventory:read", "plan": "pro"}), 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code := ""
+			if tc.status != 200 {
+				code = "unauthenticated"
+			}
+			resp := authCase{tc.name, "GET", "/inventory/v1/items", map[string]string{"Authorization": "Bearer " + tc.token}, tc.status, code}.send(t, client, g.URL())
+			if resp == nil {
+				return
+			}
+			challenge := resp.Header.Get("WWW-Authenticate")
+			p := readProblem(t, resp)
+			if p.Error != "unauthenticated" || p.Detail != "the access token is not valid: lifetime too long" || !strings.Contains(challenge, `error="invalid_token"`) {
+				t.Errorf("problem %q %q, WWW-Authenticate %q; want unauthenticated, the lifetime, invalid_token", p.Error, p.Detail, challenge)
+			}
+			for _, seg := range strings.Split(tc.token, ".") {
+				if strings.Contains(p.Detail+p.Instance+challenge, seg[len(seg)-16:]) {
+					t.Errorf("the answer echoes the token: %q %q %q", p.Detail, p.Instance, challenge)
+				}
 			}
 		})
 	}

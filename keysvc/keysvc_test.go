@@ -314,6 +314,8 @@ func TestInvalidArgument(t *testing.T) {
 		{"Deny without expires", deny(&configv1.DenyEntry{Match: &configv1.DenyEntry_Jti{Jti: "j-1"}})},
 		{"Deny expiring in the past", deny(&configv1.DenyEntry{Match: &configv1.DenyEntry_Jti{Jti: "j-1"}, Expires: timestamppb.New(time.Now().Add(-time.Minute))})},
 		{"Deny of a subject without issued_before", deny(&configv1.DenyEntry{Match: &configv1.DenyEntry_Subject{Subject: "user-1"}, Expires: future})},
+		{"Deny of a subject with token_expires", deny(&configv1.DenyEntry{Match: &configv1.DenyEntry_Subject{Subject: "user-1"},
+			IssuedBefore: future, TokenExpires: future, Expires: future})},
 		{"PublishIssuerKeys with a set without keys", func(ctx context.Context) error {
 			_, err := s.tokens.PublishIssuerKeys(ctx, connect.NewRequest(&keysv1.PublishIssuerKeysRequest{Keys: &configv1.IssuerKeys{Issuer: "idp", JwksJson: `{"keys": []}`}}))
 			return err

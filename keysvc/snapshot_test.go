@@ -7,7 +7,9 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -105,9 +107,15 @@ func TestSnapshot(t *testing.T) {
 	for _, k := range []*keysv1.CreateKeyResponse{live, test.Msg, revoked} {
 		raw[k.GetKey().GetKeyId()] = k.GetRawKey()
 	}
+	// jti-short names its token's exp, so it is kept only until then and
+	// the leeway; jti-long gets the time of the denial as its
+	// issued_before, and is kept a day.
 	for jti, d := range map[string]time.Duration{"jti-long": time.Hour, "jti-short": time.Minute} {
-		if _, err := s.tokens.Deny(ctx, connect.NewRequest(&keysv1.DenyRequest{Entry: &configv1.DenyEntry{
-			Match: &configv1.DenyEntry_Jti{Jti: jti}, Expires: timestamppb.New(epoch.Add(d))}})); err != nil {
+		e := &configv1.DenyEntry{Match: &configv1.DenyEntry_Jti{Jti: jti}, Expires: timestamppb.New(epoch.Add(d))}
+		if jti == "jti-short" {
+			e.TokenExpires = e.Expires
+		}
+		if _, err := s.tokens.Deny(ctx, connect.NewRequest(&keysv1.DenyRequest{Entry: e})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -175,15 +183,16 @@ func TestSnapshot(t *testing.T) {
 		t.Errorf("HEAD = %d with %d bytes, ETag %s; want 200, no body, %s", resp.StatusCode, len(body), resp.Header.Get("ETag"), etag)
 	}
 
-	// An expired deny entry leaves the snapshot, though nothing changed.
-	clock.Add(2 * time.Minute)
+	// A deny entry past its KeepUntil leaves the snapshot, though nothing
+	// changed.
+	clock.Add(6*time.Minute + time.Second)
 	_, body = fetch(t, s, "GET")
 	snap, err = keysnapshot.Verify(body, []ed25519.PublicKey{pub})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st := stateOf(t, snap); st.deny["jti-short"] != nil || st.deny["jti-long"] == nil || snap.GetSeq() != seq {
-		t.Errorf("two minutes later the snapshot at seq %d has deny entries %v; want only jti-long", snap.GetSeq(), st.deny)
+		t.Errorf("6 minutes later the snapshot at seq %d has deny entries %v; want only jti-long", snap.GetSeq(), st.deny)
 	}
 
 	// A change: a new snapshot, a new ETag.
@@ -248,6 +257,83 @@ func TestSnapshotAccess(t *testing.T) {
 		case http.StatusMethodNotAllowed:
 			if resp.Header.Get("Allow") != "GET, HEAD" {
 				t.Errorf("%s: 405 with Allow %q, want GET, HEAD", c.name, resp.Header.Get("Allow"))
+			}
+		}
+	}
+}
+
+// TestDenyKept: the key service keeps a deny entry, in ListDenyEntries
+// and in the signed snapshot a late node starts from, until every token
+// it covers is dead for any issuer (denyentry.KeepUntil), not until the
+// expires its caller asked for; a jti entry that does not name its
+// token's exp gets the time of the denial as its issued_before.
+func TestDenyKept(t *testing.T) {
+	t.Parallel()
+	clock := testclock.New(epoch)
+	pub, priv := newSigningKey(t)
+	s := startService(t, keysvc.Options{SigningKey: priv, Now: clock.Now})
+	ctx := context.Background()
+	asked := timestamppb.New(epoch.Add(15 * time.Minute))
+	for _, e := range []*configv1.DenyEntry{
+		{Match: &configv1.DenyEntry_Jti{Jti: "no-exp"}, Expires: asked},
+		{Match: &configv1.DenyEntry_Jti{Jti: "exp"}, TokenExpires: timestamppb.New(epoch.Add(time.Hour)), Expires: asked},
+		{Match: &configv1.DenyEntry_Subject{Subject: "user-7"}, IssuedBefore: timestamppb.New(epoch), Expires: asked},
+	} {
+		if _, err := s.tokens.Deny(ctx, connect.NewRequest(&keysv1.DenyRequest{Entry: e})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := func() map[string]*configv1.DenyEntry {
+		t.Helper()
+		resp, err := s.tokens.ListDenyEntries(ctx, connect.NewRequest(&keysv1.ListDenyEntriesRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]*configv1.DenyEntry{}
+		for _, e := range resp.Msg.GetEntries() {
+			out[e.GetJti()+e.GetSubject()] = e
+		}
+		return out
+	}
+	snapshot := func() map[string]*configv1.DenyEntry {
+		t.Helper()
+		_, body := fetch(t, s, "GET")
+		snap, err := keysnapshot.Verify(body, []ed25519.PublicKey{pub})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]*configv1.DenyEntry{}
+		for _, e := range snap.GetEntries() {
+			if d := e.GetDeny(); d != nil {
+				out[d.GetJti()+d.GetSubject()] = d
+			}
+		}
+		return out
+	}
+	got := list()
+	if ib := got["no-exp"].GetIssuedBefore(); !ib.AsTime().Equal(epoch) {
+		t.Errorf("a jti entry without token_expires has issued_before %v, want the time of the denial %v", ib.AsTime(), epoch)
+	}
+	if ib := got["exp"].GetIssuedBefore(); ib != nil {
+		t.Errorf("a jti entry with token_expires has issued_before %v, want none", ib.AsTime())
+	}
+	for _, c := range []struct {
+		at   time.Duration
+		want []string
+	}{
+		{20 * time.Minute, []string{"exp", "no-exp", "user-7"}},
+		{time.Hour + 5*time.Minute - time.Second, []string{"exp", "no-exp", "user-7"}},
+		// More than snapshotMaxAge apart, so that the snapshot is built
+		// again.
+		{time.Hour + 6*time.Minute, []string{"no-exp", "user-7"}},
+		{24*time.Hour + 5*time.Minute - time.Second, []string{"no-exp", "user-7"}},
+		{24*time.Hour + 6*time.Minute, nil},
+	} {
+		clock.Set(epoch.Add(c.at))
+		for where, m := range map[string]map[string]*configv1.DenyEntry{"ListDenyEntries": list(), "the signed snapshot": snapshot()} {
+			got := slices.Sorted(maps.Keys(m))
+			if !slices.Equal(got, c.want) {
+				t.Errorf("%s at +%v = %v, want %v", where, c.at, got, c.want)
 			}
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	keysv1 "github.com/portico-gw/portico/gen/portico/keys/v1"
@@ -21,14 +23,24 @@ func (a *tokenAPI) Deny(ctx context.Context, req *connect.Request[keysv1.DenyReq
 	if c := callerOf(ctx); !c.mayActFor(e.GetIssuer()) {
 		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("token %s may deny tokens of issuers %v only", c.Name, c.Issuers))
 	}
-	if !e.GetExpires().AsTime().After(s.now()) {
+	now := s.now()
+	if !e.GetExpires().AsTime().After(now) {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errExpired)
+	}
+	// A jti entry whose token's exp the caller does not know gets the time
+	// of the denial as its issued_before: the token was issued before it,
+	// so with iat it is dead by then plus its issuer's max_token_lifetime,
+	// which is how long the nodes keep the entry (gateway/denyentry). The
+	// expires asked for only ever lengthens that.
+	if e.GetJti() != "" && e.GetIssuedBefore() == nil && e.GetTokenExpires() == nil {
+		e = proto.CloneOf(e)
+		e.IssuedBefore = timestamppb.New(now)
 	}
 	d, err := s.store.PutDeny(ctx, e)
 	if err != nil {
 		return nil, s.internal("storing the deny entry failed", err)
 	}
-	s.log.Info("token deny entry added", "id", d.ID, "by", callerOf(ctx).Name, "expires", d.Expires, "rev", d.Rev)
+	s.log.Info("token deny entry added", "id", d.ID, "by", callerOf(ctx).Name, "expires", e.GetExpires().AsTime(), "kept_until", d.KeepUntil, "rev", d.Rev)
 	return connect.NewResponse(&keysv1.DenyResponse{Rev: d.Rev, Version: s.publishNow(ctx)}), nil
 }
 

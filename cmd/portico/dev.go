@@ -219,7 +219,7 @@ REST (the inventory service) with the API key:
   curl -i -H 'Authorization: Bearer %[4]s' http://%[1]s/inventory/v1/items/WIDGET-1
   curl -i 'http://%[1]s/inventory/v1/items?api_key=%[4]s'
   curl -i --cacert %[3]s -H 'x-api-key: %[4]s' https://localhost:%[2]s/inventory/v1/headers
-with the access token:
+with the access token (it lives 15 minutes; a restart mints another):
   curl -i -H 'Authorization: Bearer %[7]s' -X POST http://%[1]s/inventory/v1/items -H 'content-type: application/json' -d '{"sku":"SPROCKET-4","name":"Sprocket","quantity":5,"price_cents":250}'
 refused:
   curl -i -H 'x-api-key: %[4]s' -X POST http://%[1]s/inventory/v1/items -H 'content-type: application/json' -d '{"sku":"NUT-5","name":"Nut","quantity":1,"price_cents":5}'   # 403 insufficient_scope (the key lacks inventory:write)

@@ -11,6 +11,7 @@ import (
 
 	gojwt "github.com/golang-jwt/jwt/v5"
 
+	"github.com/portico-gw/portico/gateway/auth/jwt"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
 
@@ -20,7 +21,7 @@ import (
 // this process holds.
 type devIdentity struct {
 	Key       string // the raw demo API key, printed once, never logged
-	Token     string // an access token minted by the demo issuer
+	Token     string // an access token minted by the demo issuer; it lives 15 minutes, as the seed's do
 	issuerKey *ecdsa.PrivateKey
 	jwks      string
 }
@@ -45,7 +46,7 @@ func newDevIdentity() (*devIdentity, error) {
 	if d.jwks, err = jwksOf(devKID, &signer.PublicKey); err != nil {
 		return nil, err
 	}
-	if d.Token, err = d.mint(time.Hour); err != nil {
+	if d.Token, err = d.mint(jwt.DefaultMaxTokenLifetime); err != nil {
 		return nil, err
 	}
 	return d, nil

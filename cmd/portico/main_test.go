@@ -3,6 +3,8 @@ package main_test
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -271,6 +273,14 @@ func TestDevRole(t *testing.T) {
 	}
 	if code, body := call("POST", "/inventory/v1/items", map[string]string{"Authorization": "Bearer " + token[1]}, `{"sku":"SPROCKET-4","name":"Sprocket","quantity":5,"price_cents":250}`); code != 201 {
 		t.Errorf("POST with the demo token = %d %q, want 201", code, body)
+	}
+	// The demo token lives the seed's 15 minutes, which the dev issuer's
+	// default max_token_lifetime allows.
+	var times struct{ Iat, Exp int64 }
+	if payload, err := base64.RawURLEncoding.DecodeString(strings.Split(token[1], ".")[1]); err != nil || json.Unmarshal(payload, &times) != nil {
+		t.Errorf("the demo token's payload does not decode: %v", err)
+	} else if life := time.Duration(times.Exp-times.Iat) * time.Second; life != 15*time.Minute {
+		t.Errorf("the demo token lives %v, want 15m0s", life)
 	}
 	// The orders service from its descriptor: REST, Connect, edge validation.
 	if code, body := call("GET", "/v1/orders/o-1001", withKey, ""); code != 200 || !strings.Contains(body, `"orderId":"o-1001"`) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -14,12 +15,12 @@ import (
 	keysv1 "github.com/portico-gw/portico/gen/portico/keys/v1"
 )
 
-// maxTokenLifetime is the longest an access token lives. A deny entry
-// that lasts this long past the newest token it covers (issued_before,
-// or now for a jti) outlives all of them, so it is the entry's default
-// lifetime; a shorter one lets a covered token work again once the entry
-// lapses.
-const maxTokenLifetime = 15 * time.Minute
+// defaultLifetime is how long past the newest token it covers
+// (issued_before, or now for a jti) an entry asks to last by default: the
+// seed's token lifetime. It is only what the entry asks for: the key
+// service and the nodes keep it until every token it covers is dead,
+// for the issuer's max_token_lifetime (gateway/denyentry).
+const defaultLifetime = 15 * time.Minute
 
 // deny runs porticoctl deny: the token service's deny list of access
 // tokens.
@@ -35,8 +36,9 @@ func (c *cli) denyAdd(ctx context.Context, args []string) int {
 	clientID := fs.String("client-id", "", "deny the client's tokens issued before -issued-before")
 	issuedBefore := fs.String("issued-before", "", `with -subject or -client-id: RFC 3339, or "now"`)
 	issuer := fs.String("issuer", "", "only this issuer's tokens (default every issuer's)")
-	expires := fs.String("expires", "", "when the entry lapses, RFC 3339")
-	ttl := fs.Duration("ttl", 0, "the entry lapses this long from now (default 15m after -issued-before, or after now for -jti)")
+	tokenExpires := fs.String("token-expires", "", "with -jti: the token's exp, RFC 3339 or Unix seconds, so that the entry lasts until then even for a token without iat")
+	expires := fs.String("expires", "", "when the entry asks to lapse, RFC 3339; nodes keep it until every token it covers has expired")
+	ttl := fs.Duration("ttl", 0, "the entry asks to lapse this long from now (default 15m after -issued-before, or after now for -jti)")
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -45,6 +47,9 @@ func (c *cli) denyAdd(ctx context.Context, args []string) int {
 	now := time.Now()
 	e, base, problem := denyEntry(now, *jti, *subject, *clientID, *issuedBefore)
 	var lapse time.Time
+	if problem == "" && *tokenExpires != "" {
+		problem = tokenExp(e, *tokenExpires)
+	}
 	switch {
 	case problem != "":
 	case fs.NArg() > 0:
@@ -62,7 +67,10 @@ func (c *cli) denyAdd(ctx context.Context, args []string) int {
 		}
 		lapse = now.Add(*ttl)
 	default:
-		lapse = base.Add(maxTokenLifetime)
+		lapse = base.Add(defaultLifetime)
+		if te := e.GetTokenExpires(); te != nil && te.AsTime().After(lapse) {
+			lapse = te.AsTime()
+		}
 	}
 	if problem == "" && !lapse.After(now) {
 		problem = fmt.Sprintf("the entry would lapse at once: %s is not in the future", lapse.Format(time.RFC3339))
@@ -70,10 +78,6 @@ func (c *cli) denyAdd(ctx context.Context, args []string) int {
 	if problem != "" {
 		fmt.Fprintf(c.stderr, "porticoctl %s: %s\n", cmd, problem)
 		return exitUsage
-	}
-	if last := base.Add(maxTokenLifetime); lapse.Before(last) {
-		fmt.Fprintf(c.stderr, "porticoctl %s: warning: the entry lapses at %s, but a token it covers may live until %s and works again after the entry lapses\n",
-			cmd, lapse.Format(time.RFC3339), last.Format(time.RFC3339))
 	}
 	e.Issuer = *issuer
 	e.Expires = timestamppb.New(lapse)
@@ -87,6 +91,25 @@ func (c *cli) denyAdd(ctx context.Context, args []string) int {
 	fmt.Fprintf(c.stdout, "denied %s (%s) until %s\n", denyMatch(e), denyIssuer(e), formatTime(e.GetExpires()))
 	c.printLane(cmd, resp.Msg.GetVersion())
 	return exitOK
+}
+
+// tokenExp sets a jti entry's token_expires from v, an RFC 3339 time or
+// Unix seconds (a token's exp as it is), and says what is wrong if
+// anything is.
+func tokenExp(e *configv1.DenyEntry, v string) (problem string) {
+	if e.GetJti() == "" {
+		return "-token-expires goes with -jti: it is one token's exp"
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		secs, perr := strconv.ParseInt(v, 10, 64)
+		if perr != nil || secs <= 0 {
+			return fmt.Sprintf("-token-expires %q is neither an RFC 3339 time nor Unix seconds", v)
+		}
+		t = time.Unix(secs, 0)
+	}
+	e.TokenExpires = timestamppb.New(t)
+	return ""
 }
 
 // denyEntry builds a deny entry's match from the flags: exactly one of

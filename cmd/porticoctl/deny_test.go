@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,8 +27,9 @@ func TestDenyAdd(t *testing.T) {
 		// expires: a time, or "now+D" for D from when porticoctl ran,
 		// or "issued+D" for D after the sent issued_before.
 		expires string
-		warn    bool
-		out     string
+		// tokenExpires is the token_expires sent, RFC 3339, or "".
+		tokenExpires string
+		out          string
 	}{
 		"jti, default 15m": {
 			args:    []string{"-jti", "b7c1"},
@@ -39,7 +41,6 @@ func TestDenyAdd(t *testing.T) {
 			args:    []string{"-jti", "b7c1", "-ttl", "5m", "-issuer", "login"},
 			match:   &configv1.DenyEntry{Issuer: "login", Match: &configv1.DenyEntry_Jti{Jti: "b7c1"}},
 			expires: "now+5m",
-			warn:    true,
 			out:     "denied the token with jti b7c1 (issuer login) until ",
 		},
 		"subject issued before now": {
@@ -79,7 +80,19 @@ func TestDenyAdd(t *testing.T) {
 			match:   &configv1.DenyEntry{Match: &configv1.DenyEntry_ClientId{ClientId: "app-x"}},
 			issued:  ago.Format(time.RFC3339),
 			expires: ago.Add(10 * time.Minute).Format(time.RFC3339),
-			warn:    true,
+		},
+		"jti, -token-expires in Unix seconds": {
+			args:         []string{"-jti", "b7c1", "-token-expires", strconv.FormatInt(later.Unix(), 10)},
+			match:        &configv1.DenyEntry{Match: &configv1.DenyEntry_Jti{Jti: "b7c1"}},
+			tokenExpires: later.Format(time.RFC3339),
+			// The token's exp, being later than the default.
+			expires: later.Format(time.RFC3339),
+		},
+		"jti, -token-expires soon": {
+			args:         []string{"-jti", "b7c1", "-token-expires", ago.Add(10 * time.Minute).Format(time.RFC3339)},
+			match:        &configv1.DenyEntry{Match: &configv1.DenyEntry_Jti{Jti: "b7c1"}},
+			tokenExpires: ago.Add(10 * time.Minute).Format(time.RFC3339),
+			expires:      "now+15m",
 		},
 	} {
 		f, url := keyService(t)
@@ -126,8 +139,13 @@ func TestDenyAdd(t *testing.T) {
 				t.Errorf("%s: expires = %s, want %s", name, got, tc.expires)
 			}
 		}
-		if warned := strings.Contains(errOut, "porticoctl deny add: warning: the entry lapses at "); warned != tc.warn {
-			t.Errorf("%s: stderr %q, want a warning %v", name, errOut, tc.warn)
+		if got := formatTime(e.GetTokenExpires()); e.GetTokenExpires() != nil && got != tc.tokenExpires || e.GetTokenExpires() == nil && tc.tokenExpires != "" {
+			t.Errorf("%s: token_expires = %v, want %q", name, e.GetTokenExpires(), tc.tokenExpires)
+		}
+		// Whatever expires it asks for, the key service and the nodes keep
+		// the entry as long as a token it covers lives: nothing to warn of.
+		if errOut != "" {
+			t.Errorf("%s: stderr %q, want nothing", name, errOut)
 		}
 		if !strings.HasPrefix(out, tc.out) || !strings.HasSuffix(out, " until "+formatTime(e.GetExpires())+"\non the fast lane as version 42\n") {
 			t.Errorf("%s: deny add printed %q, want it to start %q", name, out, tc.out)
@@ -157,6 +175,8 @@ func TestDenyAddUsage(t *testing.T) {
 		"subject without time":       {[]string{"deny", "add", "-subject", "user-42"}, "-subject and -client-id need -issued-before TIME"},
 		"client without time":        {[]string{"deny", "add", "-client-id", "app-x"}, "-subject and -client-id need -issued-before TIME"},
 		"jti with time":              {[]string{"deny", "add", "-jti", "a", "-issued-before", "now"}, "-jti names one token"},
+		"token expiry of a subject":  {[]string{"deny", "add", "-subject", "s", "-issued-before", "now", "-token-expires", "1900000000"}, "-token-expires goes with -jti"},
+		"bad token expiry":           {[]string{"deny", "add", "-jti", "a", "-token-expires", "tomorrow"}, `-token-expires "tomorrow" is neither an RFC 3339 time nor Unix seconds`},
 		"bad issued-before":          {[]string{"deny", "add", "-subject", "s", "-issued-before", "yesterday"}, `-issued-before "yesterday" is neither an RFC 3339 time nor "now"`},
 		"bad expires":                {[]string{"deny", "add", "-jti", "a", "-expires", "soon"}, `-expires "soon" is not an RFC 3339 time`},
 		"expires and ttl":            {[]string{"deny", "add", "-jti", "a", "-expires", "2099-01-01T00:00:00Z", "-ttl", "5m"}, "-expires or -ttl, not both"},

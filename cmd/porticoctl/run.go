@@ -64,15 +64,18 @@ API keys (the key service):
   keys get KEY_ID             one key's metadata
 
 access tokens (the key service's token service):
-  deny add (-jti ID | -subject SUB -issued-before TIME | -client-id ID -issued-before TIME)
-           [-issuer NAME] [-expires TIME | -ttl DURATION]
+  deny add (-jti ID [-token-expires EXP] | -subject SUB -issued-before TIME |
+            -client-id ID -issued-before TIME) [-issuer NAME] [-expires TIME | -ttl DURATION]
                               deny one token, or a subject's or client's tokens issued
-                              before TIME; the entry lapses at -expires, or -ttl from
-                              now, by default 15m (the longest an access token lives)
-                              after -issued-before, or after now for -jti
+                              before TIME; the entry asks to lapse at -expires, or -ttl
+                              from now, by default 15m after -issued-before, or after
+                              now for -jti (or at the token's exp, EXP, if later); nodes
+                              keep it until every token it covers has expired, for the
+                              issuer's max_token_lifetime
   deny list                   the deny entries
 
-  TIME is RFC 3339 (2026-11-29T18:00:00Z); -issued-before also takes "now".
+  TIME is RFC 3339 (2026-11-29T18:00:00Z); -issued-before also takes "now", EXP
+  Unix seconds (a token's exp claim).
 
 global flags:
   -server URL        the control plane (default $PORTICO_SERVER, else http://localhost:7000)

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/portico-gw/portico/control/store"
+	"github.com/portico-gw/portico/gateway/denyentry"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
 	"github.com/portico-gw/portico/gen/portico/distribution/v1/distributionv1connect"
@@ -45,8 +46,9 @@ const recentBatches = 4096
 // partEntries bounds the entries of one message of an update.
 const partEntries = 10000
 
-// pruneEvery is how often expired deny entries are dropped from the store,
-// pruneGrace how long after their expires.
+// pruneEvery is how often deny entries are dropped from the store,
+// pruneGrace how long after their denyentry.KeepUntil (a margin for the
+// clocks of the control plane and the nodes).
 const (
 	pruneEvery = 10 * time.Minute
 	pruneGrace = time.Hour
@@ -144,13 +146,16 @@ func (s *Server) laneLoad(ctx context.Context) error {
 }
 
 // entryIdentity is the kind and id an entry is stored under, and when it
-// may be dropped (zero: never).
+// may be dropped (zero: never). A deny entry is kept until
+// denyentry.KeepUntil, not until the expires it asks for: a node that
+// joins later gets the whole state from the store, and must still get
+// every entry that covers a token some issuer could accept.
 func entryIdentity(e *configv1.FastLaneEntry) (kind, id string, expires time.Time) {
 	switch x := e.GetEntry().(type) {
 	case *configv1.FastLaneEntry_Key:
 		return "key", x.Key.GetKeyId(), time.Time{}
 	case *configv1.FastLaneEntry_Deny:
-		return "deny", DenyID(x.Deny), x.Deny.GetExpires().AsTime()
+		return "deny", DenyID(x.Deny), denyentry.KeepUntil(x.Deny)
 	case *configv1.FastLaneEntry_IssuerKeys:
 		return "issuer_keys", x.IssuerKeys.GetIssuer(), time.Time{}
 	}
@@ -222,8 +227,8 @@ func (s *Server) publish(ctx context.Context, req *distributionv1.PublishRequest
 	}
 	if now := s.now(); now.Sub(f.lastPrune) > pruneEvery {
 		f.lastPrune = now
-		// Nodes keep a deny entry a grace period after it expires (the
-		// most leeway an issuer may give exp): prune well after that.
+		// Nodes keep a deny entry until its KeepUntil, as the store
+		// does: prune a while after that.
 		if n, err := s.store.PruneFastLane(ctx, now.Add(-pruneGrace)); err != nil {
 			s.log.Warn("pruning expired fast-lane entries failed", "err", err)
 		} else if n > 0 {

@@ -28,6 +28,7 @@ import (
 	"github.com/portico-gw/portico/gen/portico/distribution/v1/distributionv1connect"
 	"github.com/portico-gw/portico/testing/admintest"
 	"github.com/portico-gw/portico/testing/gatewaytest"
+	"github.com/portico-gw/portico/testing/testclock"
 )
 
 // These tests play the nodes and the producer of the fast lane with raw
@@ -294,6 +295,9 @@ func name(e *configv1.FastLaneEntry) string {
 	case *configv1.FastLaneEntry_Key:
 		return fmt.Sprintf("key %s@%d", x.Key.GetKeyId(), e.GetRev())
 	case *configv1.FastLaneEntry_Deny:
+		if sub := x.Deny.GetSubject(); sub != "" {
+			return fmt.Sprintf("deny sub %s@%d", sub, e.GetRev())
+		}
 		return fmt.Sprintf("deny %s@%d", x.Deny.GetJti(), e.GetRev())
 	case *configv1.FastLaneEntry_IssuerKeys:
 		return fmt.Sprintf("issuer %s@%d", x.IssuerKeys.GetIssuer(), e.GetRev())
@@ -508,6 +512,51 @@ func TestFastLanePublish(t *testing.T) {
 			t.Errorf("node at version %d: update = version %d %v, want version 5 %v", c.version, u.GetVersion(), names(u.GetEntries()), want)
 		}
 	}
+}
+
+// TestFastLaneKeepsDenyEntries: the control plane keeps a deny entry
+// until denyentry.KeepUntil (and its prune margin), not the expires it
+// asks for, so that a node that joins later still gets every entry that
+// covers a live token.
+func TestFastLaneKeepsDenyEntries(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(1_800_000_000, 0)
+	clk := testclock.New(t0)
+	l := startLane(t, distribution.Options{Now: clk.Now})
+	asked := timestamppb.New(t0.Add(15 * time.Minute))
+	entry := func(rev uint64, d *configv1.DenyEntry) *configv1.FastLaneEntry {
+		d.Expires = asked
+		return &configv1.FastLaneEntry{Rev: rev, Entry: &configv1.FastLaneEntry_Deny{Deny: d}}
+	}
+	l.publish(t, 0, 3,
+		// Every token of user-7 issued before t0: an issuer may let one
+		// live a day.
+		entry(1, &configv1.DenyEntry{Match: &configv1.DenyEntry_Subject{Subject: "user-7"}, IssuedBefore: timestamppb.New(t0)}),
+		// A token that expires in three hours.
+		entry(2, &configv1.DenyEntry{Match: &configv1.DenyEntry_Jti{Jti: "three-hours"}, TokenExpires: timestamppb.New(t0.Add(3 * time.Hour))}),
+		// Nothing but the expires asked for.
+		entry(3, &configv1.DenyEntry{Match: &configv1.DenyEntry_Jti{Jti: "bare"}}))
+	nodes := 0
+	state := func(what string, want ...string) {
+		t.Helper()
+		nodes++
+		n := l.connect(t, fmt.Sprintf("node-%d", nodes), "", 0)
+		defer n.close()
+		u, _ := n.update(t)
+		if got := names(u.GetEntries()); !slices.Equal(got, want) {
+			t.Errorf("%s: a new node gets %v, want %v", what, got, want)
+		}
+	}
+	// Publishes prune, at most every 10 minutes, an hour after KeepUntil.
+	clk.Set(t0.Add(3*time.Hour + 10*time.Minute))
+	l.publish(t, 3, 4, key("k1", 4))
+	state("past the asked expires", "deny sub user-7@1", "deny three-hours@2", "key k1@4")
+	clk.Set(t0.Add(4*time.Hour + 10*time.Minute))
+	l.publish(t, 4, 5, key("k2", 5))
+	state("past the token's exp", "deny sub user-7@1", "key k1@4", "key k2@5")
+	clk.Set(t0.Add(24*time.Hour + 5*time.Minute + time.Hour + time.Second))
+	l.publish(t, 5, 6, key("k3", 6))
+	state("past a day's lifetime", "key k1@4", "key k2@5", "key k3@6")
 }
 
 // TestFastLaneLargeState: an update of more than partEntries entries

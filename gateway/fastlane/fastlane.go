@@ -33,8 +33,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/portico-gw/portico/gateway/auth/jwt"
 	"github.com/portico-gw/portico/gateway/auth/keytable"
+	"github.com/portico-gw/portico/gateway/denyentry"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
 
@@ -49,7 +49,8 @@ type Options struct {
 	// leaves out the issuers' keys the call changed, and offers them
 	// again one issuer at a time.
 	SetTokens func(deny []*configv1.DenyEntry, issuerKeys map[string]string) error
-	// Now is the clock for dropping expired deny entries; nil: time.Now.
+	// Now is the clock for dropping deny entries past
+	// denyentry.KeepUntil; nil: time.Now.
 	Now    func() time.Time
 	Logger *slog.Logger
 }
@@ -85,6 +86,10 @@ type denyKey struct {
 type denyItem struct {
 	rev   uint64
 	entry *configv1.DenyEntry
+	// keep is denyentry.KeepUntil of entry: the lane does not know the
+	// issuers, whose lifetimes the verifier applies, and an issuer's
+	// lifetime may be raised while the entry is held.
+	keep time.Time
 }
 
 type issuerItem struct {
@@ -207,8 +212,8 @@ func (l *Lane) applyLocked(entries []*configv1.FastLaneEntry) error {
 			if old, ok := l.deny[k]; ok && old.rev >= e.GetRev() {
 				continue
 			}
-			if x.Deny.GetExpires().AsTime().Add(jwt.DenyGrace).After(now) {
-				l.deny[k] = denyItem{rev: e.GetRev(), entry: x.Deny}
+			if keep := denyentry.KeepUntil(x.Deny); keep.After(now) {
+				l.deny[k] = denyItem{rev: e.GetRev(), entry: x.Deny, keep: keep}
 			} else {
 				delete(l.deny, k)
 			}
@@ -244,10 +249,10 @@ func (l *Lane) applyLocked(entries []*configv1.FastLaneEntry) error {
 		p := l.applyKeysLocked(changes, where)
 		problems = append(problems, p...)
 	}
-	// Expired deny entries (past their grace) go with any change: they
-	// deny nothing more.
+	// Deny entries past KeepUntil go with any change: no token they
+	// cover can be accepted any more.
 	for k, d := range l.deny {
-		if !d.entry.GetExpires().AsTime().Add(jwt.DenyGrace).After(now) {
+		if !d.keep.After(now) {
 			delete(l.deny, k)
 			tokens = true
 		}

@@ -16,8 +16,8 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/portico-gw/portico/gateway/auth/jwt"
 	"github.com/portico-gw/portico/gateway/auth/keytable"
+	"github.com/portico-gw/portico/gateway/denyentry"
 	"github.com/portico-gw/portico/gateway/fastlane"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
@@ -320,6 +320,9 @@ func TestOrderIndependence(t *testing.T) {
 	}
 }
 
+// TestExpiredDenyEntries: the lane keeps a deny entry until
+// denyentry.KeepUntil, past its expires, since it does not know the
+// issuers' lifetimes (the verifier applies them); then it drops it.
 func TestExpiredDenyEntries(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
@@ -339,35 +342,54 @@ func TestExpiredDenyEntries(t *testing.T) {
 	t.Cleanup(l.Close)
 
 	live := denyJTI("login", "live", t0.Add(time.Hour))
-	// Past its expires but within the grace in which the verifier still
-	// applies it (a token it covers may be in its issuer's leeway).
-	inGrace := denyJTI("login", "in-grace", t0.Add(-jwt.DenyGrace/2))
-	gone := denyJTI("login", "gone", t0.Add(-jwt.DenyGrace-time.Second))
-	mustApply(t, l, deny(1, live), deny(2, inGrace), deny(3, gone))
+	// Past its expires but within the most leeway an issuer may give.
+	inLeeway := denyJTI("login", "in-leeway", t0.Add(-denyentry.MaxLeeway/2))
+	gone := denyJTI("login", "gone", t0.Add(-denyentry.MaxLeeway-time.Second))
+	// Asked to lapse 15 minutes after its cut, an hour ago; a token of
+	// the cut's may live a day.
+	cut := denySubject("user-1", t0.Add(-time.Hour), t0.Add(-45*time.Minute))
+	// The token's exp is what counts, not the expires asked for.
+	longToken := denyJTI("login", "long-token", t0.Add(-time.Hour))
+	longToken.TokenExpires = timestamppb.New(t0.Add(time.Hour))
+	mustApply(t, l, deny(1, live), deny(2, inLeeway), deny(3, gone), deny(4, cut), deny(5, longToken))
 	got, _, _ := rec.tokens()
-	if diff := cmp.Diff([]*configv1.DenyEntry{inGrace, live}, got, protocmp.Transform()); diff != "" {
+	if diff := cmp.Diff([]*configv1.DenyEntry{cut, inLeeway, live, longToken}, got, protocmp.Transform()); diff != "" {
 		t.Errorf("deny entries after applying an expired one (-want +got):\n%s", diff)
 	}
 
 	// A newer entry that has expired takes an older one away.
 	replaced := denyJTI("login", "live", t0.Add(-time.Hour))
-	mustApply(t, l, deny(4, replaced))
+	mustApply(t, l, deny(6, replaced))
 	got, _, _ = rec.tokens()
-	if diff := cmp.Diff([]*configv1.DenyEntry{inGrace}, got, protocmp.Transform()); diff != "" {
+	if diff := cmp.Diff([]*configv1.DenyEntry{cut, inLeeway, longToken}, got, protocmp.Transform()); diff != "" {
 		t.Errorf("deny entries after an expired newer entry (-want +got):\n%s", diff)
 	}
 
-	// Entries that expire go with the next change, whatever it is.
-	mustApply(t, l, deny(5, denyJTI("login", "later", t0.Add(2*time.Hour))))
-	advance(time.Hour + jwt.DenyGrace + time.Second)
+	// Entries past KeepUntil go with the next change, whatever it is.
+	later := denyJTI("login", "later", t0.Add(2*time.Hour))
+	mustApply(t, l, deny(7, later))
+	advance(time.Hour + denyentry.MaxLeeway + time.Second)
 	_, _, calls := rec.tokens()
-	mustApply(t, l, key(6, record("k")))
+	mustApply(t, l, key(8, record("k")))
 	got, _, after := rec.tokens()
 	if after != calls+1 {
 		t.Errorf("SetTokens called %d times for a key change that expired deny entries, want 1", after-calls)
 	}
-	if diff := cmp.Diff([]*configv1.DenyEntry{denyJTI("login", "later", t0.Add(2*time.Hour))}, got, protocmp.Transform()); diff != "" {
-		t.Errorf("deny entries after the clock passed their expiry (-want +got):\n%s", diff)
+	if diff := cmp.Diff([]*configv1.DenyEntry{cut, later}, got, protocmp.Transform()); diff != "" {
+		t.Errorf("deny entries after the clock passed the token's exp (-want +got):\n%s", diff)
+	}
+	// The subject entry lasts the longest lifetime an issuer may have
+	// past its cut, and the leeway.
+	advance(-time.Hour - denyentry.MaxLeeway - time.Second) // back to t0
+	advance(denyentry.MaxLifetime - time.Hour + denyentry.MaxLeeway - time.Second)
+	mustApply(t, l, key(9, record("k2")))
+	if got, _, _ = rec.tokens(); len(got) != 1 || got[0].GetSubject() != "user-1" {
+		t.Errorf("deny entries a second before the cut's KeepUntil = %v, want the subject entry", got)
+	}
+	advance(time.Second)
+	mustApply(t, l, key(10, record("k3")))
+	if got, _, _ = rec.tokens(); len(got) != 0 {
+		t.Errorf("deny entries at the cut's KeepUntil = %v, want none", got)
 	}
 }
 

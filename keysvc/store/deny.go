@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/portico-gw/portico/gateway/denyentry"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
 
@@ -22,15 +23,18 @@ type DenyEntry struct {
 	// same identity again replaces this one.
 	ID    string
 	Entry *configv1.DenyEntry
-	// Expires is Entry's expires: the entry is dropped after it.
-	Expires time.Time
+	// KeepUntil is denyentry.KeepUntil of Entry, when the store drops it:
+	// never before a token it covers could be dead on every node, whatever
+	// expires the entry asks for.
+	KeepUntil time.Time
 	// Rev is the rev of the entry's latest put, assigned by the store.
 	Rev uint64
 }
 
 // PutDeny stores deny entry e with the next rev, replacing the entry of
-// the same identity (see DenyEntry.ID) if there is one. e needs its match
-// and its expires. The store keeps its own copy of e.
+// the same identity (see DenyEntry.ID) if there is one, until its
+// KeepUntil. e needs its match and its expires. The store keeps its own
+// copy of e.
 func (s *Store) PutDeny(ctx context.Context, e *configv1.DenyEntry) (DenyEntry, error) {
 	id, err := denyID(e)
 	if err != nil {
@@ -43,7 +47,7 @@ func (s *Store) PutDeny(ctx context.Context, e *configv1.DenyEntry) (DenyEntry, 
 	if err != nil {
 		return DenyEntry{}, fmt.Errorf("store: deny entry %s: %w", id, err)
 	}
-	d := DenyEntry{ID: id, Entry: proto.Clone(e).(*configv1.DenyEntry), Expires: fromMicros(micros(e.GetExpires().AsTime()))}
+	d := DenyEntry{ID: id, Entry: proto.Clone(e).(*configv1.DenyEntry), KeepUntil: fromMicros(micros(denyentry.KeepUntil(e)))}
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		rev, err := s.nextRev(ctx, tx)
 		if err != nil {
@@ -52,7 +56,7 @@ func (s *Store) PutDeny(ctx context.Context, e *configv1.DenyEntry) (DenyEntry, 
 		d.Rev = uint64(rev)
 		_, err = tx.ExecContext(ctx, s.d.rebind(`INSERT INTO keysvc_deny (id, entry, expires, rev) VALUES (?, ?, ?, ?)
 			ON CONFLICT (id) DO UPDATE SET entry = excluded.entry, expires = excluded.expires, rev = excluded.rev`),
-			id, entry, micros(d.Expires), rev)
+			id, entry, micros(d.KeepUntil), rev)
 		return err
 	})
 	if err != nil {
@@ -61,15 +65,15 @@ func (s *Store) PutDeny(ctx context.Context, e *configv1.DenyEntry) (DenyEntry, 
 	return d, nil
 }
 
-// DenyEntries returns the entries that expire after now, in id order.
+// DenyEntries returns the entries kept until after now, in id order.
 func (s *Store) DenyEntries(ctx context.Context, now time.Time) ([]DenyEntry, error) {
 	out, err := s.denyEntries(ctx, s.db, now)
 	return out, wrap(err, "reading deny entries")
 }
 
-// PruneDeny deletes the entries that expired before before and returns how
-// many it deleted. Deleting assigns no rev: a reader drops an entry once it
-// expires, whether it hears of the deletion or not.
+// PruneDeny deletes the entries kept until before before and returns how
+// many it deleted. Deleting assigns no rev: a reader drops an entry after
+// its KeepUntil, whether it hears of the deletion or not.
 func (s *Store) PruneDeny(ctx context.Context, before time.Time) (int, error) {
 	var n int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
@@ -100,15 +104,15 @@ func (s *Store) scanDeny(rows *sql.Rows, err error) ([]DenyEntry, error) {
 	for rows.Next() {
 		var d DenyEntry
 		var entry []byte
-		var expires, rev int64
-		if err := rows.Scan(&d.ID, &entry, &expires, &rev); err != nil {
+		var keep, rev int64
+		if err := rows.Scan(&d.ID, &entry, &keep, &rev); err != nil {
 			return nil, err
 		}
 		d.Entry = new(configv1.DenyEntry)
 		if err := proto.Unmarshal(entry, d.Entry); err != nil {
 			return nil, fmt.Errorf("deny entry %s: %w", d.ID, err)
 		}
-		d.Expires, d.Rev = fromMicros(expires), uint64(rev)
+		d.KeepUntil, d.Rev = fromMicros(keep), uint64(rev)
 		out = append(out, d)
 	}
 	return out, rows.Err()

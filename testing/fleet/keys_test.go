@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,7 +24,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/portico-gw/portico/gateway"
 	gwdist "github.com/portico-gw/portico/gateway/distribution"
+	"github.com/portico-gw/portico/gateway/keysnapshot"
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
@@ -34,6 +37,7 @@ import (
 	keystore "github.com/portico-gw/portico/keysvc/store"
 	"github.com/portico-gw/portico/testing/admintest"
 	"github.com/portico-gw/portico/testing/gatewaytest"
+	"github.com/portico-gw/portico/testing/testclock"
 )
 
 const (
@@ -101,7 +105,9 @@ type keyService struct {
 	scanner *ecdsa.PrivateKey
 }
 
-func startKeys(t *testing.T, controlURL string) *keyService {
+// startKeysWith starts a key service publishing to the control plane at
+// controlURL, with the options edit changes, if not nil.
+func startKeysWith(t *testing.T, controlURL string, edit func(*keysvc.Options)) *keyService {
 	t.Helper()
 	st, err := keystore.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "keys.db"))
 	if err != nil {
@@ -116,7 +122,7 @@ func startKeys(t *testing.T, controlURL string) *keyService {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := keysvc.New(keysvc.Options{
+	opts := keysvc.Options{
 		Store: st, ControlURL: controlURL, HTTPClient: gatewaytest.H2CClient(t), SigningKey: priv, Logger: gatewaytest.Logger(),
 		Tokens: []keysvc.Token{
 			{Name: "platform-test", Role: keysvc.RolePlatform, SHA256: keysvc.HashToken(keysPlatformToken)},
@@ -124,7 +130,11 @@ func startKeys(t *testing.T, controlURL string) *keyService {
 		},
 		Scanners:    []keysvc.Scanner{{ID: scannerID, Key: &scanner.PublicKey}},
 		WaitTimeout: 5 * time.Second,
-	})
+	}
+	if edit != nil {
+		edit(&opts)
+	}
+	svc, err := keysvc.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,8 +154,15 @@ func startKeys(t *testing.T, controlURL string) *keyService {
 // /v1/orders/* to API keys.
 func keyFleet(t *testing.T, n int) (*controlPlane, *keyService, []*gatewayNode) {
 	t.Helper()
+	return keyFleetClock(t, n, nil)
+}
+
+// keyFleetClock is keyFleet with the key service and the nodes on clock,
+// if not nil (the control plane keeps the real time).
+func keyFleetClock(t *testing.T, n int, clock func() time.Time) (*controlPlane, *keyService, []*gatewayNode) {
+	t.Helper()
 	cp := startControl(t, "sqlite:"+filepath.Join(t.TempDir(), "control.db"))
-	ks := startKeys(t, cp.url)
+	ks := startKeysWith(t, cp.url, func(o *keysvc.Options) { o.Now = clock })
 	setUp(t, cp, backend(t, "orders"))
 	ch, err := cp.admin.PutRoute(context.Background(), connect.NewRequest(&adminv1.PutRouteRequest{Team: "orders", Route: &configv1.Route{
 		Id: "orders.keyed", Hosts: []string{"api.example.com"}, Path: "/v1/orders/*", Cluster: "orders", Auth: &configv1.RouteAuth{}}}))
@@ -155,11 +172,18 @@ func keyFleet(t *testing.T, n int) (*controlPlane, *keyService, []*gatewayNode) 
 	version := ch.Msg.GetChange().GetVersion().GetNumber()
 	nodes := make([]*gatewayNode, n)
 	for i := range nodes {
-		nodes[i] = startNode(t, cp.url, fmt.Sprintf("node-%d", i), "")
+		nodes[i] = startClockNode(t, cp.url, fmt.Sprintf("node-%d", i), clock)
 	}
 	waitFleet(t, cp, "every node on the keyed route", allRun(n, version))
 	waitLane(t, cp, n, 0)
 	return cp, ks, nodes
+}
+
+// startClockNode starts a node on the control plane at url, on clock if
+// not nil.
+func startClockNode(t *testing.T, url, id string, clock func() time.Time) *gatewayNode {
+	t.Helper()
+	return startNodeEdit(t, url, id, "", "local", nil, nodeToken, func(o *gateway.Options) { o.Now = clock })
 }
 
 // waitLane waits until n nodes are on the fast lane, each at version or
@@ -627,7 +651,7 @@ func TestTokenRevocation(t *testing.T) {
 
 	// Every token of user-7 issued before the cut.
 	cut := time.Now().Add(-time.Minute)
-	old := idp.Mint(t, map[string]any{"sub": "user-7", "iat": cut.Add(-time.Minute).Unix()})
+	old := idp.Mint(t, map[string]any{"sub": "user-7", "iat": cut.Add(-time.Minute).Unix(), "exp": cut.Add(10 * time.Minute).Unix()})
 	fresh := idp.Mint(t, map[string]any{"sub": "user-7"})
 	d, err = tokens.Deny(context.Background(), connect.NewRequest(&keysv1.DenyRequest{Entry: &configv1.DenyEntry{
 		Issuer: "idp", Match: &configv1.DenyEntry_Subject{Subject: "user-7"}, IssuedBefore: timestamppb.New(cut), Expires: expires}}))
@@ -658,5 +682,95 @@ func TestTokenRevocation(t *testing.T) {
 	if _, err := tokens.PublishIssuerKeys(context.Background(), connect.NewRequest(&keysv1.PublishIssuerKeysRequest{Keys: &configv1.IssuerKeys{
 		Issuer: "idp", JwksJson: `{"keys": "nope"}`}})); connect.CodeOf(err) != connect.CodeInvalidArgument {
 		t.Errorf("publishing a malformed key set: %v, want InvalidArgument", err)
+	}
+}
+
+// TestTokenRevocationOutlivesItsExpiry: a deny entry made through the key
+// service keeps refusing its tokens on every node after the expires its
+// caller asked for, as long as the tokens live (an hour, which this
+// issuer allows), on the nodes that had it and on one that joins later;
+// the key service's signed snapshot still carries it.
+func TestTokenRevocationOutlivesItsExpiry(t *testing.T) {
+	t.Parallel()
+	clk := testclock.New(time.Now())
+	cp, ks, nodes := keyFleetClock(t, 2, clk.Now)
+	idp := gatewaytest.NewIssuer(t, "idp")
+	cfg := idp.Config(t)
+	cfg.MaxTokenLifetime = durationpb.New(time.Hour)
+	ch, err := cp.admin.PutPlatform(context.Background(), connect.NewRequest(&adminv1.PutPlatformRequest{Platform: &adminv1.Platform{
+		RateLimiting: &configv1.RateLimiting{Anonymous: &configv1.AnonymousLimit{Disabled: true}},
+		Issuers:      []*configv1.Issuer{cfg}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFleet(t, cp, "the issuer on every node", allRun(len(nodes), ch.Msg.GetChange().GetVersion().GetNumber()))
+
+	// Tokens of an hour, on the fleet's clock.
+	now := clk.Now()
+	hour := func(claims map[string]any) string {
+		claims["iat"], claims["nbf"], claims["exp"] = now.Add(-time.Second).Unix(), now.Add(-time.Second).Unix(), now.Add(time.Hour-time.Second).Unix()
+		return idp.Mint(t, claims)
+	}
+	byJTI := hour(map[string]any{"jti": "hour-token"})
+	bySubject := hour(map[string]any{"sub": "user-9"})
+	other := hour(map[string]any{"jti": "another"})
+	everyNodeToken(t, nodes, byJTI, 200, "an hour's token before any deny entry")
+
+	// porticoctl deny add's default expiry: 15 minutes.
+	tokens := keysv1connect.NewTokenServiceClient(admintest.HTTPClient(keysIdentityToken), ks.url)
+	asked := timestamppb.New(now.Add(15 * time.Minute))
+	var version uint64
+	for _, e := range []*configv1.DenyEntry{
+		{Match: &configv1.DenyEntry_Jti{Jti: "hour-token"}, Expires: asked},
+		{Issuer: "idp", Match: &configv1.DenyEntry_Subject{Subject: "user-9"}, IssuedBefore: timestamppb.New(now), Expires: asked},
+	} {
+		d, err := tokens.Deny(context.Background(), connect.NewRequest(&keysv1.DenyRequest{Entry: e}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		version = d.Msg.GetVersion()
+	}
+	waitLane(t, cp, len(nodes), version)
+	everyNodeToken(t, nodes, byJTI, 401, "a token denied by jti")
+	everyNodeToken(t, nodes, bySubject, 401, "a token denied by subject")
+
+	// Past the expiry asked for, and near the end of the tokens' hour.
+	for _, after := range []time.Duration{20 * time.Minute, time.Hour - 2*time.Second} {
+		clk.Set(now.Add(after))
+		everyNodeToken(t, nodes, byJTI, 401, fmt.Sprintf("a token denied by jti, %v later", after))
+		everyNodeToken(t, nodes, bySubject, 401, fmt.Sprintf("a token denied by subject, %v later", after))
+		everyNodeToken(t, nodes, other, 200, fmt.Sprintf("a token not denied, %v later", after))
+	}
+
+	// A node that joins now gets the entries from the control plane.
+	late := startClockNode(t, cp.url, "node-late", clk.Now)
+	waitFleet(t, cp, "the late node on the config", allRun(len(nodes)+1, cp.Distribution.Status().Version))
+	waitLane(t, cp, len(nodes)+1, version)
+	everyNodeToken(t, []*gatewayNode{late}, byJTI, 401, "a token denied by jti, on a node that joined later")
+	everyNodeToken(t, []*gatewayNode{late}, bySubject, 401, "a token denied by subject, on a node that joined later")
+	everyNodeToken(t, []*gatewayNode{late}, other, 200, "a token not denied, on a node that joined later")
+
+	// And so would one that started from the signed snapshot.
+	resp, err := http.Get(ks.url + keysvc.SnapshotPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := keysnapshot.Verify(body, []ed25519.PublicKey{ks.signer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var denied []string
+	for _, e := range snap.GetEntries() {
+		if d := e.GetDeny(); d != nil {
+			denied = append(denied, d.GetJti()+d.GetSubject())
+		}
+	}
+	if slices.Sort(denied); !slices.Equal(denied, []string{"hour-token", "user-9"}) {
+		t.Errorf("the signed snapshot at +%v, past the asked expiry, has deny entries %v; want hour-token and user-9", clk.Now().Sub(now), denied)
 	}
 }

@@ -71,15 +71,19 @@ func (is *Issuer) Config(t testing.TB) *configv1.Issuer {
 	return &configv1.Issuer{Name: is.Name, Issuer: is.URL, Audiences: []string{is.Audience}, JwksJson: is.JWKS(t)}
 }
 
-// Mint signs a token: iss, aud, sub ("user-1"), iat, nbf, exp (in an hour)
-// and jti are filled in unless claims sets them; a nil claim value removes
-// the claim.
+// Lifetime is how long Mint's tokens live: the seed's access-token
+// lifetime, which is also the longest a gateway accepts by default.
+const Lifetime = 15 * time.Minute
+
+// Mint signs a token: iss, aud, sub ("user-1"), iat, nbf, exp (Lifetime
+// from now) and jti are filled in unless claims sets them; a nil claim
+// value removes the claim.
 func (is *Issuer) Mint(t testing.TB, claims map[string]any) string {
 	t.Helper()
 	now := time.Now()
 	c := gojwt.MapClaims{
 		"iss": is.URL, "aud": is.Audience, "sub": "user-1",
-		"iat": now.Unix(), "nbf": now.Unix(), "exp": now.Add(time.Hour).Unix(),
+		"iat": now.Unix(), "nbf": now.Unix(), "exp": now.Add(Lifetime).Unix(),
 		"jti": base64.RawURLEncoding.EncodeToString(randomID()),
 	}
 	for k, v := range claims {

@@ -4,14 +4,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/portico-gw/portico/gateway/denyentry"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
-
-// DenyGrace is how long a deny entry keeps denying after its expires: the
-// most leeway an issuer may give exp (Issuer.leeway is at most 5 minutes),
-// so that a token the entry covers cannot come back to life in the
-// leeway after the entry lapses.
-const DenyGrace = 5 * time.Minute
 
 // denyList revokes verified tokens. It is immutable once built and looked
 // up by map on every Verify, cache hits included, so revocation takes
@@ -30,9 +25,10 @@ type denyRule struct {
 	// before is issued_before in Unix seconds; subject and client rules
 	// deny tokens issued before it, and tokens without iat.
 	before float64
-	// expires is when the rule stops counting (the entry's expires plus
-	// DenyGrace): every token it covers has
-	// expired by then.
+	// expires is when the rule stops counting, the entry's
+	// denyentry.Lapse for its issuer's max_token_lifetime and leeway:
+	// every token it covers has expired by then, whatever expires the
+	// entry asked for.
 	expires time.Time
 }
 
@@ -40,12 +36,24 @@ func (r *denyRule) applies(issuer string, now time.Time) bool {
 	return (r.issuer == "" || r.issuer == issuer) && now.Before(r.expires)
 }
 
-// newDenyList builds the list, dropping entries that expired before now.
-func newDenyList(entries []*configv1.DenyEntry, now time.Time) (*denyList, error) {
+// newDenyList builds the list for the issuers by name, dropping entries
+// that lapsed before now. An entry lasts as long as its issuer's tokens
+// can (denyentry.Lapse): one for every issuer as long as the longest
+// lifetime and leeway of them, one naming an issuer the node does not
+// have as long as any issuer's could (it denies nothing until the issuer
+// comes, and the list is built again then).
+func newDenyList(entries []*configv1.DenyEntry, now time.Time, issuers map[string]*issuer) (*denyList, error) {
 	d := &denyList{
 		jti:     make(map[string][]denyRule),
 		subject: make(map[string][]denyRule),
 		client:  make(map[string][]denyRule),
+	}
+	var anyLife, anyLeeway time.Duration
+	for _, is := range issuers {
+		anyLife, anyLeeway = max(anyLife, is.maxLifetime), max(anyLeeway, is.leeway)
+	}
+	if len(issuers) == 0 {
+		anyLife, anyLeeway = denyentry.MaxLifetime, denyentry.MaxLeeway
 	}
 	for i, e := range entries {
 		if e == nil {
@@ -54,7 +62,15 @@ func newDenyList(entries []*configv1.DenyEntry, now time.Time) (*denyList, error
 		if !e.GetExpires().IsValid() {
 			return nil, fmt.Errorf("deny entry %d: expires is missing or invalid", i)
 		}
-		r := denyRule{issuer: e.GetIssuer(), expires: e.GetExpires().AsTime().Add(DenyGrace)}
+		r := denyRule{issuer: e.GetIssuer()}
+		switch is := issuers[r.issuer]; {
+		case r.issuer == "":
+			r.expires = denyentry.Lapse(e, anyLife, anyLeeway)
+		case is != nil:
+			r.expires = denyentry.Lapse(e, is.maxLifetime, is.leeway)
+		default:
+			r.expires = denyentry.KeepUntil(e)
+		}
 		if !now.Before(r.expires) {
 			continue
 		}
@@ -73,8 +89,8 @@ func newDenyList(entries []*configv1.DenyEntry, now time.Time) (*denyList, error
 		if value == "" {
 			return nil, fmt.Errorf("deny entry %d: empty match", i)
 		}
-		// issued_before means nothing to a jti entry, which names one
-		// token.
+		// A jti entry names one token: its issued_before only bounds
+		// how long it lasts.
 		if e.GetJti() == "" {
 			ib := e.GetIssuedBefore()
 			if !ib.IsValid() {

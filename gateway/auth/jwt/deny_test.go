@@ -82,13 +82,13 @@ func TestDenyList(t *testing.T) {
 		})
 	}
 
-	// Within DenyGrace of their expires they still deny (an issuer's
+	// Within the issuer's leeway of their expires they still deny (the
 	// leeway could still accept the tokens); past it, nothing.
-	clk.Set(later.Add(jwt.DenyGrace - time.Second))
-	wantReason(t, v, key.mint(t, claims("jti", "stolen", "iat", later.Unix(), "exp", later.Add(time.Hour).Unix())), "revoked")
-	clk.Set(later.Add(jwt.DenyGrace))
-	wantOK(t, v, key.mint(t, claims("jti", "stolen", "iat", later.Unix(), "exp", later.Add(time.Hour).Unix())))
-	wantOK(t, v, key.mint(t, claims("sub", "alice", "iat", absent, "exp", later.Add(time.Hour).Unix())))
+	clk.Set(later.Add(30*time.Second - time.Second))
+	wantReason(t, v, key.mint(t, claims("jti", "stolen", "iat", later.Unix(), "exp", later.Add(10*time.Minute).Unix())), "revoked")
+	clk.Set(later.Add(30 * time.Second))
+	wantOK(t, v, key.mint(t, claims("jti", "stolen", "iat", later.Unix(), "exp", later.Add(10*time.Minute).Unix())))
+	wantOK(t, v, key.mint(t, claims("sub", "alice", "iat", absent, "exp", later.Add(10*time.Minute).Unix())))
 }
 
 // TestDenyCachedToken: a deny entry stops a token already in the cache.
@@ -129,7 +129,7 @@ func TestDenyDropsExpiredEntries(t *testing.T) {
 	clk := newClock()
 	v := newVerifier(t, clk, jwt.Options{}, issuer(jwksOf(key)))
 	gone := denyJTI("", "j-gone")
-	gone.Expires = timestamppb.New(t0.Add(-jwt.DenyGrace - time.Second))
+	gone.Expires = timestamppb.New(t0.Add(-30*time.Second - time.Second)) // and the leeway
 	if err := v.Update([]*configv1.Issuer{issuer(jwksOf(key))}, []*configv1.DenyEntry{gone, denyJTI("", "j-live")}); err != nil {
 		t.Fatal(err)
 	}
@@ -137,4 +137,72 @@ func TestDenyDropsExpiredEntries(t *testing.T) {
 		t.Errorf("DenyLen = %d, want 1: the expired entry dropped", n)
 	}
 	wantOK(t, v, key.mint(t, claims("jti", "j-gone")))
+}
+
+// TestDenyOutlivesItsExpiry: a deny entry lasts until every token it
+// covers is dead, whatever expires its caller asked for: a jti entry
+// until its token's exp (given, or bounded by issued_before plus the
+// issuer's max_token_lifetime), a subject or client entry until
+// issued_before plus the lifetime; both plus the leeway.
+func TestDenyOutlivesItsExpiry(t *testing.T) {
+	t.Parallel()
+	key := newSigner(t, "ES256", "k1")
+	hourIssuer := issuer(jwksOf(key), func(is *configv1.Issuer) { is.MaxTokenLifetime = durationpbNew(time.Hour) })
+	asked := timestamppb.New(t0.Add(15 * time.Minute)) // the default of porticoctl deny add
+	withCut := &configv1.DenyEntry{Match: &configv1.DenyEntry_Jti{Jti: "hour-cut"}, IssuedBefore: timestamppb.New(t0), Expires: asked}
+	withExp := &configv1.DenyEntry{Issuer: "main", Match: &configv1.DenyEntry_Jti{Jti: "hour-exp"}, TokenExpires: timestamppb.New(t0.Add(time.Hour)), Expires: asked}
+	clk := newClock()
+	v := newVerifier(t, clk, jwt.Options{}, hourIssuer)
+	if err := v.Update([]*configv1.Issuer{hourIssuer}, []*configv1.DenyEntry{withCut, withExp}); err != nil {
+		t.Fatal(err)
+	}
+	// Tokens that live an hour, which this issuer allows.
+	cut := key.mint(t, claims("jti", "hour-cut", "iat", t0.Add(-time.Second).Unix(), "exp", t0.Add(time.Hour-time.Second).Unix()))
+	exp := key.mint(t, claims("jti", "hour-exp", "iat", absent, "exp", t0.Add(time.Hour).Unix()))
+	clk.Set(t0.Add(20 * time.Minute))
+	wantReason(t, v, cut, "revoked")
+	wantReason(t, v, exp, "revoked")
+	// The last second the leeway would accept them.
+	clk.Set(t0.Add(time.Hour + 28*time.Second))
+	wantReason(t, v, cut, "revoked")
+	wantReason(t, v, exp, "revoked")
+
+	// A subject entry asked to lapse a minute after its cut lasts the
+	// default lifetime (15 minutes plus the 30 s leeway) and the leeway
+	// past it; so does one for every issuer, for the longest lifetime.
+	const lapse = 15*time.Minute + 30*time.Second + 30*time.Second
+	other := &configv1.Issuer{Name: "other", Issuer: "https://other.example.com/", Audiences: []string{"api"}, JwksJson: jwksOf(key),
+		MaxTokenLifetime: durationpbNew(time.Hour)}
+	clk.Set(t0)
+	sub := denySubject("main", "alice", t0)
+	sub.Expires = timestamppb.New(t0.Add(time.Minute))
+	client := denyClient("", "app-1", t0)
+	client.Expires = sub.Expires
+	if err := v.Update([]*configv1.Issuer{issuer(jwksOf(key)), other}, []*configv1.DenyEntry{sub, client}); err != nil {
+		t.Fatal(err)
+	}
+	// The longest-lived token the cut covers: exp plus leeway is the lapse.
+	last := key.mint(t, claims("sub", "alice", "iat", t0.Add(-time.Second).Unix(), "exp", t0.Add(lapse-30*time.Second-time.Second).Unix()))
+	noIat := func() string {
+		return key.mint(t, claims("sub", "alice", "iat", absent, "exp", clk.Now().Add(5*time.Minute).Unix()))
+	}
+	otherClient := key.mint(t, claims("iss", "https://other.example.com/", "client_id", "app-1", "iat", t0.Add(-time.Second).Unix(), "exp", t0.Add(time.Hour-time.Second).Unix()))
+	clk.Set(t0.Add(lapse - 2*time.Second))
+	wantReason(t, v, last, "revoked")
+	wantReason(t, v, noIat(), "revoked")
+	clk.Set(t0.Add(lapse))
+	wantOK(t, v, noIat())
+	wantReason(t, v, otherClient, "revoked")
+	// The other issuer's lifetime and leeway: the token's last second.
+	clk.Set(t0.Add(time.Hour + 28*time.Second))
+	wantReason(t, v, otherClient, "revoked")
+
+	// An issuer whose lifetime is raised while an entry is held gets the
+	// entry's longer life at once.
+	clk.Set(t0.Add(20 * time.Minute))
+	long := key.mint(t, claims("sub", "alice", "iat", t0.Add(-time.Second).Unix(), "exp", t0.Add(50*time.Minute).Unix()))
+	if err := v.Update([]*configv1.Issuer{hourIssuer, other}, []*configv1.DenyEntry{sub, client}); err != nil {
+		t.Fatal(err)
+	}
+	wantReason(t, v, long, "revoked")
 }

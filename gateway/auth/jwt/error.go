@@ -15,7 +15,8 @@ type Error struct {
 	// "invalid <claim> claim" (a registered claim of the wrong type or
 	// range), "missing exp", "expired", "not yet valid",
 	// "issued in the future", "missing aud", "audience not allowed",
-	// "issuer mismatch", "revoked".
+	// "issuer mismatch", "lifetime too long" (exp - iat, or exp - now
+	// without iat, is over the issuer's max_token_lifetime), "revoked".
 	Reason string
 	// Issuer is the configured name of the issuer the token named, once
 	// the check got that far; empty before.
@@ -55,6 +56,7 @@ const (
 	reasonNoAud          = "missing aud"
 	reasonAudNotAllowed  = "audience not allowed"
 	reasonIssuerMismatch = "issuer mismatch"
+	reasonTooLong        = "lifetime too long"
 	reasonRevoked        = "revoked"
 )
 

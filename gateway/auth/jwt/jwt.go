@@ -12,7 +12,10 @@
 // unpadded base64url segments, header and payload JSON objects without
 // duplicate members, a kid that is a plain name, no crit. The payload is
 // decoded once, by that pre-parser; golang-jwt checks the signature and the
-// registered claims. Tokens that pass are cached by their SHA-256 for at most
+// registered claims. A token that lives longer than its issuer's
+// max_token_lifetime is refused, so that a deny entry, which lasts that
+// long past the tokens it covers, outlives every one of them (see
+// gateway/denyentry). Tokens that pass are cached by their SHA-256 for at most
 // a minute, and a cache hit re-checks expiry, the deny list and that the
 // signing key is still published.
 //

@@ -205,13 +205,14 @@ type absentT struct{}
 
 var absent = absentT{}
 
-// claims are valid claims for issuer "main" at t0, changed by kv pairs.
+// claims are valid claims for issuer "main" at t0, changed by kv pairs:
+// they live 10 minutes, within the default max_token_lifetime.
 func claims(kv ...any) map[string]any {
 	c := map[string]any{
 		"iss":      "https://issuer.example.com/",
 		"aud":      "api",
 		"sub":      "user-1",
-		"exp":      t0.Add(time.Hour).Unix(),
+		"exp":      t0.Add(10 * time.Minute).Unix(),
 		"iat":      t0.Unix(),
 		"jti":      fmt.Sprintf("canary-jti-%d", canaries.Add(1)),
 		"x_canary": fmt.Sprintf("canary-%d", canaries.Add(1)),

@@ -14,8 +14,13 @@ import (
 	gojwt "github.com/golang-jwt/jwt/v5"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/portico-gw/portico/gateway/denyentry"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
+
+// DefaultMaxTokenLifetime is an issuer's max_token_lifetime when it sets
+// none, before its leeway is added: the seed's access-token lifetime.
+const DefaultMaxTokenLifetime = 15 * time.Minute
 
 // Defaults for unset Issuer fields, as config.proto documents them.
 const (
@@ -88,19 +93,23 @@ func (st *state) issuer(name string) *issuer {
 // issuer is one compiled Issuer config. Update keeps the same *issuer for
 // an unchanged config, so the tokens cached under it stay valid.
 type issuer struct {
-	cfg           *configv1.Issuer
-	name          string
-	iss           string
-	algs          algSet
-	leeway        time.Duration
-	maxTokenBytes int
-	tenantClaim   string
-	planClaim     string
-	defaultPlan   string
-	validator     *gojwt.Validator
-	pushed        keySet
-	fetchCfg      fetchConfig // zero without jwks_url
-	fetch         *fetcher    // nil without jwks_url
+	cfg    *configv1.Issuer
+	name   string
+	iss    string
+	algs   algSet
+	leeway time.Duration
+	// maxLifetime is max_token_lifetime, or DefaultMaxTokenLifetime plus
+	// leeway; maxLifetimeSec the same in seconds, for the claims' floats.
+	maxLifetime    time.Duration
+	maxLifetimeSec float64
+	maxTokenBytes  int
+	tenantClaim    string
+	planClaim      string
+	defaultPlan    string
+	validator      *gojwt.Validator
+	pushed         keySet
+	fetchCfg       fetchConfig // zero without jwks_url
+	fetch          *fetcher    // nil without jwks_url
 }
 
 // key returns the key published under kid: jwks_json's first, then the
@@ -181,7 +190,7 @@ func (v *Verifier) Update(issuers []*configv1.Issuer, deny []*configv1.DenyEntry
 		}
 	}
 	var err error
-	if next.deny, err = newDenyList(deny, v.now()); err != nil {
+	if next.deny, err = newDenyList(deny, v.now(), next.byName); err != nil {
 		return fmt.Errorf("jwt: %w", err)
 	}
 
@@ -246,6 +255,21 @@ func (v *Verifier) compile(cfg *configv1.Issuer) (*issuer, error) {
 	if d := cfg.GetLeeway(); d != nil {
 		is.leeway = d.AsDuration()
 	}
+	is.maxLifetime = DefaultMaxTokenLifetime + is.leeway
+	if d := cfg.GetMaxTokenLifetime(); d != nil {
+		is.maxLifetime = d.AsDuration()
+	}
+	// config.proto bounds both, and the fast lane and the key service keep
+	// deny entries only as long as those bounds make necessary
+	// (gateway/denyentry): a config past them would let a token outlive
+	// its revocation.
+	if is.leeway < 0 || is.leeway > denyentry.MaxLeeway {
+		return nil, fmt.Errorf("leeway must be between 0 and %s", denyentry.MaxLeeway)
+	}
+	if is.maxLifetime <= 0 || is.maxLifetime > denyentry.MaxLifetime {
+		return nil, fmt.Errorf("max_token_lifetime must be positive and at most %s", denyentry.MaxLifetime)
+	}
+	is.maxLifetimeSec = is.maxLifetime.Seconds()
 	if n := cfg.GetMaxTokenBytes(); n != 0 {
 		is.maxTokenBytes = int(n)
 	}
@@ -370,6 +394,9 @@ func (v *Verifier) Verify(token string) (Claims, error) {
 	if err := is.validator.Validate(c); err != nil {
 		return Claims{}, is.refuse(claimsReason(c, err))
 	}
+	if is.tooLong(c, now) {
+		return Claims{}, is.refuse(reasonTooLong)
+	}
 	claims := c.claims(is)
 	if st.deny.denies(is.name, &claims, c.iatSec, c.hasIat, now) {
 		return Claims{}, is.refuse(reasonRevoked)
@@ -392,6 +419,19 @@ func (v *Verifier) Verify(token string) (Claims, error) {
 }
 
 func (is *issuer) refuse(reason string) *Error { return &Error{Reason: reason, Issuer: is.name} }
+
+// tooLong reports whether a token lives longer than the issuer allows:
+// exp - iat, or, without iat, exp - now. A deny entry lasts only as long
+// as the longest lifetime, so a token that lived longer would work again
+// once its entry lapsed. A token without iat can be accepted later, once
+// its exp is near enough.
+func (is *issuer) tooLong(c *tokenClaims, now time.Time) bool {
+	from := c.iatSec
+	if !c.hasIat {
+		from = float64(now.UnixNano()) / 1e9
+	}
+	return c.expSec-from > is.maxLifetimeSec
+}
 
 // Close stops the fetchers and waits for them. Verify keeps working with
 // the keys it has.

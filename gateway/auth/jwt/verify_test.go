@@ -299,31 +299,31 @@ func TestVerifyClaims(t *testing.T) {
 		want jwt.Claims
 	}{
 		{"aud string, defaults", v, claims("jti", "j1"),
-			jwt.Claims{Issuer: "main", Subject: "user-1", Plan: "free", JTI: "j1", IssuedAt: t0.Unix(), ExpiresAt: t0.Unix() + 3600}},
+			jwt.Claims{Issuer: "main", Subject: "user-1", Plan: "free", JTI: "j1", IssuedAt: t0.Unix(), ExpiresAt: t0.Unix() + 600}},
 		{"aud array, second audience", v, claims("aud", []string{"x", "api2"}, "jti", "j1"),
-			jwt.Claims{Issuer: "main", Subject: "user-1", Plan: "free", JTI: "j1", IssuedAt: t0.Unix(), ExpiresAt: t0.Unix() + 3600}},
+			jwt.Claims{Issuer: "main", Subject: "user-1", Plan: "free", JTI: "j1", IssuedAt: t0.Unix(), ExpiresAt: t0.Unix() + 600}},
 		{"scope", v, claims("scope", "read write", "jti", absent, "iat", absent),
-			jwt.Claims{Issuer: "main", Subject: "user-1", Plan: "free", Scopes: "read write", ExpiresAt: t0.Unix() + 3600}},
+			jwt.Claims{Issuer: "main", Subject: "user-1", Plan: "free", Scopes: "read write", ExpiresAt: t0.Unix() + 600}},
 		{"scp array", v, claims("scp", []string{"read", "write"}, "jti", absent, "iat", absent),
-			jwt.Claims{Issuer: "main", Subject: "user-1", Plan: "free", Scopes: "read write", ExpiresAt: t0.Unix() + 3600}},
+			jwt.Claims{Issuer: "main", Subject: "user-1", Plan: "free", Scopes: "read write", ExpiresAt: t0.Unix() + 600}},
 		{"scp string", v, claims("scp", "read write", "jti", absent, "iat", absent),
-			jwt.Claims{Issuer: "main", Subject: "user-1", Plan: "free", Scopes: "read write", ExpiresAt: t0.Unix() + 3600}},
+			jwt.Claims{Issuer: "main", Subject: "user-1", Plan: "free", Scopes: "read write", ExpiresAt: t0.Unix() + 600}},
 		{"scope wins over scp", v, claims("scope", "a", "scp", []string{"b"}, "jti", absent, "iat", absent),
-			jwt.Claims{Issuer: "main", Subject: "user-1", Plan: "free", Scopes: "a", ExpiresAt: t0.Unix() + 3600}},
+			jwt.Claims{Issuer: "main", Subject: "user-1", Plan: "free", Scopes: "a", ExpiresAt: t0.Unix() + 600}},
 		{"client_id", v, claims("client_id", "c1", "azp", "c2", "jti", absent, "iat", absent),
-			jwt.Claims{Issuer: "main", Subject: "user-1", Plan: "free", ClientID: "c1", ExpiresAt: t0.Unix() + 3600}},
+			jwt.Claims{Issuer: "main", Subject: "user-1", Plan: "free", ClientID: "c1", ExpiresAt: t0.Unix() + 600}},
 		{"azp", v, claims("azp", "c2", "jti", absent, "iat", absent),
-			jwt.Claims{Issuer: "main", Subject: "user-1", Plan: "free", ClientID: "c2", ExpiresAt: t0.Unix() + 3600}},
+			jwt.Claims{Issuer: "main", Subject: "user-1", Plan: "free", ClientID: "c2", ExpiresAt: t0.Unix() + 600}},
 		{"plan and tenant", v, claims("plan", "gold", "tenant", "acme", "jti", absent, "iat", absent),
-			jwt.Claims{Issuer: "main", Subject: "user-1", Plan: "gold", Tenant: "acme", ExpiresAt: t0.Unix() + 3600}},
+			jwt.Claims{Issuer: "main", Subject: "user-1", Plan: "gold", Tenant: "acme", ExpiresAt: t0.Unix() + 600}},
 		{"empty plan falls back", v, claims("plan", "", "jti", absent, "iat", absent),
-			jwt.Claims{Issuer: "main", Subject: "user-1", Plan: "free", ExpiresAt: t0.Unix() + 3600}},
+			jwt.Claims{Issuer: "main", Subject: "user-1", Plan: "free", ExpiresAt: t0.Unix() + 600}},
 		{"custom claim names", custom, claims("tier", "gold", "https://example.com/org", "acme", "plan", "x", "tenant", "y", "jti", absent, "iat", absent),
-			jwt.Claims{Issuer: "main", Subject: "user-1", Plan: "gold", Tenant: "acme", ExpiresAt: t0.Unix() + 3600}},
+			jwt.Claims{Issuer: "main", Subject: "user-1", Plan: "gold", Tenant: "acme", ExpiresAt: t0.Unix() + 600}},
 		{"no default plan", custom, claims("jti", absent, "iat", absent),
-			jwt.Claims{Issuer: "main", Subject: "user-1", ExpiresAt: t0.Unix() + 3600}},
+			jwt.Claims{Issuer: "main", Subject: "user-1", ExpiresAt: t0.Unix() + 600}},
 		{"null claims are absent", v, claims("sub", nil, "nbf", nil, "jti", absent, "iat", absent),
-			jwt.Claims{Issuer: "main", Plan: "free", ExpiresAt: t0.Unix() + 3600}},
+			jwt.Claims{Issuer: "main", Plan: "free", ExpiresAt: t0.Unix() + 600}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			tok := key.mint(t, tt.c)
@@ -345,6 +345,89 @@ func TestVerifyClaims(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			wantReason(t, v, key.mint(t, tt.c), tt.reason)
+		})
+	}
+}
+
+// TestVerifyLifetime: a token that lives longer than its issuer's
+// max_token_lifetime (15 minutes plus leeway unless set) is refused, by
+// exp - iat, or by exp - now when it has no iat.
+func TestVerifyLifetime(t *testing.T) {
+	t.Parallel()
+	key := newSigner(t, "ES256", "k1")
+	clk := newClock()
+	def := newVerifier(t, clk, jwt.Options{CacheSize: -1}, issuer(jwksOf(key)))
+	hour := newVerifier(t, clk, jwt.Options{CacheSize: -1}, issuer(jwksOf(key), func(is *configv1.Issuer) {
+		is.MaxTokenLifetime = durationpbNew(time.Hour)
+	}))
+	tight := newVerifier(t, clk, jwt.Options{CacheSize: -1}, issuer(jwksOf(key), func(is *configv1.Issuer) {
+		is.Leeway = durationpbNew(0)
+	}))
+	const max = 15*time.Minute + 30*time.Second // the default for the default leeway
+	at := func(d time.Duration) int64 { return t0.Add(d).Unix() }
+	for _, tt := range []struct {
+		name            string
+		c               map[string]any
+		def, hour, tght string // the reasons; "" accepts
+	}{
+		{"the longest lifetime", claims("exp", at(max)), "", "", "lifetime too long"},
+		{"a second longer", claims("exp", at(max+time.Second)), "lifetime too long", "", "lifetime too long"},
+		{"15 minutes", claims("exp", at(15*time.Minute)), "", "", ""},
+		{"an hour", claims("exp", at(time.Hour)), "lifetime too long", "", "lifetime too long"},
+		{"an hour and a second", claims("exp", at(time.Hour+time.Second)), "lifetime too long", "lifetime too long", "lifetime too long"},
+		{"issued long ago, expiring soon", claims("iat", at(-50*time.Minute), "exp", at(time.Minute)), "lifetime too long", "", "lifetime too long"},
+		{"no iat, exp near", claims("iat", absent, "exp", at(max)), "", "", "lifetime too long"},
+		{"no iat, exp far", claims("iat", absent, "exp", at(max+time.Second)), "lifetime too long", "", "lifetime too long"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tok := key.mint(t, tt.c)
+			for _, c := range []struct {
+				name string
+				v    *jwt.Verifier
+				want string
+			}{{"default", def, tt.def}, {"1h", hour, tt.hour}, {"no leeway", tight, tt.tght}} {
+				_, err := verify(t, c.v, tok)
+				switch {
+				case c.want == "" && err != nil:
+					t.Errorf("%s: Verify = %q, want success", c.name, err.Reason)
+				case c.want != "" && (err == nil || err.Reason != c.want || err.Issuer != "main"):
+					t.Errorf("%s: Verify = %v, want %q of issuer main", c.name, err, c.want)
+				}
+			}
+		})
+	}
+
+	// Without iat a token's lifetime is what is left of it: one minted to
+	// live an hour is refused until its exp is near enough.
+	far := key.mint(t, claims("iat", absent, "exp", at(time.Hour)))
+	wantReason(t, def, far, "lifetime too long")
+	clk.Set(t0.Add(time.Hour - max))
+	wantOK(t, def, far)
+}
+
+// TestIssuerLifetimeConfig: a max_token_lifetime or leeway past
+// config.proto's bounds is refused: deny entries would not outlast such
+// tokens on every holder.
+func TestIssuerLifetimeConfig(t *testing.T) {
+	t.Parallel()
+	key := newSigner(t, "ES256", "k1")
+	v := newVerifier(t, nil, jwt.Options{})
+	for _, tt := range []struct {
+		name string
+		mod  func(*configv1.Issuer)
+		want string
+	}{
+		{"zero lifetime", func(is *configv1.Issuer) { is.MaxTokenLifetime = durationpbNew(0) }, "max_token_lifetime must be positive and at most 24h0m0s"},
+		{"negative lifetime", func(is *configv1.Issuer) { is.MaxTokenLifetime = durationpbNew(-time.Second) }, "max_token_lifetime must be positive"},
+		{"a lifetime over a day", func(is *configv1.Issuer) { is.MaxTokenLifetime = durationpbNew(24*time.Hour + time.Second) }, "max_token_lifetime must be positive and at most 24h0m0s"},
+		{"a leeway over 5 minutes", func(is *configv1.Issuer) { is.Leeway = durationpbNew(5*time.Minute + time.Second) }, "leeway must be between 0 and 5m0s"},
+		{"a day", func(is *configv1.Issuer) { is.MaxTokenLifetime = durationpbNew(24 * time.Hour) }, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := v.CheckIssuer(issuer(jwksOf(key), tt.mod))
+			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+				t.Errorf("CheckIssuer = %v, want %q", err, tt.want)
+			}
 		})
 	}
 }

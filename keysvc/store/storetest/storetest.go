@@ -640,7 +640,9 @@ func testDeny(t *testing.T, o Opener) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(d1.ID) != 64 || d1.Rev != 1 || !d1.Expires.Equal(t0.Add(time.Hour)) || !cmp.Equal(d1.Entry, e, protocmp.Transform()) {
+	// Kept until denyentry.KeepUntil: the expires and the most leeway an
+	// issuer may give.
+	if len(d1.ID) != 64 || d1.Rev != 1 || !d1.KeepUntil.Equal(t0.Add(time.Hour+5*time.Minute)) || !cmp.Equal(d1.Entry, e, protocmp.Transform()) {
 		t.Errorf("PutDeny = %+v", d1)
 	}
 	e.Issuer = "changed after the put"
@@ -651,13 +653,19 @@ func testDeny(t *testing.T, o Opener) {
 	// The same identity again, with a later expiry: one row, a new rev.
 	e2 := jti("auth", "tok-1", t0.Add(2*time.Hour))
 	d2, err := s.PutDeny(ctx(t), e2)
-	if err != nil || d2.ID != d1.ID || d2.Rev != 2 || !d2.Expires.Equal(t0.Add(2*time.Hour)) {
+	if err != nil || d2.ID != d1.ID || d2.Rev != 2 || !d2.KeepUntil.Equal(t0.Add(2*time.Hour+5*time.Minute)) {
 		t.Errorf("PutDeny(the same identity) = %+v, %v; want id %s at rev 2", d2, err, d1.ID)
 	}
+	// A subject entry asking for 30 minutes is kept a day past its cut (the
+	// longest lifetime an issuer may allow) and the leeway: a token it
+	// covers may live that long.
 	short := subject("auth", "user-1", t0, t0.Add(30*time.Minute))
 	d3, err := s.PutDeny(ctx(t), short)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if day := t0.Add(24*time.Hour + 5*time.Minute); !d3.KeepUntil.Equal(day) {
+		t.Errorf("PutDeny(a subject entry) kept until %v, want %v", d3.KeepUntil, day)
 	}
 	wantSeq(t, s, 3)
 	all, err := s.DenyEntries(ctx(t), t0)
@@ -669,14 +677,15 @@ func testDeny(t *testing.T, o Opener) {
 	if diff := cmp.Diff(want, all, protocmp.Transform()); diff != "" {
 		t.Errorf("DenyEntries(t0) (-want +got):\n%s", diff)
 	}
-	// Expiry: an entry is live until its expires.
+	// An entry is live until its KeepUntil, not its expires.
 	for _, tc := range []struct {
 		now  time.Time
 		want []string
 	}{
-		{t0.Add(29 * time.Minute), []string{d2.ID, d3.ID}},
-		{t0.Add(30 * time.Minute), []string{d2.ID}},
-		{t0.Add(2 * time.Hour), nil},
+		{t0.Add(30 * time.Minute), []string{d2.ID, d3.ID}},
+		{t0.Add(2*time.Hour + 5*time.Minute - time.Second), []string{d2.ID, d3.ID}},
+		{t0.Add(2*time.Hour + 5*time.Minute), []string{d3.ID}},
+		{t0.Add(24*time.Hour + 5*time.Minute), nil},
 	} {
 		live, err := s.DenyEntries(ctx(t), tc.now)
 		var got []string
@@ -688,15 +697,16 @@ func testDeny(t *testing.T, o Opener) {
 			t.Errorf("DenyEntries(t0+%v) = %v, %v; want %v", tc.now.Sub(t0), got, err, tc.want)
 		}
 	}
-	// Pruning deletes what expired before the time, and assigns no rev.
-	if n, err := s.PruneDeny(ctx(t), t0.Add(30*time.Minute)); err != nil || n != 0 {
-		t.Errorf("PruneDeny(t0+30m) = %d, %v; want 0: the entry expires at, not before", n, err)
+	// Pruning deletes what is kept until before the time, and assigns no
+	// rev.
+	if n, err := s.PruneDeny(ctx(t), t0.Add(2*time.Hour+5*time.Minute)); err != nil || n != 0 {
+		t.Errorf("PruneDeny(t0+2h5m) = %d, %v; want 0: the entry is kept until, not before", n, err)
 	}
-	if n, err := s.PruneDeny(ctx(t), t0.Add(time.Hour)); err != nil || n != 1 {
-		t.Errorf("PruneDeny(t0+1h) = %d, %v; want 1", n, err)
+	if n, err := s.PruneDeny(ctx(t), t0.Add(3*time.Hour)); err != nil || n != 1 {
+		t.Errorf("PruneDeny(t0+3h) = %d, %v; want 1", n, err)
 	}
-	if live, _ := s.DenyEntries(ctx(t), time.Time{}); len(live) != 1 || live[0].ID != d2.ID {
-		t.Errorf("DenyEntries after pruning = %+v, want only %s", live, d2.ID)
+	if live, _ := s.DenyEntries(ctx(t), time.Time{}); len(live) != 1 || live[0].ID != d3.ID {
+		t.Errorf("DenyEntries after pruning = %+v, want only %s", live, d3.ID)
 	}
 	wantSeq(t, s, 3)
 

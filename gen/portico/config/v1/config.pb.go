@@ -1444,8 +1444,12 @@ func (x *KeyRecord) GetSuccessorKeyId() string {
 }
 
 // DenyEntry revokes access tokens: one token by its jti, or every token of
-// a subject or client issued before a time. An entry is dropped after
-// expires, when every token it covers would have expired anyway.
+// a subject or client issued before a time. An entry lasts until every
+// token it covers has expired, whatever expires says: nodes keep it until
+// the latest of expires, issued_before plus the issuer's
+// max_token_lifetime, and token_expires, plus the issuer's leeway; the key
+// service and the control plane keep it as long for the longest lifetime
+// and leeway an issuer may be given (24 hours and 5 minutes).
 type DenyEntry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Issuer names an Issuer of the snapshot; empty means every issuer.
@@ -1456,9 +1460,18 @@ type DenyEntry struct {
 	//	*DenyEntry_Subject
 	//	*DenyEntry_ClientId
 	Match isDenyEntry_Match `protobuf_oneof:"match"`
-	// IssuedBefore: tokens whose iat is before it are denied.
-	IssuedBefore  *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=issued_before,json=issuedBefore,proto3" json:"issued_before,omitempty"`
-	Expires       *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=expires,proto3" json:"expires,omitempty"`
+	// IssuedBefore: tokens whose iat is before it are denied. On a jti
+	// entry it only says that the token was issued before it (the key
+	// service sets it to the time of the Deny call when neither it nor
+	// token_expires is given), which bounds how long the entry must last.
+	IssuedBefore *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=issued_before,json=issuedBefore,proto3" json:"issued_before,omitempty"`
+	// Expires is when the caller wants the entry to lapse. It is only ever
+	// raised (see above): a shorter one is not trusted.
+	Expires *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=expires,proto3" json:"expires,omitempty"`
+	// TokenExpires is the denied token's exp, for a jti entry, when the
+	// caller knows it. It keeps the entry until the token is dead even when
+	// the token has no iat.
+	TokenExpires  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=token_expires,json=tokenExpires,proto3" json:"token_expires,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1548,6 +1561,13 @@ func (x *DenyEntry) GetExpires() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *DenyEntry) GetTokenExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TokenExpires
+	}
+	return nil
+}
+
 type isDenyEntry_Match interface {
 	isDenyEntry_Match()
 }
@@ -1606,8 +1626,15 @@ type Issuer struct {
 	// JwksMinRefresh is the least time between two fetches of jwks_url, so
 	// tokens with made-up kids cannot hammer the issuer. Unset means 30 s.
 	JwksMinRefresh *durationpb.Duration `protobuf:"bytes,13,opt,name=jwks_min_refresh,json=jwksMinRefresh,proto3" json:"jwks_min_refresh,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// MaxTokenLifetime is the longest a token of the issuer may live: a
+	// token whose exp - iat (exp - now, without iat) is longer is refused.
+	// It is also how long a revocation can take at worst: a token a deny
+	// entry never reaches stops working when it expires. Deny entries last
+	// this long (plus leeway) past the newest token they cover. Unset means
+	// 15 minutes plus leeway.
+	MaxTokenLifetime *durationpb.Duration `protobuf:"bytes,14,opt,name=max_token_lifetime,json=maxTokenLifetime,proto3" json:"max_token_lifetime,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Issuer) Reset() {
@@ -1727,6 +1754,13 @@ func (x *Issuer) GetDefaultPlan() string {
 func (x *Issuer) GetJwksMinRefresh() *durationpb.Duration {
 	if x != nil {
 		return x.JwksMinRefresh
+	}
+	return nil
+}
+
+func (x *Issuer) GetMaxTokenLifetime() *durationpb.Duration {
+	if x != nil {
+		return x.MaxTokenLifetime
 	}
 	return nil
 }
@@ -3676,7 +3710,7 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	"\tnot_after\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\bnotAfter\x121\n" +
 	"\x10successor_key_id\x18\n" +
 	" \x01(\tB\a\xbaH\x04r\x02\x18@R\x0esuccessorKeyId:\xaf\x01\xbaH\xab\x01\x1a\xa8\x01\n" +
-	"$key_record.successor_needs_not_after\x12La rotated key (successor_key_id set) needs not_after, the end of its overlap\x1a2this.successor_key_id == '' || has(this.not_after)\"\xac\x03\n" +
+	"$key_record.successor_needs_not_after\x12La rotated key (successor_key_id set) needs not_after, the end of its overlap\x1a2this.successor_key_id == '' || has(this.not_after)\"\xe0\x04\n" +
 	"\tDenyEntry\x12 \n" +
 	"\x06issuer\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x06issuer\x12\x1e\n" +
 	"\x03jti\x18\x02 \x01(\tB\n" +
@@ -3686,9 +3720,11 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	"\tclient_id\x18\x04 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\x80\x02H\x00R\bclientId\x12?\n" +
 	"\rissued_before\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\fissuedBefore\x12<\n" +
-	"\aexpires\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampB\x06\xbaH\x03\xc8\x01\x01R\aexpires:{\xbaHx\x1av\n" +
-	"\x18deny_entry.issued_before\x120a subject or client_id entry needs issued_before\x1a(has(this.jti) || has(this.issued_before)B\x0e\n" +
-	"\x05match\x12\x05\xbaH\x02\b\x01\"\xe7\x05\n" +
+	"\aexpires\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampB\x06\xbaH\x03\xc8\x01\x01R\aexpires\x12?\n" +
+	"\rtoken_expires\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\ftokenExpires:\xed\x01\xbaH\xe9\x01\x1av\n" +
+	"\x18deny_entry.issued_before\x120a subject or client_id entry needs issued_before\x1a(has(this.jti) || has(this.issued_before)\x1ao\n" +
+	"\x18deny_entry.token_expires\x12(token_expires goes with a jti entry only\x1a)!has(this.token_expires) || has(this.jti)B\x0e\n" +
+	"\x05match\x12\x05\xbaH\x02\b\x01\"\xc2\x06\n" +
 	"\x06Issuer\x127\n" +
 	"\x04name\x18\x01 \x01(\tB#\xbaH r\x1e2\x1c^[a-z0-9][a-z0-9._-]{0,127}$R\x04name\x12\"\n" +
 	"\x06issuer\x18\x02 \x01(\tB\n" +
@@ -3711,7 +3747,9 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	" \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\tplanClaim\x12+\n" +
 	"\ftenant_claim\x18\v \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\vtenantClaim\x12+\n" +
 	"\fdefault_plan\x18\f \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\vdefaultPlan\x12T\n" +
-	"\x10jwks_min_refresh\x18\r \x01(\v2\x19.google.protobuf.DurationB\x0f\xbaH\f\xaa\x01\t\"\x03\b\x90\x1c2\x02\b\x01R\x0ejwksMinRefresh\"\xd3\t\n" +
+	"\x10jwks_min_refresh\x18\r \x01(\v2\x19.google.protobuf.DurationB\x0f\xbaH\f\xaa\x01\t\"\x03\b\x90\x1c2\x02\b\x01R\x0ejwksMinRefresh\x12Y\n" +
+	"\x12max_token_lifetime\x18\x0e \x01(\v2\x19.google.protobuf.DurationB\x10\xbaH\r\xaa\x01\n" +
+	"\"\x04\b\x80\xa3\x052\x02\b\x01R\x10maxTokenLifetime\"\xd3\t\n" +
 	"\x05Route\x123\n" +
 	"\x02id\x18\x01 \x01(\tB#\xbaH r\x1e2\x1c^[a-z0-9][a-z0-9._-]{0,127}$R\x02id\x124\n" +
 	"\x04team\x18\x02 \x01(\tB \xbaH\x1dr\x1b2\x19^[a-z0-9][a-z0-9-]{0,62}$R\x04team\x12x\n" +
@@ -3980,47 +4018,49 @@ var file_portico_config_v1_config_proto_depIdxs = []int32{
 	43, // 26: portico.config.v1.KeyRecord.not_after:type_name -> google.protobuf.Timestamp
 	43, // 27: portico.config.v1.DenyEntry.issued_before:type_name -> google.protobuf.Timestamp
 	43, // 28: portico.config.v1.DenyEntry.expires:type_name -> google.protobuf.Timestamp
-	3,  // 29: portico.config.v1.Issuer.algorithms:type_name -> portico.config.v1.JWTAlgorithm
-	42, // 30: portico.config.v1.Issuer.jwks_refresh:type_name -> google.protobuf.Duration
-	42, // 31: portico.config.v1.Issuer.leeway:type_name -> google.protobuf.Duration
-	42, // 32: portico.config.v1.Issuer.jwks_min_refresh:type_name -> google.protobuf.Duration
-	29, // 33: portico.config.v1.Route.headers:type_name -> portico.config.v1.HeaderMatch
-	42, // 34: portico.config.v1.Route.timeout:type_name -> google.protobuf.Duration
-	4,  // 35: portico.config.v1.Route.priority:type_name -> portico.config.v1.Priority
-	27, // 36: portico.config.v1.Route.auth:type_name -> portico.config.v1.RouteAuth
-	13, // 37: portico.config.v1.Route.rate_limits:type_name -> portico.config.v1.RateLimit
-	22, // 38: portico.config.v1.Route.request_headers:type_name -> portico.config.v1.HeaderTransform
-	22, // 39: portico.config.v1.Route.response_headers:type_name -> portico.config.v1.HeaderTransform
-	25, // 40: portico.config.v1.Route.rewrite:type_name -> portico.config.v1.PathRewrite
-	21, // 41: portico.config.v1.Route.openapi:type_name -> portico.config.v1.OpenAPIValidation
-	24, // 42: portico.config.v1.HeaderTransform.rename:type_name -> portico.config.v1.HeaderRename
-	23, // 43: portico.config.v1.HeaderTransform.set:type_name -> portico.config.v1.HeaderValue
-	23, // 44: portico.config.v1.HeaderTransform.add:type_name -> portico.config.v1.HeaderValue
-	26, // 45: portico.config.v1.PathRewrite.prefix:type_name -> portico.config.v1.PrefixRewrite
-	28, // 46: portico.config.v1.RouteAuth.method_scopes:type_name -> portico.config.v1.MethodScopes
-	5,  // 47: portico.config.v1.Cluster.protocol:type_name -> portico.config.v1.Protocol
-	31, // 48: portico.config.v1.Cluster.endpoints:type_name -> portico.config.v1.Endpoint
-	32, // 49: portico.config.v1.Cluster.health_check:type_name -> portico.config.v1.HealthCheck
-	35, // 50: portico.config.v1.Cluster.outlier_detection:type_name -> portico.config.v1.OutlierDetection
-	36, // 51: portico.config.v1.Cluster.pool:type_name -> portico.config.v1.ConnectionPool
-	37, // 52: portico.config.v1.Cluster.tls:type_name -> portico.config.v1.UpstreamTLS
-	42, // 53: portico.config.v1.Cluster.connect_timeout:type_name -> google.protobuf.Duration
-	42, // 54: portico.config.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	42, // 55: portico.config.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
-	33, // 56: portico.config.v1.HealthCheck.http:type_name -> portico.config.v1.HTTPProbe
-	34, // 57: portico.config.v1.HealthCheck.grpc:type_name -> portico.config.v1.GRPCProbe
-	42, // 58: portico.config.v1.OutlierDetection.base_ejection_time:type_name -> google.protobuf.Duration
-	42, // 59: portico.config.v1.ConnectionPool.idle_timeout:type_name -> google.protobuf.Duration
-	17, // 60: portico.config.v1.FastLaneEntry.key:type_name -> portico.config.v1.KeyRecord
-	18, // 61: portico.config.v1.FastLaneEntry.deny:type_name -> portico.config.v1.DenyEntry
-	39, // 62: portico.config.v1.FastLaneEntry.issuer_keys:type_name -> portico.config.v1.IssuerKeys
-	43, // 63: portico.config.v1.KeySnapshot.generated:type_name -> google.protobuf.Timestamp
-	38, // 64: portico.config.v1.KeySnapshot.entries:type_name -> portico.config.v1.FastLaneEntry
-	65, // [65:65] is the sub-list for method output_type
-	65, // [65:65] is the sub-list for method input_type
-	65, // [65:65] is the sub-list for extension type_name
-	65, // [65:65] is the sub-list for extension extendee
-	0,  // [0:65] is the sub-list for field type_name
+	43, // 29: portico.config.v1.DenyEntry.token_expires:type_name -> google.protobuf.Timestamp
+	3,  // 30: portico.config.v1.Issuer.algorithms:type_name -> portico.config.v1.JWTAlgorithm
+	42, // 31: portico.config.v1.Issuer.jwks_refresh:type_name -> google.protobuf.Duration
+	42, // 32: portico.config.v1.Issuer.leeway:type_name -> google.protobuf.Duration
+	42, // 33: portico.config.v1.Issuer.jwks_min_refresh:type_name -> google.protobuf.Duration
+	42, // 34: portico.config.v1.Issuer.max_token_lifetime:type_name -> google.protobuf.Duration
+	29, // 35: portico.config.v1.Route.headers:type_name -> portico.config.v1.HeaderMatch
+	42, // 36: portico.config.v1.Route.timeout:type_name -> google.protobuf.Duration
+	4,  // 37: portico.config.v1.Route.priority:type_name -> portico.config.v1.Priority
+	27, // 38: portico.config.v1.Route.auth:type_name -> portico.config.v1.RouteAuth
+	13, // 39: portico.config.v1.Route.rate_limits:type_name -> portico.config.v1.RateLimit
+	22, // 40: portico.config.v1.Route.request_headers:type_name -> portico.config.v1.HeaderTransform
+	22, // 41: portico.config.v1.Route.response_headers:type_name -> portico.config.v1.HeaderTransform
+	25, // 42: portico.config.v1.Route.rewrite:type_name -> portico.config.v1.PathRewrite
+	21, // 43: portico.config.v1.Route.openapi:type_name -> portico.config.v1.OpenAPIValidation
+	24, // 44: portico.config.v1.HeaderTransform.rename:type_name -> portico.config.v1.HeaderRename
+	23, // 45: portico.config.v1.HeaderTransform.set:type_name -> portico.config.v1.HeaderValue
+	23, // 46: portico.config.v1.HeaderTransform.add:type_name -> portico.config.v1.HeaderValue
+	26, // 47: portico.config.v1.PathRewrite.prefix:type_name -> portico.config.v1.PrefixRewrite
+	28, // 48: portico.config.v1.RouteAuth.method_scopes:type_name -> portico.config.v1.MethodScopes
+	5,  // 49: portico.config.v1.Cluster.protocol:type_name -> portico.config.v1.Protocol
+	31, // 50: portico.config.v1.Cluster.endpoints:type_name -> portico.config.v1.Endpoint
+	32, // 51: portico.config.v1.Cluster.health_check:type_name -> portico.config.v1.HealthCheck
+	35, // 52: portico.config.v1.Cluster.outlier_detection:type_name -> portico.config.v1.OutlierDetection
+	36, // 53: portico.config.v1.Cluster.pool:type_name -> portico.config.v1.ConnectionPool
+	37, // 54: portico.config.v1.Cluster.tls:type_name -> portico.config.v1.UpstreamTLS
+	42, // 55: portico.config.v1.Cluster.connect_timeout:type_name -> google.protobuf.Duration
+	42, // 56: portico.config.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	42, // 57: portico.config.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	33, // 58: portico.config.v1.HealthCheck.http:type_name -> portico.config.v1.HTTPProbe
+	34, // 59: portico.config.v1.HealthCheck.grpc:type_name -> portico.config.v1.GRPCProbe
+	42, // 60: portico.config.v1.OutlierDetection.base_ejection_time:type_name -> google.protobuf.Duration
+	42, // 61: portico.config.v1.ConnectionPool.idle_timeout:type_name -> google.protobuf.Duration
+	17, // 62: portico.config.v1.FastLaneEntry.key:type_name -> portico.config.v1.KeyRecord
+	18, // 63: portico.config.v1.FastLaneEntry.deny:type_name -> portico.config.v1.DenyEntry
+	39, // 64: portico.config.v1.FastLaneEntry.issuer_keys:type_name -> portico.config.v1.IssuerKeys
+	43, // 65: portico.config.v1.KeySnapshot.generated:type_name -> google.protobuf.Timestamp
+	38, // 66: portico.config.v1.KeySnapshot.entries:type_name -> portico.config.v1.FastLaneEntry
+	67, // [67:67] is the sub-list for method output_type
+	67, // [67:67] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_portico_config_v1_config_proto_init() }

@@ -353,7 +353,10 @@ const (
 // Callers: a platform token or an identity-service token.
 type TokenServiceClient interface {
 	// Deny adds a deny entry: one token by jti, or every token of a subject
-	// or client issued before a time. The entry lapses at expires.
+	// or client issued before a time. The entry lasts until every token it
+	// covers is dead, however soon its expires (see DenyEntry); a jti entry
+	// with neither token_expires nor issued_before gets the time of the call
+	// as its issued_before.
 	Deny(ctx context.Context, in *DenyRequest, opts ...grpc.CallOption) (*DenyResponse, error)
 	ListDenyEntries(ctx context.Context, in *ListDenyEntriesRequest, opts ...grpc.CallOption) (*ListDenyEntriesResponse, error)
 	// PublishIssuerKeys sets an issuer's published signing keys.
@@ -407,7 +410,10 @@ func (c *tokenServiceClient) PublishIssuerKeys(ctx context.Context, in *PublishI
 // Callers: a platform token or an identity-service token.
 type TokenServiceServer interface {
 	// Deny adds a deny entry: one token by jti, or every token of a subject
-	// or client issued before a time. The entry lapses at expires.
+	// or client issued before a time. The entry lasts until every token it
+	// covers is dead, however soon its expires (see DenyEntry); a jti entry
+	// with neither token_expires nor issued_before gets the time of the call
+	// as its issued_before.
 	Deny(context.Context, *DenyRequest) (*DenyResponse, error)
 	ListDenyEntries(context.Context, *ListDenyEntriesRequest) (*ListDenyEntriesResponse, error)
 	// PublishIssuerKeys sets an issuer's published signing keys.

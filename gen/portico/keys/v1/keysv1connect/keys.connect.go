@@ -284,7 +284,10 @@ func (UnimplementedKeyServiceHandler) ListKeys(context.Context, *connect.Request
 // TokenServiceClient is a client for the portico.keys.v1.TokenService service.
 type TokenServiceClient interface {
 	// Deny adds a deny entry: one token by jti, or every token of a subject
-	// or client issued before a time. The entry lapses at expires.
+	// or client issued before a time. The entry lasts until every token it
+	// covers is dead, however soon its expires (see DenyEntry); a jti entry
+	// with neither token_expires nor issued_before gets the time of the call
+	// as its issued_before.
 	Deny(context.Context, *connect.Request[v1.DenyRequest]) (*connect.Response[v1.DenyResponse], error)
 	ListDenyEntries(context.Context, *connect.Request[v1.ListDenyEntriesRequest]) (*connect.Response[v1.ListDenyEntriesResponse], error)
 	// PublishIssuerKeys sets an issuer's published signing keys.
@@ -349,7 +352,10 @@ func (c *tokenServiceClient) PublishIssuerKeys(ctx context.Context, req *connect
 // TokenServiceHandler is an implementation of the portico.keys.v1.TokenService service.
 type TokenServiceHandler interface {
 	// Deny adds a deny entry: one token by jti, or every token of a subject
-	// or client issued before a time. The entry lapses at expires.
+	// or client issued before a time. The entry lasts until every token it
+	// covers is dead, however soon its expires (see DenyEntry); a jti entry
+	// with neither token_expires nor issued_before gets the time of the call
+	// as its issued_before.
 	Deny(context.Context, *connect.Request[v1.DenyRequest]) (*connect.Response[v1.DenyResponse], error)
 	ListDenyEntries(context.Context, *connect.Request[v1.ListDenyEntriesRequest]) (*connect.Response[v1.ListDenyEntriesResponse], error)
 	// PublishIssuerKeys sets an issuer's published signing keys.
