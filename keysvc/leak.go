@@ -1,6 +1,7 @@
 package keysvc
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/rand"
 	"crypto/sha256"
@@ -137,18 +138,8 @@ func SignReport(scannerID string, key *ecdsa.PrivateKey, at time.Time, body []by
 }
 
 func (s *Service) serveLeakReport(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", "POST")
-		writeJSONError(w, http.StatusMethodNotAllowed, "POST a JSON array of reports")
-		return
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxLeakBody+1))
-	if err != nil {
-		writeJSONError(w, http.StatusBadRequest, "the body could not be read")
-		return
-	}
-	if len(body) > maxLeakBody {
-		writeJSONError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("a report is at most %d bytes", maxLeakBody))
+	body, ok := readLeakBody(w, r)
+	if !ok {
 		return
 	}
 	sc, err := s.verifyReport(r.Header, body)
@@ -159,18 +150,65 @@ func (s *Service) serveLeakReport(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, es.status, es.msg)
 		return
 	}
+	reports, err := parseLeaks(body)
+	if err != nil {
+		writeJSONError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	rows, err := s.recordLeaks(r.Context(), sc.ID, reports)
+	if err != nil {
+		writeJSONError(w, http.StatusServiceUnavailable, "the report could not be recorded; send it again")
+		return
+	}
+	answers := make([]leakAnswer, len(reports))
+	for i, row := range rows {
+		answers[i] = leakAnswer{TokenPrefix: apikey.DisplayPrefix(reports[i].Token), KeyID: row.KeyID, Outcome: row.Outcome}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(answers)
+}
+
+// readLeakBody reads a scanner's report: a POST of at most maxLeakBody
+// bytes. When it cannot, it has answered and reports false.
+func readLeakBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		writeJSONError(w, http.StatusMethodNotAllowed, "POST a JSON array of reports")
+		return nil, false
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxLeakBody+1))
+	if err != nil {
+		writeJSONError(w, http.StatusBadRequest, "the body could not be read")
+		return nil, false
+	}
+	if len(body) > maxLeakBody {
+		writeJSONError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("a report is at most %d bytes", maxLeakBody))
+		return nil, false
+	}
+	return body, true
+}
+
+// parseLeaks decodes a verified body: a JSON array of 1 to
+// maxLeakReports reported keys. Its error is the answer's text.
+func parseLeaks(body []byte) ([]leakReport, error) {
 	var reports []leakReport
 	if err := json.Unmarshal(body, &reports); err != nil {
-		writeJSONError(w, http.StatusBadRequest, "the body must be a JSON array of {token, type, url, source}")
-		return
+		return nil, errors.New("the body must be a JSON array of {token, type, url, source}")
 	}
 	if len(reports) == 0 || len(reports) > maxLeakReports {
-		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("a report holds 1 to %d keys", maxLeakReports))
-		return
+		return nil, fmt.Errorf("a report holds 1 to %d keys", maxLeakReports)
 	}
+	return reports, nil
+}
+
+// recordLeaks revokes the reported keys that are active, records every
+// reported key with reporter, its URL and source, and publishes the
+// revocations. It returns what became of each key, in the order of
+// reports. It logs no key, and no key's hash.
+func (s *Service) recordLeaks(ctx context.Context, reporter string, reports []leakReport) ([]store.LeakReport, error) {
 	// One report may name keys found at several URLs; they are recorded
 	// one URL at a time, each in its own transaction.
-	answers := make([]leakAnswer, len(reports))
+	rows := make([]store.LeakReport, len(reports))
 	byURL := map[[2]string][]int{}
 	var order [][2]string
 	for i, rep := range reports {
@@ -186,24 +224,22 @@ func (s *Service) serveLeakReport(w http.ResponseWriter, r *http.Request) {
 		for j, i := range idx {
 			hashes[j] = apikey.Hash(reports[i].Token)
 		}
-		rows, err := s.store.ReportLeaked(r.Context(), hashes, store.LeakReport{
-			At: s.now(), Reporter: sc.ID, URL: k[0], Source: k[1], Reason: "leaked: found at " + k[0],
+		got, err := s.store.ReportLeaked(ctx, hashes, store.LeakReport{
+			At: s.now(), Reporter: reporter, URL: k[0], Source: k[1], Reason: "leaked: found at " + k[0],
 		})
 		if err != nil {
-			s.log.Error("recording a leaked-key report failed", "scanner", sc.ID, "err", err)
-			writeJSONError(w, http.StatusServiceUnavailable, "the report could not be recorded; send it again")
-			return
+			s.log.Error("recording a leaked-key report failed", "scanner", reporter, "err", err)
+			return nil, err
 		}
 		for j, i := range idx {
-			answers[i] = leakAnswer{TokenPrefix: apikey.DisplayPrefix(reports[i].Token), KeyID: rows[j].KeyID, Outcome: rows[j].Outcome}
-			if rows[j].Outcome == "revoked" {
-				s.log.Warn("leaked key revoked", "key", rows[j].KeyID, "scanner", sc.ID, "url", k[0])
+			rows[i] = got[j]
+			if got[j].Outcome == store.OutcomeRevoked {
+				s.log.Warn("leaked key revoked", "key", got[j].KeyID, "scanner", reporter, "url", k[0])
 			}
 		}
 	}
-	s.publishNow(r.Context())
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(answers)
+	s.publishNow(ctx)
+	return rows, nil
 }
 
 func writeJSONError(w http.ResponseWriter, status int, msg string) {
