@@ -1,7 +1,8 @@
 // Package keysvc is the key service (`portico keys`): it issues, rotates
-// and revokes API keys, takes leaked-key reports from secret scanners,
-// records token deny entries and issuers' signing keys, and puts every
-// change on the control plane's fast lane.
+// and revokes API keys, takes leaked-key reports from secret scanners
+// (GitHub's partner protocol at GitHubLeakPath, Portico's signed scheme at
+// LeakPath for the others), records token deny entries and issuers'
+// signing keys, and puts every change on the control plane's fast lane.
 //
 // The service stores only each key's SHA-256 hash; the raw key exists in
 // one answer (CreateKey, RotateKey) and nowhere else. Every change is
@@ -107,8 +108,13 @@ type Options struct {
 	// Tokens are the callers; empty refuses every call of the key and
 	// token APIs.
 	Tokens []Token
-	// Scanners may report leaked keys; empty refuses every report.
+	// Scanners may report leaked keys at LeakPath, signed with Portico's
+	// scheme; empty refuses every such report.
 	Scanners []Scanner
+	// GitHub, if set, takes GitHub's secret scanning reports at
+	// GitHubLeakPath, verified with GitHub's published keys; nil: that
+	// path answers 404.
+	GitHub *GitHubOptions
 	// SigningKey signs the key snapshot; nil: no snapshot is served.
 	SigningKey ed25519.PrivateKey
 	// SnapshotTokenHash, if set, is the hex SHA-256 of the token a node
@@ -136,6 +142,7 @@ type Service struct {
 	now    func() time.Time
 	pub    *publisher
 	snap   *snapshotter
+	github *githubKeys      // nil: GitHub's reports are not taken
 	tokens map[string]Token // by hash
 }
 
@@ -177,6 +184,15 @@ func New(opts Options) (*Service, error) {
 		if sc.ID == "" || sc.Key == nil {
 			return nil, errors.New("keysvc: a scanner needs an id and a public key")
 		}
+		if sc.ID == GitHubReporter {
+			return nil, fmt.Errorf("keysvc: the scanner id %q is GitHub's own protocol's (Options.GitHub); name the scanner otherwise", sc.ID)
+		}
+	}
+	if opts.GitHub != nil {
+		var err error
+		if s.github, err = newGitHubKeys(*opts.GitHub, s.now, s.log); err != nil {
+			return nil, fmt.Errorf("keysvc: %w", err)
+		}
 	}
 	s.pub = newPublisher(s)
 	if opts.SigningKey != nil {
@@ -197,6 +213,7 @@ func (s *Service) Handler() http.Handler {
 	mux.Handle(keysv1connect.NewKeyServiceHandler(&keyAPI{s}, opts...))
 	mux.Handle(keysv1connect.NewTokenServiceHandler(&tokenAPI{s}, opts...))
 	mux.Handle(LeakPath, http.HandlerFunc(s.serveLeakReport))
+	mux.Handle(GitHubLeakPath, http.HandlerFunc(s.serveGitHubReport))
 	mux.Handle(SnapshotPath, http.HandlerFunc(s.serveSnapshot))
 	return mux
 }

@@ -28,7 +28,7 @@ import (
 const (
 	platformToken = "keysvc-test-platform-token-0123456789abcdef"
 	identityToken = "keysvc-test-identity-token-0123456789abcdef"
-	scannerID     = "github"
+	scannerID     = "acme-scanner"
 )
 
 // service is a key service over a new SQLite store, on a loopback server.
@@ -158,6 +158,10 @@ func TestNewRefuses(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = st.Close() })
 	hash := keysvc.HashToken(platformToken)
+	scanner, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name string
 		opts keysvc.Options
@@ -167,6 +171,7 @@ func TestNewRefuses(t *testing.T) {
 		{"a token without a role", keysvc.Options{Store: st, Tokens: []keysvc.Token{{Name: "root", SHA256: hash}}}},
 		{"a token given raw, not hashed", keysvc.Options{Store: st, Tokens: []keysvc.Token{{Name: "root", Role: keysvc.RolePlatform, SHA256: platformToken}}}},
 		{"a scanner without a key", keysvc.Options{Store: st, Scanners: []keysvc.Scanner{{ID: scannerID}}}},
+		{"a scanner named as GitHub's protocol", keysvc.Options{Store: st, Scanners: []keysvc.Scanner{{ID: keysvc.GitHubReporter, Key: &scanner.PublicKey}}}},
 	} {
 		if _, err := keysvc.New(c.opts); err == nil {
 			t.Errorf("New with %s succeeded", c.name)

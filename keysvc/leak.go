@@ -20,10 +20,12 @@ import (
 	"github.com/portico-gw/portico/keysvc/store"
 )
 
-// LeakPath is where secret scanners post leaked keys (ReportLeakedKey).
+// LeakPath is where secret scanners other than GitHub post leaked keys,
+// signed with Portico's scheme (GitHub's own protocol has its path,
+// GitHubLeakPath).
 //
-// The request is a JSON array of reports, as GitHub's secret scanning
-// partner programme sends them:
+// The request is a JSON array of reports, in the shape GitHub's secret
+// scanning partner programme uses:
 //
 //	[{"token": "ak_live_…", "type": "portico_api_key", "url": "https://…", "source": "content"}]
 //
@@ -88,6 +90,9 @@ func (s *Service) verifyReport(h http.Header, body []byte) (Scanner, error) {
 		}
 	}
 	if sc == nil {
+		if id == "" && h.Get("Github-Public-Key-Signature") != "" {
+			return Scanner{}, &errScanner{http.StatusUnauthorized, "a report signed by GitHub goes to " + GitHubLeakPath}
+		}
 		return Scanner{}, &errScanner{http.StatusUnauthorized, "unknown scanner: set Portico-Scanner-Id to a configured scanner"}
 	}
 	tsText := h.Get("Portico-Scanner-Timestamp")

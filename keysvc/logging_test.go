@@ -31,7 +31,10 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 	var buf logbuf.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	_, priv := newSigningKey(t)
-	s := startService(t, keysvc.Options{Logger: log, SigningKey: priv, SnapshotTokenHash: keysvc.HashToken(nodeToken)})
+	gh := newGHKey(t, "")
+	ks := startGHKeyServer(t, ghDoc(t, gh))
+	s := startService(t, keysvc.Options{Logger: log, SigningKey: priv, SnapshotTokenHash: keysvc.HashToken(nodeToken),
+		GitHub: &keysvc.GitHubOptions{KeysURL: ks.url}})
 	// A key service whose control plane is away: its new keys fail.
 	down := startService(t, keysvc.Options{Logger: log, ControlURL: "http://" + closedAddr(t), WaitTimeout: time.Second})
 	ctx := context.Background()
@@ -92,11 +95,22 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 		t.Fatalf("a report: %d %s", status, b)
 	}
 
+	// GitHub's reports: forged, and accepted.
+	found := s.create(t, "app-log")
+	secrets = append(secrets, found.GetRawKey())
+	ghBody := leakBody(t, leak{Token: found.GetRawKey(), Type: "portico_api_key", URL: "https://github.com/o/r", Source: "content"})
+	if status, b := ghPost(t, s, "POST", ghSign(t, newGHKey(t, gh.id), ghBody), ghBody); status != http.StatusUnauthorized {
+		t.Fatalf("a forged GitHub report: %d %s", status, b)
+	}
+	if status, b := ghPost(t, s, "POST", ghSign(t, gh, ghBody), ghBody); status != http.StatusOK {
+		t.Fatalf("GitHub's report: %d %s", status, b)
+	}
+
 	logged := buf.String()
 	// The log says what happened, so its silence about secrets means
 	// something.
 	for _, want := range []string{"key created", "key rotated", "a new key could not be published", "leaked-key report refused", "leaked key revoked",
-		created.GetKey().GetKeyId(), rot.Msg.GetKey().GetKeyId()} {
+		created.GetKey().GetKeyId(), rot.Msg.GetKey().GetKeyId(), found.GetKey().GetKeyId(), "GitHub's secret scanning public keys loaded", `"scanner":"github"`} {
 		if !strings.Contains(logged, want) {
 			t.Errorf("the log lacks %q:\n%s", want, logged)
 		}

@@ -43,7 +43,7 @@ import (
 const (
 	keysPlatformToken = "keys-test-platform-token-0123456789abcdef"
 	keysIdentityToken = "keys-test-identity-token-0123456789abcdef"
-	scannerID         = "github"
+	scannerID         = "acme-scanner"
 )
 
 // laneRecorder feeds a node's fast lane and records when each key
