@@ -3,9 +3,7 @@ package keysvc_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
 	"crypto/ed25519"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
@@ -15,164 +13,20 @@ import (
 	"encoding/pem"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/portico-gw/portico/gateway/apikey"
 	"github.com/portico-gw/portico/keysvc"
 	"github.com/portico-gw/portico/keysvc/store"
+	"github.com/portico-gw/portico/testing/ghscan"
+	"github.com/portico-gw/portico/testing/testclock"
 )
-
-// ghKey is a signing key of GitHub's, as its public keys document lists
-// it.
-type ghKey struct {
-	id   string
-	priv *ecdsa.PrivateKey
-	pem  string
-}
-
-// newGHKey makes a P-256 key whose identifier is, as GitHub's are, the
-// hex SHA-256 of its public key; id, if set, is used instead.
-func newGHKey(t *testing.T, id string) ghKey {
-	t.Helper()
-	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKIXPublicKey(&priv.PublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if id == "" {
-		sum := sha256.Sum256(der)
-		id = hex.EncodeToString(sum[:])
-	}
-	return ghKey{id: id, priv: priv, pem: string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))}
-}
-
-// ghEntry is one entry of GitHub's public keys document.
-type ghEntry struct {
-	KeyIdentifier string `json:"key_identifier"`
-	Key           string `json:"key"`
-	IsCurrent     bool   `json:"is_current"`
-}
-
-// ghDoc is GitHub's public keys document listing keys, the first one
-// current.
-func ghDoc(t *testing.T, keys ...ghKey) []byte {
-	t.Helper()
-	var d struct {
-		PublicKeys []ghEntry `json:"public_keys"`
-	}
-	d.PublicKeys = []ghEntry{}
-	for i, k := range keys {
-		d.PublicKeys = append(d.PublicKeys, ghEntry{KeyIdentifier: k.id, Key: k.pem, IsCurrent: i == 0})
-	}
-	b, err := json.Marshal(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-// ghKeyServer serves GitHub's public keys document on loopback, as
-// api.github.com/meta/public_keys/secret_scanning does, and counts the
-// fetches.
-type ghKeyServer struct {
-	url     string
-	fetches atomic.Int32
-	mu      sync.Mutex
-	doc     []byte
-	status  int
-	// hold, while set, keeps every fetch waiting until it is closed or
-	// the fetch gives up.
-	hold chan struct{}
-}
-
-func startGHKeyServer(t *testing.T, doc []byte) *ghKeyServer {
-	t.Helper()
-	ks := &ghKeyServer{doc: doc, status: http.StatusOK}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ks.fetches.Add(1)
-		ks.mu.Lock()
-		doc, status, hold := ks.doc, ks.status, ks.hold
-		ks.mu.Unlock()
-		if hold != nil {
-			select {
-			case <-hold:
-			case <-r.Context().Done():
-				return
-			}
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		_, _ = w.Write(doc)
-	}))
-	t.Cleanup(srv.Close)
-	ks.url = srv.URL + "/meta/public_keys/secret_scanning"
-	return ks
-}
-
-// holdFetches makes every fetch wait, until the fetch gives up or the
-// test ends.
-func (ks *ghKeyServer) holdFetches(t *testing.T) {
-	t.Helper()
-	hold := make(chan struct{})
-	ks.mu.Lock()
-	ks.hold = hold
-	ks.mu.Unlock()
-	// Registered after the server's Close, so it runs before it.
-	t.Cleanup(func() { close(hold) })
-}
-
-// serve makes the server answer status with doc from now on.
-func (ks *ghKeyServer) serve(status int, doc []byte) {
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	ks.status, ks.doc = status, doc
-}
-
-// clock is a test's clock, moved by hand.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Now()} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
-// ghSign returns GitHub's headers for body signed by k.
-func ghSign(t *testing.T, k ghKey, body []byte) http.Header {
-	t.Helper()
-	sum := sha256.Sum256(body)
-	sig, err := ecdsa.SignASN1(rand.Reader, k.priv, sum[:])
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := http.Header{}
-	h.Set("Content-Type", "application/json")
-	h.Set("Github-Public-Key-Identifier", k.id)
-	h.Set("Github-Public-Key-Signature", base64.StdEncoding.EncodeToString(sig))
-	return h
-}
 
 // ghPost posts body with header to s's GitHub path and returns the status
 // and the answer's body.
@@ -218,9 +72,9 @@ func sha256Hex(s string) string {
 // with GitHub as the reporter, its URL and source.
 func TestGitHubReport(t *testing.T) {
 	t.Parallel()
-	current, previous := newGHKey(t, ""), newGHKey(t, "")
-	ks := startGHKeyServer(t, ghDoc(t, current, previous))
-	s := startService(t, keysvc.Options{GitHub: &keysvc.GitHubOptions{KeysURL: ks.url}})
+	current, previous := ghscan.NewKey(t, ""), ghscan.NewKey(t, "")
+	ks := ghscan.Start(t, ghscan.DocOf(t, current, previous))
+	s := startService(t, keysvc.Options{GitHub: &keysvc.GitHubOptions{KeysURL: ks.URL}})
 	k1, k2, k3, spared := s.create(t, "app-gh"), s.create(t, "app-gh"), s.create(t, "app-gh"), s.create(t, "app-gh")
 	unknown := unknownKey(t)
 	// k3 with another last checksum digit.
@@ -251,7 +105,7 @@ func TestGitHubReport(t *testing.T) {
 	}
 	body := leakBody(t, matches...)
 	seq := s.seq(t)
-	status, answer := ghPost(t, s, "POST", ghSign(t, current, body), body)
+	status, answer := ghPost(t, s, "POST", current.Sign(t, body), body)
 	var got []feedback
 	if status != 200 || json.Unmarshal(answer, &got) != nil {
 		t.Fatalf("GitHub's report: %d %s, want 200 and feedback", status, answer)
@@ -326,13 +180,13 @@ func TestGitHubReport(t *testing.T) {
 	// more.
 	seq = s.seq(t)
 	again := leakBody(t, matches[0])
-	if status, answer := ghPost(t, s, "POST", ghSign(t, previous, again), again); status != 200 || !strings.Contains(string(answer), `"label":"true_positive"`) {
+	if status, answer := ghPost(t, s, "POST", previous.Sign(t, again), again); status != 200 || !strings.Contains(string(answer), `"label":"true_positive"`) {
 		t.Errorf("a report signed by the previous key: %d %s, want 200 true_positive", status, answer)
 	}
 	if got := s.seq(t); got != seq {
 		t.Errorf("a replayed report moved the store's seq from %d to %d", seq, got)
 	}
-	if n := ks.fetches.Load(); n != 1 {
+	if n := ks.Fetches(); n != 1 {
 		t.Errorf("GitHub's keys were fetched %d times, want once", n)
 	}
 }
@@ -343,14 +197,14 @@ func TestGitHubReport(t *testing.T) {
 // missing or malformed headers, an unknown identifier. Several keys under one identifier: any of them verifies.
 func TestGitHubReportRefused(t *testing.T) {
 	t.Parallel()
-	gh := newGHKey(t, "")
-	twin := newGHKey(t, gh.id) // another key under the same identifier
-	ks := startGHKeyServer(t, ghDoc(t, gh, twin))
-	s := startService(t, keysvc.Options{GitHub: &keysvc.GitHubOptions{KeysURL: ks.url}})
+	gh := ghscan.NewKey(t, "")
+	twin := ghscan.NewKey(t, gh.ID) // another key under the same identifier
+	ks := ghscan.Start(t, ghscan.DocOf(t, gh, twin))
+	s := startService(t, keysvc.Options{GitHub: &keysvc.GitHubOptions{KeysURL: ks.URL}})
 	key := s.create(t, "app-gh-refused")
 	body := leakBody(t, leak{Token: key.GetRawKey(), Type: "portico_api_key", URL: "https://github.com/o/r", Source: "content"})
-	forger := newGHKey(t, gh.id) // claims GitHub's identifier
-	stranger := newGHKey(t, "")  // an identifier GitHub does not list
+	forger := ghscan.NewKey(t, gh.ID) // claims GitHub's identifier
+	stranger := ghscan.NewKey(t, "")  // an identifier GitHub does not list
 
 	withSig := func(h http.Header, sig string) http.Header {
 		h = h.Clone()
@@ -362,7 +216,7 @@ func TestGitHubReportRefused(t *testing.T) {
 		h.Del(name)
 		return h
 	}
-	good := ghSign(t, gh, body)
+	good := gh.Sign(t, body)
 	other := leakBody(t, leak{Token: unknownKey(t), Type: "portico_api_key", URL: "https://github.com/o/r", Source: "content"})
 	seq := s.seq(t)
 	for _, c := range []struct {
@@ -370,13 +224,13 @@ func TestGitHubReportRefused(t *testing.T) {
 		header http.Header
 		want   string
 	}{
-		{"signed by a key GitHub does not list", ghSign(t, forger, body), "does not verify"},
-		{"the signature of another body", ghSign(t, gh, other), "does not verify"},
+		{"signed by a key GitHub does not list", forger.Sign(t, body), "does not verify"},
+		{"the signature of another body", gh.Sign(t, other), "does not verify"},
 		{"no signature", without(good, "Github-Public-Key-Signature"), "Github-Public-Key-Signature"},
 		{"a signature that is not base64", withSig(good, "not base64!"), "Github-Public-Key-Signature"},
 		{"a signature that is not ASN.1", withSig(good, base64.StdEncoding.EncodeToString([]byte("0123456789"))), "does not verify"},
 		{"no identifier", without(good, "Github-Public-Key-Identifier"), "Github-Public-Key-Identifier"},
-		{"an unknown identifier", ghSign(t, stranger, body), "names none of GitHub's"},
+		{"an unknown identifier", stranger.Sign(t, body), "names none of GitHub's"},
 	} {
 		status, answer := ghPost(t, s, "POST", c.header, body)
 		var e struct{ Error string }
@@ -396,13 +250,13 @@ func TestGitHubReportRefused(t *testing.T) {
 	// The first report loaded the keys; the unknown identifier, within a
 	// minute of that, did not load them again (TestGitHubKeyRotation
 	// shows the load a minute later).
-	if n := ks.fetches.Load(); n != 1 {
+	if n := ks.Fetches(); n != 1 {
 		t.Errorf("GitHub's keys were fetched %d times, want once", n)
 	}
 
 	// Either key under the identifier verifies.
-	for i, k := range []ghKey{gh, twin} {
-		if status, answer := ghPost(t, s, "POST", ghSign(t, k, body), body); status != 200 {
+	for i, k := range []ghscan.Key{gh, twin} {
+		if status, answer := ghPost(t, s, "POST", k.Sign(t, body), body); status != 200 {
 			t.Errorf("signed by key %d of the two under the identifier: %d %s, want 200", i+1, status, answer)
 		}
 	}
@@ -412,7 +266,7 @@ func TestGitHubReportRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header = ghSign(t, gh, body)
+	req.Header = gh.Sign(t, body)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -429,9 +283,9 @@ func TestGitHubReportRefused(t *testing.T) {
 // service without GitHub's protocol answers 404 there.
 func TestGitHubReportLimits(t *testing.T) {
 	t.Parallel()
-	gh := newGHKey(t, "")
-	ks := startGHKeyServer(t, ghDoc(t, gh))
-	s := startService(t, keysvc.Options{GitHub: &keysvc.GitHubOptions{KeysURL: ks.url}})
+	gh := ghscan.NewKey(t, "")
+	ks := ghscan.Start(t, ghscan.DocOf(t, gh))
+	s := startService(t, keysvc.Options{GitHub: &keysvc.GitHubOptions{KeysURL: ks.URL}})
 	key := s.create(t, "app-gh-limits")
 	big := leakBody(t, leak{Token: key.GetRawKey(), Type: "portico_api_key", URL: "https://github.com/o/r#" + strings.Repeat("x", 1<<20), Source: "content"})
 	seq := s.seq(t)
@@ -447,7 +301,7 @@ func TestGitHubReportLimits(t *testing.T) {
 		{"an empty array", "POST", []byte("[]"), http.StatusBadRequest},
 		{"a JSON object", "POST", []byte(`{"token":"` + key.GetRawKey() + `"}`), http.StatusBadRequest},
 	} {
-		status, answer := ghPost(t, s, c.method, ghSign(t, gh, c.body), c.body)
+		status, answer := ghPost(t, s, c.method, gh.Sign(t, c.body), c.body)
 		var e struct{ Error string }
 		if status != c.want || json.Unmarshal(answer, &e) != nil || e.Error == "" {
 			t.Errorf("%s: %d %.200s, want %d with an error", c.name, status, answer, c.want)
@@ -459,7 +313,7 @@ func TestGitHubReportLimits(t *testing.T) {
 
 	off := startService(t, keysvc.Options{})
 	body := leakBody(t, leak{Token: key.GetRawKey(), Type: "portico_api_key", URL: "https://github.com/o/r", Source: "content"})
-	if status, answer := ghPost(t, off, "POST", ghSign(t, gh, body), body); status != http.StatusNotFound || !strings.Contains(string(answer), "-github-secret-scanning") {
+	if status, answer := ghPost(t, off, "POST", gh.Sign(t, body), body); status != http.StatusNotFound || !strings.Contains(string(answer), "-github-secret-scanning") {
 		t.Errorf("GitHub's report to a key service without GitHub's protocol: %d %s, want 404 naming the flag", status, answer)
 	}
 }
@@ -470,21 +324,21 @@ func TestGitHubReportLimits(t *testing.T) {
 // keys are a day old.
 func TestGitHubKeyRotation(t *testing.T) {
 	t.Parallel()
-	old, next, stranger := newGHKey(t, ""), newGHKey(t, ""), newGHKey(t, "")
-	ks := startGHKeyServer(t, ghDoc(t, old))
-	clk := newClock()
-	s := startService(t, keysvc.Options{GitHub: &keysvc.GitHubOptions{KeysURL: ks.url}, Now: clk.Now})
-	post := func(k ghKey) (int, []byte) {
+	old, next, stranger := ghscan.NewKey(t, ""), ghscan.NewKey(t, ""), ghscan.NewKey(t, "")
+	ks := ghscan.Start(t, ghscan.DocOf(t, old))
+	clk := testclock.New(time.Now())
+	s := startService(t, keysvc.Options{GitHub: &keysvc.GitHubOptions{KeysURL: ks.URL}, Now: clk.Now})
+	post := func(k ghscan.Key) (int, []byte) {
 		t.Helper()
 		body := leakBody(t, leak{Token: unknownKey(t), Type: "portico_api_key", URL: "https://github.com/o/r", Source: "content"})
-		return ghPost(t, s, "POST", ghSign(t, k, body), body)
+		return ghPost(t, s, "POST", k.Sign(t, body), body)
 	}
-	expect := func(what string, k ghKey, status int, fetches int32) {
+	expect := func(what string, k ghscan.Key, status int, fetches int32) {
 		t.Helper()
 		if got, answer := post(k); got != status {
 			t.Errorf("%s: %d %s, want %d", what, got, answer, status)
 		}
-		if n := ks.fetches.Load(); n != fetches {
+		if n := ks.Fetches(); n != fetches {
 			t.Errorf("%s: GitHub's keys fetched %d times in all, want %d", what, n, fetches)
 		}
 	}
@@ -493,17 +347,17 @@ func TestGitHubKeyRotation(t *testing.T) {
 
 	// GitHub rotates: its document lists the new key first, the old one
 	// after.
-	ks.serve(http.StatusOK, ghDoc(t, next, old))
-	clk.advance(30 * time.Second)
+	ks.Serve(http.StatusOK, ghscan.DocOf(t, next, old))
+	clk.Add(30 * time.Second)
 	expect("the new key, 30 s after the last load", next, 401, 1)
-	clk.advance(31 * time.Second)
+	clk.Add(31 * time.Second)
 	expect("the new key, a minute after the last load", next, 200, 2)
 	expect("the old key, still listed", old, 200, 2)
 
 	// Reports with unknown identifiers, all at once: one load.
-	clk.advance(time.Minute)
+	clk.Add(time.Minute)
 	strangeBody := leakBody(t, leak{Token: unknownKey(t), Type: "portico_api_key", URL: "https://github.com/o/r", Source: "content"})
-	strangeHeader := ghSign(t, stranger, strangeBody)
+	strangeHeader := stranger.Sign(t, strangeBody)
 	var wg sync.WaitGroup
 	statuses := make([]int, 8)
 	for i := range statuses {
@@ -530,15 +384,15 @@ func TestGitHubKeyRotation(t *testing.T) {
 			t.Errorf("concurrent report %d with an unknown identifier: %d, want 401", i, st)
 		}
 	}
-	if n := ks.fetches.Load(); n != 3 {
+	if n := ks.Fetches(); n != 3 {
 		t.Errorf("8 concurrent reports with an unknown identifier: GitHub's keys fetched %d times in all, want 3 (one more)", n)
 	}
 	expect("an unknown identifier again within the minute", stranger, 401, 3)
 
 	// GitHub withdraws the old key: a day after the last load, the keys
 	// are loaded again and it no longer verifies.
-	ks.serve(http.StatusOK, ghDoc(t, next))
-	clk.advance(24 * time.Hour)
+	ks.Serve(http.StatusOK, ghscan.DocOf(t, next))
+	clk.Add(24 * time.Hour)
 	expect("the withdrawn key, a day later", old, 401, 4)
 	expect("the new key", next, 200, 4)
 }
@@ -549,10 +403,10 @@ func TestGitHubKeyRotation(t *testing.T) {
 // nothing; keys loaded before keep verifying when a later load fails.
 func TestGitHubKeysUnavailable(t *testing.T) {
 	t.Parallel()
-	gh := newGHKey(t, "")
-	ks := startGHKeyServer(t, nil)
-	clk := newClock()
-	s := startService(t, keysvc.Options{GitHub: &keysvc.GitHubOptions{KeysURL: ks.url, FetchTimeout: 300 * time.Millisecond}, Now: clk.Now})
+	gh := ghscan.NewKey(t, "")
+	ks := ghscan.Start(t, nil)
+	clk := testclock.New(time.Now())
+	s := startService(t, keysvc.Options{GitHub: &keysvc.GitHubOptions{KeysURL: ks.URL, FetchTimeout: 300 * time.Millisecond}, Now: clk.Now})
 	key := s.create(t, "app-gh-down")
 	body := leakBody(t, leak{Token: key.GetRawKey(), Type: "portico_api_key", URL: "https://github.com/o/r", Source: "content"})
 	post := func() (int, string, []byte) {
@@ -561,7 +415,7 @@ func TestGitHubKeysUnavailable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req.Header = ghSign(t, gh, body)
+		req.Header = gh.Sign(t, body)
 		// Far above FetchTimeout: a report must be answered, whatever
 		// GitHub does.
 		resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
@@ -581,47 +435,40 @@ func TestGitHubKeysUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	edDoc, err := json.Marshal(map[string][]ghEntry{"public_keys": {{KeyIdentifier: gh.id, IsCurrent: true,
-		Key: string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: edDER}))}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	edDoc := ghscan.Doc(t, ghscan.Entry{KeyIdentifier: gh.ID, IsCurrent: true, Key: string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: edDER}))})
 	seq := s.seq(t)
 	var fetches int32
 	for _, c := range []struct {
 		name string
 		set  func()
 	}{
-		{"GitHub answers 500", func() { ks.serve(http.StatusInternalServerError, []byte(`{"message":"oops"}`)) }},
-		{"GitHub answers garbage", func() { ks.serve(http.StatusOK, []byte(`<html>`)) }},
-		{"a document without keys", func() { ks.serve(http.StatusOK, []byte(`{"public_keys":[]}`)) }},
-		{"a document of no usable key", func() { ks.serve(http.StatusOK, edDoc) }},
+		{"GitHub answers 500", func() { ks.Serve(http.StatusInternalServerError, []byte(`{"message":"oops"}`)) }},
+		{"GitHub answers garbage", func() { ks.Serve(http.StatusOK, []byte(`<html>`)) }},
+		{"a document without keys", func() { ks.Serve(http.StatusOK, []byte(`{"public_keys":[]}`)) }},
+		{"a document of no usable key", func() { ks.Serve(http.StatusOK, edDoc) }},
 		{"a fetch that times out", func() {
-			ks.serve(http.StatusOK, ghDoc(t, gh))
-			ks.holdFetches(t)
+			ks.Serve(http.StatusOK, ghscan.DocOf(t, gh))
+			ks.Hold(t)
 		}},
 	} {
 		c.set()
-		clk.advance(time.Minute)
+		clk.Add(time.Minute)
 		fetches++
 		status, retry, answer := post()
 		if status != http.StatusServiceUnavailable || retry == "" || !strings.Contains(string(answer), "could not be loaded") {
 			t.Errorf("%s: %d (Retry-After %q) %s, want 503 with Retry-After", c.name, status, retry, answer)
 		}
-		if n := ks.fetches.Load(); n != fetches {
+		if n := ks.Fetches(); n != fetches {
 			t.Errorf("%s: GitHub's keys fetched %d times in all, want %d", c.name, n, fetches)
 		}
 		// Within the minute, no new fetch: 503 again, not 401.
 		if status, _, answer := post(); status != http.StatusServiceUnavailable {
 			t.Errorf("%s, again within the minute: %d %s, want 503", c.name, status, answer)
 		}
-		if n := ks.fetches.Load(); n != fetches {
+		if n := ks.Fetches(); n != fetches {
 			t.Errorf("%s, again within the minute: GitHub's keys fetched %d times in all, want %d", c.name, n, fetches)
 		}
 	}
-	ks.mu.Lock()
-	ks.hold = nil
-	ks.mu.Unlock()
 	if got := s.seq(t); got != seq {
 		t.Errorf("after unverified reports the store's seq is %d, want %d", got, seq)
 	}
@@ -630,19 +477,20 @@ func TestGitHubKeysUnavailable(t *testing.T) {
 	}
 
 	// GitHub is back: the report is taken.
-	clk.advance(time.Minute)
+	ks.Serve(http.StatusOK, ghscan.DocOf(t, gh))
+	clk.Add(time.Minute)
 	if status, _, answer := post(); status != 200 {
 		t.Fatalf("with GitHub back: %d %s, want 200", status, answer)
 	}
 	// Then GitHub fails again, and the keys are a day old: the load
 	// fails, and the keys loaded before still verify.
-	ks.serve(http.StatusBadGateway, nil)
-	clk.advance(25 * time.Hour)
-	fetched := ks.fetches.Load()
+	ks.Serve(http.StatusBadGateway, nil)
+	clk.Add(25 * time.Hour)
+	fetched := ks.Fetches()
 	if status, _, answer := post(); status != 200 {
 		t.Errorf("with day-old keys and GitHub failing: %d %s, want 200", status, answer)
 	}
-	if n := ks.fetches.Load(); n != fetched+1 {
+	if n := ks.Fetches(); n != fetched+1 {
 		t.Errorf("day-old keys: GitHub's keys fetched %d more times, want 1", n-fetched)
 	}
 }
@@ -654,29 +502,29 @@ func TestGitHubKeysFile(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "github-keys.json")
-	old, next := newGHKey(t, ""), newGHKey(t, "")
-	if err := os.WriteFile(file, ghDoc(t, old), 0o644); err != nil {
+	old, next := ghscan.NewKey(t, ""), ghscan.NewKey(t, "")
+	if err := os.WriteFile(file, ghscan.DocOf(t, old), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	clk := newClock()
+	clk := testclock.New(time.Now())
 	// The URL is not used: nothing listens there.
 	s := startService(t, keysvc.Options{GitHub: &keysvc.GitHubOptions{KeysFile: file, KeysURL: "http://" + closedAddr(t)}, Now: clk.Now})
-	post := func(k ghKey) int {
+	post := func(k ghscan.Key) int {
 		t.Helper()
 		body := leakBody(t, leak{Token: unknownKey(t), Type: "portico_api_key", URL: "https://github.com/o/r", Source: "content"})
-		status, _ := ghPost(t, s, "POST", ghSign(t, k, body), body)
+		status, _ := ghPost(t, s, "POST", k.Sign(t, body), body)
 		return status
 	}
 	if st := post(old); st != 200 {
 		t.Errorf("signed by the file's key: %d, want 200", st)
 	}
-	if err := os.WriteFile(file, ghDoc(t, next, old), 0o644); err != nil {
+	if err := os.WriteFile(file, ghscan.DocOf(t, next, old), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if st := post(next); st != 401 {
 		t.Errorf("the file's new key, within a minute of reading it: %d, want 401", st)
 	}
-	clk.advance(time.Minute)
+	clk.Add(time.Minute)
 	if st := post(next); st != 200 {
 		t.Errorf("the file's new key, a minute later: %d, want 200", st)
 	}

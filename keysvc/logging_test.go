@@ -18,6 +18,7 @@ import (
 	keysv1 "github.com/portico-gw/portico/gen/portico/keys/v1"
 	"github.com/portico-gw/portico/gen/portico/keys/v1/keysv1connect"
 	"github.com/portico-gw/portico/keysvc"
+	"github.com/portico-gw/portico/testing/ghscan"
 	"github.com/portico-gw/portico/testing/logbuf"
 )
 
@@ -31,10 +32,10 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 	var buf logbuf.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	_, priv := newSigningKey(t)
-	gh := newGHKey(t, "")
-	ks := startGHKeyServer(t, ghDoc(t, gh))
+	gh := ghscan.NewKey(t, "")
+	ks := ghscan.Start(t, ghscan.DocOf(t, gh))
 	s := startService(t, keysvc.Options{Logger: log, SigningKey: priv, SnapshotTokenHash: keysvc.HashToken(nodeToken),
-		GitHub: &keysvc.GitHubOptions{KeysURL: ks.url}})
+		GitHub: &keysvc.GitHubOptions{KeysURL: ks.URL}})
 	// A key service whose control plane is away: its new keys fail.
 	down := startService(t, keysvc.Options{Logger: log, ControlURL: "http://" + closedAddr(t), WaitTimeout: time.Second})
 	ctx := context.Background()
@@ -99,10 +100,10 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 	found := s.create(t, "app-log")
 	secrets = append(secrets, found.GetRawKey())
 	ghBody := leakBody(t, leak{Token: found.GetRawKey(), Type: "portico_api_key", URL: "https://github.com/o/r", Source: "content"})
-	if status, b := ghPost(t, s, "POST", ghSign(t, newGHKey(t, gh.id), ghBody), ghBody); status != http.StatusUnauthorized {
+	if status, b := ghPost(t, s, "POST", ghscan.NewKey(t, gh.ID).Sign(t, ghBody), ghBody); status != http.StatusUnauthorized {
 		t.Fatalf("a forged GitHub report: %d %s", status, b)
 	}
-	if status, b := ghPost(t, s, "POST", ghSign(t, gh, ghBody), ghBody); status != http.StatusOK {
+	if status, b := ghPost(t, s, "POST", gh.Sign(t, ghBody), ghBody); status != http.StatusOK {
 		t.Fatalf("GitHub's report: %d %s", status, b)
 	}
 
