@@ -69,7 +69,7 @@ const maxGitHubKeyID = 256
 
 func (s *Service) serveGitHubReport(w http.ResponseWriter, r *http.Request) {
 	if s.github == nil {
-		writeJSONError(w, http.StatusNotFound, "this key service does not take GitHub's secret scanning reports (portico keys -github-secret-scanning)")
+		writeJSONError(w, http.StatusNotFound, "this key service does not take GitHub's secret scanning reports (portico keys -github-secret-scanning, portico dev -github-keys-file)")
 		return
 	}
 	body, ok := readLeakBody(w, r)

@@ -20,6 +20,7 @@ import (
 	"github.com/portico-gw/portico/gateway"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	demov1 "github.com/portico-gw/portico/gen/portico/demo/v1"
+	"github.com/portico-gw/portico/keysvc"
 )
 
 func runDev(ctx context.Context, args []string) error {
@@ -31,6 +32,7 @@ func runDev(ctx context.Context, args []string) error {
 		headroom = fs.Int("gc-headroom-mib", defaultGCHeadroomMiB, "heap growth allowed between garbage collections, in MiB (0: Go's default pacing; GOGC in the environment wins)")
 		ctlAddr  = fs.String("control-addr", "127.0.0.1:7000", "the control plane's admin API (and the node's stream)")
 		dataDir  = fs.String("data-dir", defaultDevDataDir(), "where the control plane keeps its SQLite store and the platform token")
+		ghFile   = fs.String("github-keys-file", "", "take GitHub's secret scanning reports at "+keysvc.GitHubLeakPath+", verified with the keys of this file (GitHub's public keys document's format; dev fetches nothing); empty: off")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -73,7 +75,7 @@ func runDev(ctx context.Context, args []string) error {
 		node.Close()
 		return fmt.Errorf("dev: making the demo credentials: %w", err)
 	}
-	ctl, err := startDevControl(ctx, *ctlAddr, *dataDir, log)
+	ctl, err := startDevControl(ctx, *ctlAddr, *dataDir, *ghFile, log)
 	if err != nil {
 		node.Close()
 		return err

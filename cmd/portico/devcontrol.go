@@ -53,8 +53,10 @@ type devControl struct {
 }
 
 // startDevControl starts the control plane and serves it on addr until
-// ctx ends.
-func startDevControl(ctx context.Context, addr, dataDir string, log *slog.Logger) (*devControl, error) {
+// ctx ends. With githubKeysFile, its key service takes GitHub's secret
+// scanning reports, verified with that file's keys: dev reaches no
+// network.
+func startDevControl(ctx context.Context, addr, dataDir, githubKeysFile string, log *slog.Logger) (*devControl, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("dev: -data-dir: %w", err)
 	}
@@ -90,17 +92,18 @@ func startDevControl(ctx context.Context, addr, dataDir string, log *slog.Logger
 		return nil, fmt.Errorf("dev: the control plane: %w (choose another port with -control-addr)", err)
 	}
 	c.url = "http://" + ln.Addr().String()
-	if err := c.startKeys(ctx, token, log); err != nil {
+	if err := c.startKeys(ctx, token, githubKeysFile, log); err != nil {
 		_ = ln.Close()
 		c.close()
 		return nil, err
 	}
 	// The key service shares the control plane's address: its paths
-	// (/portico.keys.v1.*, /v1/key-snapshot, /v1/leaked-keys) are its own.
+	// (/portico.keys.v1.*, /v1/key-snapshot, /v1/leaked-keys,
+	// /v1/leaked-keys/github) are its own.
 	mux := http.NewServeMux()
 	mux.Handle("/", plane.Handler)
 	keysHandler := c.keys.Handler()
-	for _, p := range []string{"/portico.keys.v1.KeyService/", "/portico.keys.v1.TokenService/", keysvc.SnapshotPath, keysvc.LeakPath} {
+	for _, p := range []string{"/portico.keys.v1.KeyService/", "/portico.keys.v1.TokenService/", keysvc.SnapshotPath, keysvc.LeakPath, keysvc.GitHubLeakPath} {
 		mux.Handle(p, keysHandler)
 	}
 	go func() {
@@ -113,8 +116,8 @@ func startDevControl(ctx context.Context, addr, dataDir string, log *slog.Logger
 
 // startKeys starts the dev key service: SQLite and a signing key under
 // the data directory, the platform token, publishing to the dev control
-// plane.
-func (c *devControl) startKeys(ctx context.Context, token string, log *slog.Logger) error {
+// plane; GitHub's reports with githubKeysFile only.
+func (c *devControl) startKeys(ctx context.Context, token, githubKeysFile string, log *slog.Logger) error {
 	signing, err := loadSigningKey(filepath.Join(c.dataDir, "keys-signing.pem"), log)
 	if err != nil {
 		return fmt.Errorf("dev: %w", err)
@@ -125,12 +128,16 @@ func (c *devControl) startKeys(ctx context.Context, token string, log *slog.Logg
 		return fmt.Errorf("dev: %w", err)
 	}
 	c.keysStore = ks
-	c.keys, err = keysvc.New(keysvc.Options{
+	opts := keysvc.Options{
 		Store: ks, ControlURL: c.url, ControlToken: c.publisherToken, HTTPClient: streamClient(c.url), SigningKey: signing, Logger: log,
 		Tokens: []keysvc.Token{{Name: "platform", Role: keysvc.RolePlatform, SHA256: keysvc.HashToken(token)}},
-	})
+	}
+	if githubKeysFile != "" {
+		opts.GitHub = &keysvc.GitHubOptions{KeysFile: githubKeysFile}
+	}
+	c.keys, err = keysvc.New(opts)
 	if err != nil {
-		return err
+		return fmt.Errorf("dev: %w", err)
 	}
 	go c.keys.Run(ctx)
 	return nil

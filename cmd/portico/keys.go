@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -38,9 +39,12 @@ func runKeys(ctx context.Context, args []string) error {
 		certFile      = fs.String("tls-cert", "", "PEM certificate (chain) to serve TLS with")
 		keyFile       = fs.String("tls-key", "", "PEM private key for -tls-cert")
 		logLevel      = fs.String("log-level", "info", "debug, info, warn or error")
+		github        = fs.Bool("github-secret-scanning", false, "take GitHub's secret scanning partner reports at "+keysvc.GitHubLeakPath+" (register that URL with GitHub)")
+		githubURL     = fs.String("github-keys-url", keysvc.DefaultGitHubKeysURL, "with -github-secret-scanning: GitHub's secret scanning public keys document")
+		githubFile    = fs.String("github-keys-file", "", "with -github-secret-scanning: a copy of GitHub's public keys document to use instead of -github-keys-url (offline)")
 		scanners      scannerFlag
 	)
-	fs.Var(&scanners, "scanner", "id=FILE: a secret scanner allowed to report leaked keys, with its ECDSA P-256 public key (PEM) (repeatable)")
+	fs.Var(&scanners, "scanner", "id=FILE: a secret scanner other than GitHub allowed to report leaked keys at "+keysvc.LeakPath+", with its ECDSA P-256 public key (PEM) (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -50,6 +54,9 @@ func runKeys(ctx context.Context, args []string) error {
 	}
 	opts := keysvc.Options{ControlURL: *controlURL, HTTPClient: streamClient(*controlURL), WaitTimeout: *waitTimeout, Overlap: *overlap,
 		Scanners: scanners.list, Logger: log}
+	if opts.GitHub, err = githubOptions(fs, *github, *githubURL, *githubFile); err != nil {
+		return fmt.Errorf("keys: %w", err)
+	}
 	if *platformToken == "" {
 		return errors.New("keys: -token-file is required: the key API is never open")
 	}
@@ -111,8 +118,33 @@ func runKeys(ctx context.Context, args []string) error {
 	if opts.SnapshotTokenHash == "" {
 		log.Warn("the signed key snapshot (every key's hash and metadata) is open to any caller (set -snapshot-token-file)")
 	}
+	if g := opts.GitHub; g != nil {
+		log.Info("taking GitHub's secret scanning reports", "path", keysvc.GitHubLeakPath, "keys", cmp.Or(g.KeysFile, g.KeysURL))
+	}
 	log.Info("key service listening", "addr", ln.Addr().String(), "store", st.Driver(), "signer", keysnapshot.SignerID(opts.SigningKey.Public().(ed25519.PublicKey)))
 	return serveControl(ctx, ln, svc.Handler(), *certFile, *keyFile)
+}
+
+// githubOptions is GitHub's secret scanning protocol as the flags set it:
+// nil when off. A -github-keys-* flag without -github-secret-scanning is
+// an error, not silently ignored.
+func githubOptions(fs *flag.FlagSet, on bool, url, file string) (*keysvc.GitHubOptions, error) {
+	if !on {
+		var set []string
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "github-keys-url" || f.Name == "github-keys-file" {
+				set = append(set, "-"+f.Name)
+			}
+		})
+		if len(set) > 0 {
+			return nil, fmt.Errorf("%s needs -github-secret-scanning", strings.Join(set, " and "))
+		}
+		return nil, nil
+	}
+	if file == "" && !strings.HasPrefix(url, "https://") && !strings.HasPrefix(url, "http://") {
+		return nil, fmt.Errorf("-github-keys-url %q: want an http(s) URL", url)
+	}
+	return &keysvc.GitHubOptions{KeysURL: url, KeysFile: file}, nil
 }
 
 // loadSigningKey reads the snapshot's Ed25519 signing key, or makes one

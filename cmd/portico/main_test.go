@@ -25,6 +25,7 @@ import (
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	"github.com/portico-gw/portico/testing/admintest"
+	"github.com/portico-gw/portico/testing/ghscan"
 	"github.com/portico-gw/portico/testing/srcdeps"
 )
 
@@ -226,10 +227,17 @@ func TestGatewayRoleRejectsBadStart(t *testing.T) {
 	}
 }
 
-// TestDevRole runs `portico dev` and makes the calls it prints.
+// TestDevRole runs `portico dev` and makes the calls it prints; at the
+// end, GitHub reports the demo key (dev verifies GitHub's reports with
+// the keys of -github-keys-file) and the node refuses it.
 func TestDevRole(t *testing.T) {
 	addr, tlsAddr, ctlAddr, dataDir := freeAddr(t), freeAddr(t), freeAddr(t), t.TempDir()
-	p := start(t, "dev", "-addr", addr, "-tls-addr", tlsAddr, "-control-addr", ctlAddr, "-data-dir", dataDir)
+	gh := ghscan.NewKey(t, "")
+	ghFile := filepath.Join(t.TempDir(), "github-keys.json")
+	if err := os.WriteFile(ghFile, ghscan.DocOf(t, gh), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, "dev", "-addr", addr, "-tls-addr", tlsAddr, "-control-addr", ctlAddr, "-data-dir", dataDir, "-github-keys-file", ghFile)
 	p.waitLine(t, regexp.MustCompile(`Ctrl-C drains`))
 	p.waitLine(t, regexp.MustCompile(`porticoctl route put`))
 	out := p.output()
@@ -351,6 +359,22 @@ func TestDevRole(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the route put through dev's admin API: GET = %d %q", code, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// GitHub finds the demo key in a public repository.
+	if status, labels := githubReport(t, "http://"+ctlAddr, gh, "https://github.com/someone/demo/blob/main/.env", key); status != 200 || len(labels) != 1 || labels[0] != "true_positive" {
+		t.Fatalf("GitHub's report of the demo key to dev: %d %v, want 200 [true_positive]", status, labels)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		code, _ := call("GET", "/inventory/v1/items/WIDGET-1", withKey, "")
+		if code == 401 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the demo key after GitHub reported it: GET = %d, want 401", code)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
