@@ -89,7 +89,7 @@ func runDev(ctx context.Context, args []string) error {
 	}
 	if err := ctl.follow(ctx, node, ident, version, log); err != nil {
 		node.Close()
-		return fmt.Errorf("dev: the node did not get version %d from the control plane: %w", version, err)
+		return fmt.Errorf("dev: %w", err)
 	}
 	if ident.Key, err = ctl.demoKey(ctx); err != nil {
 		node.Close()

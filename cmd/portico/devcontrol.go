@@ -42,9 +42,12 @@ type devControl struct {
 	nodeToken string
 	// publisherToken is what the key service publishes with.
 	publisherToken string
-	dataDir        string
-	plane          *control.Plane
-	store          *store.Store
+	// snapshotToken is what the node fetches the signed key snapshot
+	// with.
+	snapshotToken string
+	dataDir       string
+	plane         *control.Plane
+	store         *store.Store
 	// keys is the key service, served on the same address; keysStore
 	// its SQLite store and signer the public key of its snapshots.
 	keys      *keysvc.Service
@@ -75,6 +78,12 @@ func startDevControl(ctx context.Context, addr, dataDir, githubKeysFile string, 
 	if err != nil {
 		return nil, err
 	}
+	// The signed key snapshot (every key's hash and metadata) is served
+	// only to holders of a token, like in production.
+	snapshotToken, err := devPlatformToken(filepath.Join(dataDir, "snapshot-token"))
+	if err != nil {
+		return nil, err
+	}
 	st, err := store.Open(ctx, "sqlite:"+filepath.Join(dataDir, "control.db"))
 	if err != nil {
 		return nil, fmt.Errorf("dev: %w", err)
@@ -85,7 +94,8 @@ func startDevControl(ctx context.Context, addr, dataDir, githubKeysFile string, 
 		_ = st.Close()
 		return nil, err
 	}
-	c := &devControl{tokenFile: tokenFile, token: token, nodeToken: nodeToken, publisherToken: publisherToken, dataDir: dataDir, plane: plane, store: st}
+	c := &devControl{tokenFile: tokenFile, token: token, nodeToken: nodeToken, publisherToken: publisherToken, snapshotToken: snapshotToken,
+		dataDir: dataDir, plane: plane, store: st}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		c.close()
@@ -130,7 +140,8 @@ func (c *devControl) startKeys(ctx context.Context, token, githubKeysFile string
 	c.keysStore = ks
 	opts := keysvc.Options{
 		Store: ks, ControlURL: c.url, ControlToken: c.publisherToken, HTTPClient: streamClient(c.url), SigningKey: signing, Logger: log,
-		Tokens: []keysvc.Token{{Name: "platform", Role: keysvc.RolePlatform, SHA256: keysvc.HashToken(token)}},
+		Tokens:            []keysvc.Token{{Name: "platform", Role: keysvc.RolePlatform, SHA256: keysvc.HashToken(token)}},
+		SnapshotTokenHash: keysvc.HashToken(c.snapshotToken),
 	}
 	if githubKeysFile != "" {
 		opts.GitHub = &keysvc.GitHubOptions{KeysFile: githubKeysFile}
@@ -259,9 +270,14 @@ func (c *devControl) follow(ctx context.Context, node *gateway.Node, ident *devI
 	})
 	go func() { _ = client.Run(ctx) }()
 	poller, err := gwdist.NewPoller(gwdist.PollerOptions{URL: c.url + keysvc.SnapshotPath, Trusted: []ed25519.PublicKey{c.signer},
-		Lane: node.FastLane(), Logger: log})
+		HTTPClient: &http.Client{Transport: bearerTransport{c.snapshotToken}, Timeout: 30 * time.Second}, Lane: node.FastLane(), Logger: log})
 	if err != nil {
 		return err
+	}
+	// The key service is in this process: a poll that fails is a fault
+	// of dev's, shown at start rather than as a warning a minute later.
+	if err := poller.Poll(ctx); err != nil {
+		return fmt.Errorf("polling the signed key snapshot: %w", err)
 	}
 	go poller.Run(ctx)
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -270,11 +286,14 @@ func (c *devControl) follow(ctx context.Context, node *gateway.Node, ident *devI
 		return len(s.Nodes) == 1 && s.Nodes[0].Version >= version
 	})
 	if err != nil {
-		return err
+		return fmt.Errorf("the node did not get version %d from the control plane: %w", version, err)
 	}
 	// The demo key is issued next, to the nodes on the fast lane: the
 	// node must be one of them.
-	return c.plane.Distribution.WaitLane(wctx, func(nodes []*distributionv1.NodeFastLane) bool { return len(nodes) == 1 })
+	if err := c.plane.Distribution.WaitLane(wctx, func(nodes []*distributionv1.NodeFastLane) bool { return len(nodes) == 1 }); err != nil {
+		return fmt.Errorf("the node did not join the fast lane: %w", err)
+	}
+	return nil
 }
 
 // bearerTransport sends an admin token with every call.

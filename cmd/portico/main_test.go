@@ -363,6 +363,45 @@ func TestDevRole(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
+	// The signed key snapshot holds every key's hash and metadata: dev
+	// serves it only with the snapshot token of its data directory, which
+	// its own node's poller holds.
+	snapTokenBytes, err := os.ReadFile(filepath.Join(dataDir, "snapshot-token"))
+	if err != nil {
+		t.Fatalf("dev made no snapshot token: %v", err)
+	}
+	snapToken := strings.TrimSpace(string(snapTokenBytes))
+	if strings.Contains(p.output(), snapToken) {
+		t.Error("dev printed the snapshot token")
+	}
+	for _, c := range []struct {
+		name, auth string
+		want       int
+	}{
+		{"no token", "", http.StatusUnauthorized},
+		{"the platform token", "Bearer " + ptoken, http.StatusUnauthorized},
+		{"the snapshot token", "Bearer " + snapToken, http.StatusOK},
+	} {
+		req, _ := http.NewRequest("GET", "http://"+ctlAddr+"/v1/key-snapshot", nil)
+		if c.auth != "" {
+			req.Header.Set("Authorization", c.auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("GET /v1/key-snapshot from dev with %s: %d, want %d", c.name, resp.StatusCode, c.want)
+		}
+	}
+	// Dev starts only once its node has polled the snapshot (with the
+	// token); it must not have failed since.
+	if strings.Contains(p.output(), "polling the signed key snapshot failed") {
+		t.Error("dev's node failed to poll the signed key snapshot")
+	}
+
 	// GitHub finds the demo key in a public repository.
 	if status, labels := githubReport(t, "http://"+ctlAddr, gh, "https://github.com/someone/demo/blob/main/.env", key); status != 200 || len(labels) != 1 || labels[0] != "true_positive" {
 		t.Fatalf("GitHub's report of the demo key to dev: %d %v, want 200 [true_positive]", status, labels)
