@@ -5,10 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"net/http"
-	"strconv"
 
 	"github.com/portico-gw/portico/keysvc/store"
 )
@@ -72,31 +70,17 @@ func (s *Service) serveGitHubReport(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusNotFound, "this key service does not take GitHub's secret scanning reports (portico keys -github-secret-scanning, portico dev -github-keys-file)")
 		return
 	}
-	body, ok := readLeakBody(w, r)
-	if !ok {
-		return
-	}
-	if err := s.verifyGitHub(r, body); err != nil {
-		var es *errScanner
-		errors.As(err, &es)
-		s.log.Warn("leaked-key report refused", "scanner", GitHubReporter, "key_identifier", clip(r.Header.Get("Github-Public-Key-Identifier")),
-			"remote", r.RemoteAddr, "why", es.msg)
-		if es.status == http.StatusServiceUnavailable {
-			w.Header().Set("Retry-After", strconv.Itoa(int(githubRefetchEvery.Seconds())))
+	verify := func(r *http.Request, body []byte) (string, error) {
+		if err := s.verifyGitHub(r, body); err != nil {
+			return GitHubReporter + " (key " + clip(r.Header.Get("Github-Public-Key-Identifier")) + ")", err
 		}
-		writeJSONError(w, es.status, es.msg)
-		return
+		return GitHubReporter, nil
 	}
-	reports, err := parseLeaks(body)
-	if err != nil {
-		writeJSONError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	rows, err := s.recordLeaks(r.Context(), GitHubReporter, reports)
-	if err != nil {
-		writeJSONError(w, http.StatusServiceUnavailable, "the report could not be recorded; send it again")
-		return
-	}
+	s.serveReport(w, r, verify, githubAnswer)
+}
+
+// githubAnswer is GitHub's feedback: one element per match.
+func githubAnswer(reports []leakReport, rows []store.LeakReport) any {
 	feedback := make([]githubFeedback, len(reports))
 	for i, row := range rows {
 		label := labelFalsePositive
@@ -105,8 +89,7 @@ func (s *Service) serveGitHubReport(w http.ResponseWriter, r *http.Request) {
 		}
 		feedback[i] = githubFeedback{TokenHash: hex.EncodeToString(row.KeyHash[:]), TokenType: reports[i].Type, Label: label}
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(feedback)
+	return feedback
 }
 
 // verifyGitHub checks a GitHub report's signature with the key its

@@ -32,24 +32,8 @@ import (
 // and the answer's body.
 func ghPost(t *testing.T, s *service, method string, header http.Header, body []byte) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, s.url+keysvc.GitHubLeakPath, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header = header
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-		t.Errorf("%s %s: Content-Type %q, want application/json", method, keysvc.GitHubLeakPath, ct)
-	}
-	return resp.StatusCode, b
+	status, _, b := post(t, method, s.url+keysvc.GitHubLeakPath, header, body)
+	return status, b
 }
 
 // feedback is GitHub's feedback for one match.
@@ -262,19 +246,8 @@ func TestGitHubReportRefused(t *testing.T) {
 	}
 
 	// GitHub's headers on Portico's endpoint: refused, with the way.
-	req, err := http.NewRequest("POST", s.url+keysvc.LeakPath, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header = gh.Sign(t, body)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(string(b), keysvc.GitHubLeakPath) {
-		t.Errorf("GitHub's report at %s: %d %s, want 401 naming %s", keysvc.LeakPath, resp.StatusCode, b, keysvc.GitHubLeakPath)
+	if status, _, answer := post(t, "POST", s.url+keysvc.LeakPath, gh.Sign(t, body), body); status != http.StatusUnauthorized || !strings.Contains(string(answer), keysvc.GitHubLeakPath) {
+		t.Errorf("GitHub's report at %s: %d %s, want 401 naming %s", keysvc.LeakPath, status, answer, keysvc.GitHubLeakPath)
 	}
 }
 
@@ -328,14 +301,14 @@ func TestGitHubKeyRotation(t *testing.T) {
 	ks := ghscan.Start(t, ghscan.DocOf(t, old))
 	clk := testclock.New(time.Now())
 	s := startService(t, keysvc.Options{GitHub: &keysvc.GitHubOptions{KeysURL: ks.URL}, Now: clk.Now})
-	post := func(k ghscan.Key) (int, []byte) {
+	send := func(k ghscan.Key) (int, []byte) {
 		t.Helper()
 		body := leakBody(t, leak{Token: unknownKey(t), Type: "portico_api_key", URL: "https://github.com/o/r", Source: "content"})
 		return ghPost(t, s, "POST", k.Sign(t, body), body)
 	}
 	expect := func(what string, k ghscan.Key, status int, fetches int32) {
 		t.Helper()
-		if got, answer := post(k); got != status {
+		if got, answer := send(k); got != status {
 			t.Errorf("%s: %d %s, want %d", what, got, answer, status)
 		}
 		if n := ks.Fetches(); n != fetches {
@@ -409,22 +382,10 @@ func TestGitHubKeysUnavailable(t *testing.T) {
 	s := startService(t, keysvc.Options{GitHub: &keysvc.GitHubOptions{KeysURL: ks.URL, FetchTimeout: 300 * time.Millisecond}, Now: clk.Now})
 	key := s.create(t, "app-gh-down")
 	body := leakBody(t, leak{Token: key.GetRawKey(), Type: "portico_api_key", URL: "https://github.com/o/r", Source: "content"})
-	post := func() (int, string, []byte) {
+	send := func() (int, string, []byte) {
 		t.Helper()
-		req, err := http.NewRequest("POST", s.url+keysvc.GitHubLeakPath, bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header = gh.Sign(t, body)
-		// Far above FetchTimeout: a report must be answered, whatever
-		// GitHub does.
-		resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, resp.Header.Get("Retry-After"), b
+		status, h, b := post(t, "POST", s.url+keysvc.GitHubLeakPath, gh.Sign(t, body), body)
+		return status, h.Get("Retry-After"), b
 	}
 	// A document whose one key is of a kind GitHub does not use.
 	edPub, _, err := ed25519.GenerateKey(rand.Reader)
@@ -454,7 +415,7 @@ func TestGitHubKeysUnavailable(t *testing.T) {
 		c.set()
 		clk.Add(time.Minute)
 		fetches++
-		status, retry, answer := post()
+		status, retry, answer := send()
 		if status != http.StatusServiceUnavailable || retry == "" || !strings.Contains(string(answer), "could not be loaded") {
 			t.Errorf("%s: %d (Retry-After %q) %s, want 503 with Retry-After", c.name, status, retry, answer)
 		}
@@ -462,7 +423,7 @@ func TestGitHubKeysUnavailable(t *testing.T) {
 			t.Errorf("%s: GitHub's keys fetched %d times in all, want %d", c.name, n, fetches)
 		}
 		// Within the minute, no new fetch: 503 again, not 401.
-		if status, _, answer := post(); status != http.StatusServiceUnavailable {
+		if status, _, answer := send(); status != http.StatusServiceUnavailable {
 			t.Errorf("%s, again within the minute: %d %s, want 503", c.name, status, answer)
 		}
 		if n := ks.Fetches(); n != fetches {
@@ -479,7 +440,7 @@ func TestGitHubKeysUnavailable(t *testing.T) {
 	// GitHub is back: the report is taken.
 	ks.Serve(http.StatusOK, ghscan.DocOf(t, gh))
 	clk.Add(time.Minute)
-	if status, _, answer := post(); status != 200 {
+	if status, _, answer := send(); status != 200 {
 		t.Fatalf("with GitHub back: %d %s, want 200", status, answer)
 	}
 	// Then GitHub fails again, and the keys are a day old: the load
@@ -487,7 +448,7 @@ func TestGitHubKeysUnavailable(t *testing.T) {
 	ks.Serve(http.StatusBadGateway, nil)
 	clk.Add(25 * time.Hour)
 	fetched := ks.Fetches()
-	if status, _, answer := post(); status != 200 {
+	if status, _, answer := send(); status != 200 {
 		t.Errorf("with day-old keys and GitHub failing: %d %s, want 200", status, answer)
 	}
 	if n := ks.Fetches(); n != fetched+1 {
@@ -509,23 +470,23 @@ func TestGitHubKeysFile(t *testing.T) {
 	clk := testclock.New(time.Now())
 	// The URL is not used: nothing listens there.
 	s := startService(t, keysvc.Options{GitHub: &keysvc.GitHubOptions{KeysFile: file, KeysURL: "http://" + closedAddr(t)}, Now: clk.Now})
-	post := func(k ghscan.Key) int {
+	send := func(k ghscan.Key) int {
 		t.Helper()
 		body := leakBody(t, leak{Token: unknownKey(t), Type: "portico_api_key", URL: "https://github.com/o/r", Source: "content"})
 		status, _ := ghPost(t, s, "POST", k.Sign(t, body), body)
 		return status
 	}
-	if st := post(old); st != 200 {
+	if st := send(old); st != 200 {
 		t.Errorf("signed by the file's key: %d, want 200", st)
 	}
 	if err := os.WriteFile(file, ghscan.DocOf(t, next, old), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if st := post(next); st != 401 {
+	if st := send(next); st != 401 {
 		t.Errorf("the file's new key, within a minute of reading it: %d, want 401", st)
 	}
 	clk.Add(time.Minute)
-	if st := post(next); st != 200 {
+	if st := send(next); st != 200 {
 		t.Errorf("the file's new key, a minute later: %d, want 200", st)
 	}
 

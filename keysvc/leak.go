@@ -72,6 +72,11 @@ type leakAnswer struct {
 	Outcome     string `json:"outcome"`
 }
 
+// retryVerifyAfter is the Retry-After of a report that could not be
+// verified for now (503): the least time before GitHub's keys are loaded
+// again.
+const retryVerifyAfter = githubRefetchEvery
+
 // errScanner is why a report was not accepted; its text is the answer.
 type errScanner struct {
 	status int
@@ -143,15 +148,44 @@ func SignReport(scannerID string, key *ecdsa.PrivateKey, at time.Time, body []by
 }
 
 func (s *Service) serveLeakReport(w http.ResponseWriter, r *http.Request) {
+	verify := func(r *http.Request, body []byte) (string, error) {
+		sc, err := s.verifyReport(r.Header, body)
+		if err != nil {
+			return r.Header.Get("Portico-Scanner-Id"), err
+		}
+		return sc.ID, nil
+	}
+	answer := func(reports []leakReport, rows []store.LeakReport) any {
+		answers := make([]leakAnswer, len(reports))
+		for i, row := range rows {
+			answers[i] = leakAnswer{TokenPrefix: apikey.DisplayPrefix(reports[i].Token), KeyID: row.KeyID, Outcome: row.Outcome}
+		}
+		return answers
+	}
+	s.serveReport(w, r, verify, answer)
+}
+
+// serveReport serves a scanner's endpoint, whatever its scheme: it reads
+// the body, has verify check it, records the reported keys and answers
+// with what answer makes of them (JSON). verify returns who sent the
+// report, or why it is refused (an *errScanner) and who it claimed to
+// be, for the log; a report it refuses changes nothing.
+func (s *Service) serveReport(w http.ResponseWriter, r *http.Request,
+	verify func(r *http.Request, body []byte) (string, error),
+	answer func(reports []leakReport, rows []store.LeakReport) any,
+) {
 	body, ok := readLeakBody(w, r)
 	if !ok {
 		return
 	}
-	sc, err := s.verifyReport(r.Header, body)
+	reporter, err := verify(r, body)
 	if err != nil {
 		var es *errScanner
 		errors.As(err, &es)
-		s.log.Warn("leaked-key report refused", "scanner", r.Header.Get("Portico-Scanner-Id"), "remote", r.RemoteAddr, "why", es.msg)
+		s.log.Warn("leaked-key report refused", "scanner", reporter, "remote", r.RemoteAddr, "why", es.msg)
+		if es.status == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", strconv.Itoa(int(retryVerifyAfter.Seconds())))
+		}
 		writeJSONError(w, es.status, es.msg)
 		return
 	}
@@ -160,17 +194,13 @@ func (s *Service) serveLeakReport(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	rows, err := s.recordLeaks(r.Context(), sc.ID, reports)
+	rows, err := s.recordLeaks(r.Context(), reporter, reports)
 	if err != nil {
 		writeJSONError(w, http.StatusServiceUnavailable, "the report could not be recorded; send it again")
 		return
 	}
-	answers := make([]leakAnswer, len(reports))
-	for i, row := range rows {
-		answers[i] = leakAnswer{TokenPrefix: apikey.DisplayPrefix(reports[i].Token), KeyID: row.KeyID, Outcome: row.Outcome}
-	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(answers)
+	_ = json.NewEncoder(w).Encode(answer(reports, rows))
 }
 
 // readLeakBody reads a scanner's report: a POST of at most maxLeakBody

@@ -50,12 +50,22 @@ func report(t *testing.T, s *service, method string, body []byte) (int, []byte) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := http.NewRequest(method, s.url+keysvc.LeakPath, bytes.NewReader(body))
+	status, _, b := post(t, method, s.url+keysvc.LeakPath, h, body)
+	return status, b
+}
+
+// post sends body with header to url and returns the answer's status,
+// headers and body, which must be JSON, as every answer of the scanners'
+// endpoints is.
+func post(t *testing.T, method, url string, header http.Header, body []byte) (int, http.Header, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header = h
-	resp, err := http.DefaultClient.Do(req)
+	req.Header = header
+	// Far above any wait of the service's: a report is always answered.
+	resp, err := (&http.Client{Timeout: 20 * time.Second}).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,9 +75,9 @@ func report(t *testing.T, s *service, method string, body []byte) (int, []byte) 
 		t.Fatal(err)
 	}
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
-		t.Errorf("%s %s: Content-Type %q, want application/json", method, keysvc.LeakPath, ct)
+		t.Errorf("%s %s: Content-Type %q, want application/json", method, url, ct)
 	}
-	return resp.StatusCode, b
+	return resp.StatusCode, resp.Header, b
 }
 
 // unknownKey is a well-formed key no service issued.
