@@ -119,7 +119,7 @@ func TestClusterChecksBeforePush(t *testing.T) {
 
 	// orders (loopback 127.0.0.1) and search (127.0.0.2), each with a
 	// route of its own.
-	v := setUp(t, cp, backend(t, "orders"))
+	setUp(t, cp, backend(t, "orders"))
 	if _, err := cp.admin.PutPlatform(ctx, connect.NewRequest(&adminv1.PutPlatformRequest{Platform: &adminv1.Platform{
 		RateLimiting:       &configv1.RateLimiting{Anonymous: &configv1.AnonymousLimit{Disabled: true}},
 		UpstreamIdentities: []*adminv1.UpstreamIdentity{{Name: "orders-mtls", Teams: []string{"orders"}}}}})); err != nil {
@@ -135,7 +135,7 @@ func TestClusterChecksBeforePush(t *testing.T) {
 			Endpoints: []*configv1.Endpoint{{Address: backendOn(t, "127.0.0.2:0", "search")}}}}}})); err != nil {
 		t.Fatal(err)
 	}
-	v = putRoute(t, cp, "orders.list", "/v1/orders")
+	v := putRoute(t, cp, "orders.list", "/v1/orders")
 	waitFleet(t, cp, "both nodes on the first routes", allRun(2, v))
 
 	ordersToken := teamToken(t, cp, "orders")
