@@ -121,8 +121,9 @@ func (s *Service) confirm(ctx context.Context, k store.Key, timeout time.Duratio
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	version, err := s.pub.sync(ctx)
+	published := err == nil
 	var resp *distributionv1.WaitResponse
-	if err == nil {
+	if published {
 		// The control plane answers at its timeout with the nodes that
 		// lack the key: ask it to answer a little before ours.
 		deadline, _ := ctx.Deadline()
@@ -132,6 +133,15 @@ func (s *Service) confirm(ctx context.Context, k store.Key, timeout time.Duratio
 	if err == nil && resp.GetComplete() {
 		return nil
 	}
+	if published && err != nil && ctx.Err() != nil {
+		// Our deadline passed before the control plane's answer came (a
+		// loaded control plane, a slow network): ask it once more, at
+		// once, which nodes lack the key, so that the answer is the
+		// timeout it is and names them.
+		qctx, qcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		resp, err = s.pub.wait(qctx, version, time.Millisecond)
+		qcancel()
+	}
 	if rerr := withdraw(context.WithoutCancel(ctx)); rerr != nil {
 		s.log.Error("withdrawing an unconfirmed key failed", "key", k.ID, "err", rerr)
 	}
@@ -139,6 +149,12 @@ func (s *Service) confirm(ctx context.Context, k store.Key, timeout time.Duratio
 	if err != nil {
 		s.log.Warn("a new key could not be published", "key", k.ID, "err", err)
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w: the control plane could not be reached; the key was withdrawn, try again", ErrNotConfirmed))
+	}
+	if resp.GetComplete() {
+		// Every node had it by the time we asked again: it was shown to
+		// nobody and is withdrawn all the same, as the caller's wait ran
+		// out; say so.
+		return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("%w: the nodes acknowledged the key only after the %s wait; the key was withdrawn, try again", ErrNotConfirmed, timeout))
 	}
 	var behind []string
 	for _, n := range resp.GetBehind() {

@@ -396,3 +396,46 @@ func TestPublishAfterStoreRestore(t *testing.T) {
 		t.Errorf("the control plane has the new key as %v, want active", got)
 	}
 }
+
+// slowWait is a control plane whose Wait answers after the caller's
+// deadline (a loaded control plane), except when asked for an immediate
+// answer.
+type slowWait struct {
+	distributionv1connect.FastLaneServiceHandler
+	asked atomic.Int32
+}
+
+func (s *slowWait) Wait(ctx context.Context, req *connect.Request[distributionv1.WaitRequest]) (*connect.Response[distributionv1.WaitResponse], error) {
+	s.asked.Add(1)
+	if d := req.Msg.GetTimeout().AsDuration(); d > 10*time.Millisecond {
+		select {
+		case <-time.After(d + time.Second): // well past the caller's deadline
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return connect.NewResponse(&distributionv1.WaitResponse{Nodes: 2, Behind: []*distributionv1.NodeFastLane{{NodeId: "slow-node", Version: 1}}}), nil
+}
+
+// TestCreateKeyNamesLaggingNodesAfterALateWait: when the control plane's
+// answer to Wait comes after the caller's deadline, the key service asks
+// again at once, so the answer is the timeout it is, naming the nodes that
+// lack the key, not "could not be reached".
+func TestCreateKeyNamesLaggingNodesAfterALateWait(t *testing.T) {
+	t.Parallel()
+	cp := newControl(t)
+	slow := &slowWait{FastLaneServiceHandler: cp.Distribution.Publisher()}
+	mux := http.NewServeMux()
+	mux.Handle("/", cp.Handler)
+	path, h := distributionv1connect.NewFastLaneServiceHandler(slow)
+	mux.Handle(path, h)
+	url := serve(t, mux, nil)
+	s := startService(t, keysvc.Options{ControlURL: url, ControlToken: publisherToken, WaitTimeout: 300 * time.Millisecond})
+	_, err := s.keys.CreateKey(context.Background(), connect.NewRequest(&keysv1.CreateKeyRequest{AppId: "app-late", TenantId: "t-1", Plan: "gold", Env: keysv1.Environment_ENVIRONMENT_LIVE}))
+	if connect.CodeOf(err) != connect.CodeDeadlineExceeded || !strings.Contains(err.Error(), "slow-node") {
+		t.Fatalf("CreateKey whose Wait answers late: %v, want DeadlineExceeded naming slow-node", err)
+	}
+	if n := slow.asked.Load(); n != 2 {
+		t.Errorf("Wait asked %d times, want 2 (the wait, then at once)", n)
+	}
+}
