@@ -27,6 +27,7 @@ func runControl(ctx context.Context, args []string) error {
 		logLevel  = fs.String("log-level", "info", "debug, info, warn or error")
 		bake      = fs.Duration("rollout-bake", time.Minute, "how long each rollout stage (canaries, 10 %, a region, all) runs before the changed routes are compared with nodes on the old version; 0 sends every version to every node at once")
 		minCalls  = fs.Uint64("rollout-min-requests", 20, "calls of a changed route the new version must serve in a stage to be judged")
+		maxBake   = fs.Duration("rollout-max-bake", 0, "how long a stage may bake on while its changed routes have fewer calls than -rollout-min-requests (default 5 × -rollout-bake); then it is judged on what it has")
 		maxErrInc = fs.Float64("rollout-max-error-increase", 0.05, "how much higher the new version's share of failed calls of a changed route may be (0.05: five points)")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -68,7 +69,7 @@ func runControl(ctx context.Context, args []string) error {
 	}
 	defer st.Close()
 	plane, err := control.New(ctx, control.Options{Store: st, BootstrapToken: token, NodeToken: ntoken, PublisherToken: ptoken, Logger: log, Rollout: distribution.RolloutOptions{
-		Bake: *bake, MinRequests: *minCalls, MaxErrorRateIncrease: *maxErrInc,
+		Bake: *bake, MinRequests: *minCalls, MaxBake: *maxBake, MaxErrorRateIncrease: *maxErrInc,
 	}})
 	if err != nil {
 		return err

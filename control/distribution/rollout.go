@@ -28,7 +28,12 @@ type RolloutOptions struct {
 	AckTimeout time.Duration
 	// MinRequests is how many calls of a changed route the new version's
 	// nodes must have served in a stage for it to be judged (default 20).
+	// A stage whose changed routes were called, but fewer times, bakes on
+	// until they have, or until MaxBake: a quiet canary is not evidence.
 	MinRequests uint64
+	// MaxBake bounds how long a stage bakes while waiting for enough calls
+	// (default 5 × Bake); after it the stage is judged on what it has.
+	MaxBake time.Duration
 	// MaxErrorRateIncrease is how much higher the new version's share of
 	// failed calls may be than the old one's (default 0.05: five points).
 	MaxErrorRateIncrease float64
@@ -45,6 +50,9 @@ func (o RolloutOptions) withDefaults() RolloutOptions {
 	}
 	if o.MinRequests == 0 {
 		o.MinRequests = 20
+	}
+	if o.MaxBake < o.Bake {
+		o.MaxBake = 5 * o.Bake
 	}
 	if o.MaxErrorRateIncrease <= 0 {
 		o.MaxErrorRateIncrease = 0.05
@@ -194,33 +202,47 @@ func (s *Server) runRollout(ctx context.Context, ro *rollout) {
 		before := s.countsLocked()
 		s.mu.Unlock()
 
-		// Bake, then judge the changed routes, new nodes against old.
-		t := time.NewTimer(opts.Bake)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		if !s.waitWhilePaused(ctx, ro) {
-			return
-		}
-		s.mu.Lock()
-		if ro.state != RolloutRunning {
-			// Aborted or replaced during the bake: a newer target may
-			// stand, and must not be reverted from here.
+		// Bake, then judge the changed routes, new nodes against old;
+		// bake on, up to MaxBake, while they were called too few times
+		// to judge.
+		bakeEnd := time.Now().Add(opts.MaxBake)
+		wait := opts.Bake
+		for {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			if !s.waitWhilePaused(ctx, ro) {
+				return
+			}
+			s.mu.Lock()
+			if ro.state != RolloutRunning {
+				// Aborted or replaced during the bake: a newer target may
+				// stand, and must not be reverted from here.
+				s.mu.Unlock()
+				return
+			}
+			evidence, short := s.judgeLocked(ro, before, s.countsLocked())
+			if evidence != "" {
+				ro.state, ro.evidence = RolloutReverted, fmt.Sprintf("stage %s: %s", stageNames[i], evidence)
+				s.log.Warn("rollout reverted", "version", ro.next.version, "to", ro.previous.version, "evidence", ro.evidence)
+				s.revertLocked(ro)
+				s.mu.Unlock()
+				s.commitRevert(ro, "rollout.revert")
+				return
+			}
 			s.mu.Unlock()
-			return
+			if short == "" || !time.Now().Before(bakeEnd) {
+				if short != "" {
+					s.log.Warn("rollout: a stage ends without enough calls to judge", "version", ro.next.version, "stage", stageNames[i], "routes", short)
+				}
+				break
+			}
+			wait = min(max(opts.Bake/4, 10*time.Millisecond), time.Until(bakeEnd))
 		}
-		if evidence := s.judgeLocked(ro, before, s.countsLocked()); evidence != "" {
-			ro.state, ro.evidence = RolloutReverted, fmt.Sprintf("stage %s: %s", stageNames[i], evidence)
-			s.log.Warn("rollout reverted", "version", ro.next.version, "to", ro.previous.version, "evidence", ro.evidence)
-			s.revertLocked(ro)
-			s.mu.Unlock()
-			s.commitRevert(ro, "rollout.revert")
-			return
-		}
-		s.mu.Unlock()
 	}
 	if !s.waitWhilePaused(ctx, ro) {
 		return
@@ -427,8 +449,10 @@ func (s *Server) countsLocked() map[string]map[string]routestats.Counts {
 
 // judgeLocked compares, for each changed route, the calls nodes on the new
 // version served during the bake with those nodes still on the old one
-// served; it returns the evidence of a regression, or "".
-func (s *Server) judgeLocked(ro *rollout, before, after map[string]map[string]routestats.Counts) string {
+// served; it returns the evidence of a regression, or "", and the changed
+// routes the new version served too few calls of to judge (some, but
+// fewer than MinRequests), or "".
+func (s *Server) judgeLocked(ro *rollout, before, after map[string]map[string]routestats.Counts) (evidence, short string) {
 	opts := s.opts.Rollout
 	sums := map[string]*[2]routestats.Counts{} // route → [old, new]
 	for id, now := range after {
@@ -459,9 +483,13 @@ func (s *Server) judgeLocked(ro *rollout, before, after map[string]map[string]ro
 		routes = append(routes, r)
 	}
 	slices.Sort(routes)
+	var few []string
 	for _, r := range routes {
 		old, nw := sums[r][0], sums[r][1]
 		if nw.Requests < opts.MinRequests {
+			if nw.Requests > 0 {
+				few = append(few, r)
+			}
 			continue
 		}
 		rateNew := float64(nw.Errors) / float64(nw.Requests)
@@ -480,16 +508,16 @@ func (s *Server) judgeLocked(ro *rollout, before, after map[string]map[string]ro
 		}
 		if rateNew-rateOld > opts.MaxErrorRateIncrease {
 			return fmt.Sprintf("route %s failed %d of %d calls (%.1f%%) on version %d, %d of %d (%.1f%%) on version %d",
-				r, nw.Errors, nw.Requests, 100*rateNew, ro.next.version, old.Errors, old.Requests, 100*rateOld, ro.previous.version)
+				r, nw.Errors, nw.Requests, 100*rateNew, ro.next.version, old.Errors, old.Requests, 100*rateOld, ro.previous.version), ""
 		}
 		if old.Requests >= opts.MinRequests {
 			pNew, pOld := nw.Quantile(0.99), old.Quantile(0.99)
 			if float64(pNew) > opts.MaxLatencyRatio*float64(pOld) && pNew-pOld >= opts.MinLatencyIncrease {
-				return fmt.Sprintf("route %s p99 %v on version %d, %v on version %d", r, pNew, ro.next.version, pOld, ro.previous.version)
+				return fmt.Sprintf("route %s p99 %v on version %d, %v on version %d", r, pNew, ro.next.version, pOld, ro.previous.version), ""
 			}
 		}
 	}
-	return ""
+	return "", strings.Join(few, ",")
 }
 
 // reset reports whether counters went down between two reports: the node

@@ -146,8 +146,14 @@ func TestRolloutRevertsRegression(t *testing.T) {
 }
 
 // TestRolloutRevertsLatencyRegression: a change that makes the orders
-// route slow (120 ms, where it took about a millisecond) is reverted at the
+// route slow (300 ms, where it took about a millisecond) is reverted at the
 // canaries on its p99.
+//
+// The latency leaves room for a loaded machine, where the old version's
+// p99 reaches 64 ms and the new one must be more than twice it: it lands
+// in the 512 ms bucket, not the 128 ms one. At 300 ms a call, the four
+// canaries serve fewer calls in the 800 ms bake than the 10 a judgement
+// needs; the stage bakes on until they have.
 func TestRolloutRevertsLatencyRegression(t *testing.T) {
 	// Not parallel: one staged fleet at a time.
 	cp, nodes := stagedFleetBaking(t, 800*time.Millisecond)
@@ -156,7 +162,7 @@ func TestRolloutRevertsLatencyRegression(t *testing.T) {
 	waitFleet(t, cp, "the first rollout done", rolloutIs(distribution.RolloutDone))
 	traffic(t, nodes)
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(120 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond)
 		_, _ = io.WriteString(w, "slow")
 	}))
 	t.Cleanup(slow.Close)
