@@ -97,9 +97,10 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Rate limits: in-memory buckets, per caller (or per client IP on
 	// public routes).
 	clientIP, trusted := p.peer(r)
+	realIP := p.clientAddr(r, clientIP, trusted)
 	var limitIP string // only public routes limit by address
 	if route.Auth.Public {
-		limitIP = p.limitAddr(r, clientIP, trusted)
+		limitIP = realIP
 	}
 	v := n.rateLimit(st.limits, route, &ident, limitIP)
 	v.writeHeaders(w.Header())
@@ -141,6 +142,7 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		RequestID:      rid,
 		Traceparent:    tc.String(),
 		ClientIP:       clientIP,
+		RealIP:         realIP,
 		TLS:            p.tls,
 		TrustForwarded: trusted,
 		Identity:       ident,
@@ -172,10 +174,11 @@ func (n *Node) problem(w http.ResponseWriter, r *http.Request, rid string, code 
 	problem.Write(w, r, problem.Problem{Code: code, Detail: detail, Instance: instance, RequestID: rid})
 }
 
-// limitAddr is the client address per-IP limits count: the peer, or behind
+// clientAddr is the client's address as far as the gateway can vouch for
+// it, which per-IP limits count and X-Real-Ip carries: the peer, or behind
 // trusted proxies the nearest X-Forwarded-For address that is not one of
 // them (a client can prepend anything, so the list is read from the right).
-func (p *pool) limitAddr(r *http.Request, peer string, trusted bool) string {
+func (p *pool) clientAddr(r *http.Request, peer string, trusted bool) string {
 	if !trusted {
 		return peer
 	}

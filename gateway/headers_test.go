@@ -171,12 +171,35 @@ func TestTrustedProxyExtendsForwardedFor(t *testing.T) {
 	req, _ := http.NewRequest("GET", g.URL()+"/inventory/v1/headers", nil)
 	req.Header.Set("X-Forwarded-For", "203.0.113.7")
 	req.Header.Set("Forwarded", "for=203.0.113.7")
+	req.Header.Set("X-Real-Ip", "198.51.100.1")
 	e, _ := getEcho(t, gatewaytest.HTTP1Client(t), req)
 	if got := strings.Join(e.Header["X-Forwarded-For"], ","); got != "203.0.113.7, 127.0.0.1" {
 		t.Errorf("X-Forwarded-For = %q, want the trusted proxy's list extended", got)
 	}
 	if got := strings.Join(e.Header["Forwarded"], ","); !strings.HasPrefix(got, "for=203.0.113.7, for=127.0.0.1") {
 		t.Errorf("Forwarded = %q, want the trusted proxy's list extended", got)
+	}
+
+	// X-Real-Ip is the gateway's own, never the proxy's: the nearest
+	// address that is not a trusted proxy, read from the right (a client
+	// can prepend anything).
+	for _, tc := range []struct{ xff, want string }{
+		{"203.0.113.7", "203.0.113.7"},
+		{"6.6.6.6, 203.0.113.7", "203.0.113.7"},
+		{"203.0.113.7, 127.0.0.5", "203.0.113.7"},
+		{"127.0.0.9", "127.0.0.1"}, // only proxies: the peer
+		{"not-an-ip", "127.0.0.1"}, // malformed: the peer
+		{"", "127.0.0.1"},          // none: the peer
+	} {
+		req, _ := http.NewRequest("GET", g.URL()+"/inventory/v1/headers", nil)
+		if tc.xff != "" {
+			req.Header.Set("X-Forwarded-For", tc.xff)
+		}
+		req.Header.Set("X-Real-Ip", "198.51.100.1")
+		e, _ := getEcho(t, gatewaytest.HTTP1Client(t), req)
+		if got := e.Header["X-Real-Ip"]; len(got) != 1 || got[0] != tc.want {
+			t.Errorf("X-Forwarded-For %q from a trusted proxy: X-Real-Ip = %q, want [%s]", tc.xff, got, tc.want)
+		}
 	}
 }
 
@@ -402,14 +425,14 @@ func ownedSpelling(k string) bool {
 	}
 	n := strings.ToLower(strings.ReplaceAll(k, "_", "-"))
 	switch n {
-	case "x-api-key", "x-request-id", "grpc-timeout":
+	case "x-api-key", "x-request-id", "x-real-ip", "true-client-ip", "grpc-timeout":
 		return true
 	}
 	return strings.HasPrefix(n, "x-auth-") || strings.HasPrefix(n, "x-forwarded-")
 }
 
 // forgedHeaders are client headers that spell gateway-owned names with
-// '_', or that belong to a family the gateway owns. reader is a
+// '_', and the client address claims the gateway replaces. reader is a
 // second valid key: a credential under another spelling must not travel
 // either.
 func forgedHeaders(reader string) map[string]string {
@@ -421,6 +444,10 @@ func forgedHeaders(reader string) map[string]string {
 		"X_Request_Id":       "forged-request-id",
 		"X-Forwarded_For":    "6.6.6.6",
 		"X-Forwarded-Prefix": "/admin",
+		"X_Real_IP":          "6.6.6.6",
+		"X-Real-Ip":          "6.6.6.6",
+		"True-Client-IP":     "6.6.6.6",
+		"true_client_ip":     "6.6.6.6",
 		"X_Api_Key":          reader,
 		"X_Custom_Thing":     "kept", // not the gateway's: passes
 	}
@@ -429,7 +456,7 @@ func forgedHeaders(reader string) map[string]string {
 // TestUnderscoredHeaderNames: a client header whose name is a gateway-owned
 // one with '_' read as '-' never reaches the backend, over HTTP/1.1 (names
 // as typed) and HTTP/2 (lowercase, h2c and TLS), while the gateway's own
-// identity and request id arrive once each.
+// identity, request id and X-Real-Ip arrive once each.
 func TestUnderscoredHeaderNames(t *testing.T) {
 	t.Parallel()
 	d := gatewaytest.Demo(t)
@@ -464,6 +491,7 @@ func TestUnderscoredHeaderNames(t *testing.T) {
 				"X-Auth-Key-Id": "key-good",
 				"X-Auth-Scopes": "inventory:read inventory:write orders:read",
 				"X-Request-Id":  resp.Header.Get("X-Request-Id"),
+				"X-Real-Ip":     "127.0.0.1",
 				custom:          "kept",
 			}
 			for k, v := range want {
@@ -471,7 +499,7 @@ func TestUnderscoredHeaderNames(t *testing.T) {
 					t.Errorf("backend %s = %q, want [%s]", k, got, v)
 				}
 			}
-			for _, k := range []string{"X-Auth-Subject", "X-Forwarded-Prefix"} {
+			for _, k := range []string{"X-Auth-Subject", "True-Client-Ip", "X-Forwarded-Prefix"} {
 				if got, ok := e.Header[k]; ok {
 					t.Errorf("backend %s = %q, want none", k, got)
 				}
@@ -494,7 +522,7 @@ func TestUnderscoredMetadata(t *testing.T) {
 	ctx := testContext(t)
 
 	md := []string{"x-api-key", f.keys["good"],
-		"x-demo-echo-md", "x_auth_tenant,x-auth_tenant,x_auth_subject,x_request_id,x_api_key,x-auth-tenant,x_custom"}
+		"x-demo-echo-md", "x_auth_tenant,x-auth_tenant,x_auth_subject,x_request_id,x_real_ip,x-real-ip,true_client_ip,x_api_key,x-auth-tenant,x_custom"}
 	for k, v := range forgedHeaders(f.keys["reader"]) {
 		md = append(md, strings.ToLower(k), v)
 	}
@@ -508,7 +536,7 @@ func TestUnderscoredMetadata(t *testing.T) {
 			t.Errorf("backend received %s: %q", name, v)
 		}
 	}
-	for k, v := range map[string]string{"x-demo-echo-x-auth-tenant": "tenant-1", "x-demo-echo-x_custom": "kept"} {
+	for k, v := range map[string]string{"x-demo-echo-x-auth-tenant": "tenant-1", "x-demo-echo-x-real-ip": "127.0.0.1", "x-demo-echo-x_custom": "kept"} {
 		if got := header.Get(k); len(got) != 1 || got[0] != v {
 			t.Errorf("%s = %q, want [%s]", k, got, v)
 		}
@@ -529,7 +557,7 @@ func TestUnderscoredHeadersTranscoded(t *testing.T) {
 		for k, v := range forgedHeaders("ak_test_notakey") {
 			h[k] = []string{v}
 		}
-		h["X-Demo-Echo-Md"] = []string{"x_auth_tenant,x-auth_tenant,x_auth_subject,x_request_id,x_api_key,x_custom_thing"}
+		h["X-Demo-Echo-Md"] = []string{"x_auth_tenant,x-auth_tenant,x_auth_subject,x_request_id,x_real_ip,x-real-ip,true_client_ip,x_api_key,x_custom_thing"}
 	}
 	check := func(t *testing.T, got http.Header) {
 		t.Helper()
@@ -537,6 +565,9 @@ func TestUnderscoredHeadersTranscoded(t *testing.T) {
 			if name, ok := strings.CutPrefix(strings.ToLower(k), "x-demo-echo-"); ok && ownedSpelling(name) {
 				t.Errorf("backend received %s: %q", name, v)
 			}
+		}
+		if v := got.Values("X-Demo-Echo-X-Real-Ip"); len(v) != 1 || v[0] != "127.0.0.1" {
+			t.Errorf("backend x-real-ip = %q, want [127.0.0.1]", v)
 		}
 		// The echo works through the transcoder: a header of the
 		// client's own comes back.

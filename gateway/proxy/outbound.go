@@ -17,7 +17,7 @@ type outbound struct {
 	req  *http.Request
 	url  url.URL
 	body limitedBody
-	vals [14]string // backing store for the values of headers the gateway sets
+	vals [15]string // backing store for the values of headers the gateway sets
 }
 
 // newOutbound builds the upstream request. For gRPC, a positive timeout is
@@ -51,7 +51,7 @@ func newOutbound(ctx context.Context, r *http.Request, t *Target, addr string, g
 // headers are shared, not copied: neither side modifies them.
 func (o *outbound) header(r *http.Request, t *Target, grpc bool, timeout time.Duration) http.Header {
 	in := r.Header
-	h := make(http.Header, len(in)+8)
+	h := make(http.Header, len(in)+9)
 	var connTokens []string
 	if c := in["Connection"]; len(c) > 0 {
 		connTokens = c
@@ -94,6 +94,9 @@ func (o *outbound) header(r *http.Request, t *Target, grpc bool, timeout time.Du
 		set("X-Forwarded-Host", r.Host)
 	}
 	set("Forwarded", fwd)
+	if t.RealIP != "" {
+		set("X-Real-Ip", t.RealIP)
+	}
 	set("X-Request-Id", t.RequestID)
 	if t.Traceparent != "" {
 		set("Traceparent", t.Traceparent)
@@ -113,8 +116,9 @@ func (o *outbound) header(r *http.Request, t *Target, grpc bool, timeout time.Du
 // the upstream: hop-by-hop headers (RFC 9110 7.6.1), the headers and
 // families the gateway owns (x-auth-*, which only the gateway may send;
 // x-forwarded-*, Forwarded, X-Request-Id, traceparent, which it sets), the
-// credential headers: a credential is never forwarded, even on a public
-// route.
+// credential headers (a credential is never forwarded, even on a public
+// route), and client claims of the client's address (X-Real-Ip,
+// True-Client-Ip), which the gateway cannot verify.
 //
 // A name spelled with '_' for '-' (X_Auth_Tenant, X-Request_Id) is dropped
 // too: many backends (CGI and its heirs, which make HTTP_X_AUTH_TENANT of
@@ -129,7 +133,7 @@ func dropRequestHeader(k string) bool {
 	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
 		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
 		"Expect", "Http2-Settings", "Authorization", "X-Api-Key", "Forwarded",
-		"X-Request-Id", "Traceparent", "Grpc-Timeout":
+		"X-Request-Id", "Traceparent", "Grpc-Timeout", "X-Real-Ip", "True-Client-Ip":
 		return true
 	}
 	// Almost no name has a '_': only those pay for the comparison that
@@ -144,6 +148,7 @@ var (
 	ownedNames = [...]string{
 		"proxy-connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
 		"transfer-encoding", "http2-settings", "x-api-key", "x-request-id", "grpc-timeout",
+		"x-real-ip", "true-client-ip",
 	}
 	ownedPrefixes = [...]string{"x-auth-", "x-forwarded-"}
 )
