@@ -75,7 +75,7 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Size limit by the declared length; the proxy also counts while the
 	// body streams.
 	if r.ContentLength > route.MaxRequestBytes {
-		n.problem(w, r, rid, problem.PayloadTooLarge, "request body exceeds the route's limit", path)
+		n.refuse(w, r, route, problem.Problem{Code: problem.PayloadTooLarge, Detail: "request body exceeds the route's limit", Instance: path, RequestID: rid})
 		return
 	}
 
@@ -88,7 +88,7 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if fail.Challenge != "" {
 				w.Header()["Www-Authenticate"] = []string{fail.Challenge}
 			}
-			n.problem(w, r, rid, fail.Code, fail.Detail, path)
+			n.refuse(w, r, route, problem.Problem{Code: fail.Code, Detail: fail.Detail, Instance: path, RequestID: rid})
 			return
 		}
 		rawQuery = auth.WithoutQueryKey(rawQuery, route.Auth.QueryKey)
@@ -105,7 +105,7 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	v := n.rateLimit(st.limits, route, &ident, limitIP)
 	v.writeHeaders(w.Header())
 	if v.limited {
-		problem.Write(w, r, problem.Problem{
+		n.refuse(w, r, route, problem.Problem{
 			Code: problem.RateLimited, Detail: "rate limit \"" + v.by.spec.Name + "\" exceeded",
 			Instance: path, RequestID: rid, RetryAfter: v.res.RetryAfter,
 		})
@@ -116,7 +116,7 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if route.OpenAPI != nil {
 		if p := checkOpenAPI(route.OpenAPI, r, path, rawQuery); p != nil {
 			p.Instance, p.RequestID = path, rid
-			problem.Write(w, r, *p)
+			n.refuse(w, r, route, *p)
 			return
 		}
 	}

@@ -185,8 +185,15 @@ func IsGRPC(contentType string) bool {
 // called before anything else has been written to w. Whatever in p looks
 // like a credential is redacted (see Redact).
 func Write(w http.ResponseWriter, r *http.Request, p Problem) {
+	WriteAs(w, r, ProtocolOf(r), p)
+}
+
+// WriteAs is Write in protocol proto, for a request whose protocol is not
+// what its headers alone say: a plain JSON POST to a method's path is a
+// Connect unary call by the route it matched.
+func WriteAs(w http.ResponseWriter, r *http.Request, proto Protocol, p Problem) {
 	p.redact()
-	switch ProtocolOf(r) {
+	switch proto {
 	case GRPC, GRPCWeb:
 		writeGRPC(w, r, p)
 	case ConnectUnary:
