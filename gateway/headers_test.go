@@ -335,59 +335,14 @@ func TestHeaderLimit(t *testing.T) {
 }
 
 // rawH2Status sends one HEADERS frame over a fresh h2c connection and
-// returns the :status of the response.
+// returns the :status of the response; a reset stream fails the test.
 func rawH2Status(t *testing.T, addr string, fields []hpack.HeaderField) string {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
+	status, rst := rawH2(t, addr, fields)
+	if status == "" {
+		t.Fatalf("RST_STREAM %v", rst)
 	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
-		t.Fatal(err)
-	}
-	fr := http2.NewFramer(c, c)
-	if err := fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
-	var block bytes.Buffer
-	enc := hpack.NewEncoder(&block)
-	for _, f := range fields {
-		_ = enc.WriteField(f)
-	}
-	const maxFrame = 16 << 10
-	b := block.Bytes()
-	first := b[:min(len(b), maxFrame)]
-	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: first, EndStream: true, EndHeaders: len(b) <= maxFrame}); err != nil {
-		t.Fatal(err)
-	}
-	for b = b[len(first):]; len(b) > 0; {
-		n := min(len(b), maxFrame)
-		if err := fr.WriteContinuation(1, n == len(b), b[:n]); err != nil {
-			t.Fatal(err)
-		}
-		b = b[n:]
-	}
-	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	for {
-		f, err := fr.ReadFrame()
-		if err != nil {
-			t.Fatalf("reading response frames: %v", err)
-		}
-		switch f := f.(type) {
-		case *http2.MetaHeadersFrame:
-			return f.PseudoValue("status")
-		case *http2.SettingsFrame:
-			if !f.IsAck() {
-				_ = fr.WriteSettingsAck()
-			}
-		case *http2.GoAwayFrame:
-			t.Fatalf("GOAWAY %v", f.ErrCode)
-		case *http2.RSTStreamFrame:
-			t.Fatalf("RST_STREAM %v", f.ErrCode)
-		}
-	}
+	return status
 }
 
 func ExampleNode() {
@@ -628,8 +583,9 @@ func TestUppercaseNamesRefusedOverHTTP2(t *testing.T) {
 	}
 }
 
-// rawH2 sends one HEADERS frame over a fresh h2c connection and returns
-// the :status of the response, or the code the stream was reset with.
+// rawH2 sends one header block (HEADERS and CONTINUATION frames) over a
+// fresh h2c connection and returns the :status of the response, or the
+// code the stream was reset with.
 func rawH2(t *testing.T, addr string, fields []hpack.HeaderField) (string, http2.ErrCode) {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
@@ -650,8 +606,18 @@ func rawH2(t *testing.T, addr string, fields []hpack.HeaderField) (string, http2
 	for _, f := range fields {
 		_ = enc.WriteField(f)
 	}
-	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndStream: true, EndHeaders: true}); err != nil {
+	const maxFrame = 16 << 10
+	b := block.Bytes()
+	first := b[:min(len(b), maxFrame)]
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: first, EndStream: true, EndHeaders: len(b) <= maxFrame}); err != nil {
 		t.Fatal(err)
+	}
+	for b = b[len(first):]; len(b) > 0; {
+		n := min(len(b), maxFrame)
+		if err := fr.WriteContinuation(1, n == len(b), b[:n]); err != nil {
+			t.Fatal(err)
+		}
+		b = b[n:]
 	}
 	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	for {
