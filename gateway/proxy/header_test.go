@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/textproto"
+	"strings"
 	"testing"
 )
 
@@ -52,10 +53,31 @@ func TestDropRequestHeader(t *testing.T) {
 		{"X-Forwarded", false},
 		{"X-Forwardedfor", false},
 		{"My_X_Auth_Tenant", false},
+		{"", false},
 	} {
 		for _, k := range []string{tc.name, textproto.CanonicalMIMEHeaderKey(tc.name)} {
 			if got := dropRequestHeader(k); got != tc.drop {
 				t.Errorf("dropRequestHeader(%q) = %v, want %v", k, got, tc.drop)
+			}
+		}
+	}
+}
+
+// TestDropRequestHeaderEveryOwnedName: every owned name and family, with
+// each '-' spelled '_', is dropped (dropRequestHeader's first-letter
+// filter must know them all).
+func TestDropRequestHeaderEveryOwnedName(t *testing.T) {
+	t.Parallel()
+	var names []string
+	names = append(names, ownedNames[:]...)
+	for _, p := range ownedPrefixes {
+		names = append(names, p+"anything")
+	}
+	for _, n := range names {
+		k := strings.ReplaceAll(n, "-", "_")
+		for _, k := range []string{k, strings.ToUpper(k), textproto.CanonicalMIMEHeaderKey(k)} {
+			if !dropRequestHeader(k) {
+				t.Errorf("dropRequestHeader(%q) = false, want true (%s spelled with '_')", k, n)
 			}
 		}
 	}

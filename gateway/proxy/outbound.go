@@ -136,14 +136,22 @@ func dropRequestHeader(k string) bool {
 		"X-Request-Id", "Traceparent", "Grpc-Timeout", "X-Real-Ip", "True-Client-Ip":
 		return true
 	}
-	// Almost no name has a '_': only those pay for the comparison that
-	// reads it as '-'.
-	return strings.IndexByte(k, '_') >= 0 && ownedWithUnderscore(k)
+	// Only a name that starts like an owned one can be one with '_', and
+	// almost none has a '_': only those pay for the comparison that reads
+	// it as '-'.
+	if k == "" {
+		return false
+	}
+	switch k[0] | 0x20 { // ASCII lowercase
+	case 'x', 'p', 'k', 't', 'h', 'g':
+		return strings.IndexByte(k, '_') >= 0 && ownedWithUnderscore(k)
+	}
+	return false
 }
 
 // ownedNames are the names dropRequestHeader drops that have a '-' (a name
 // without one has no other spelling), lowercase; ownedPrefixes the
-// families it drops.
+// families it drops. dropRequestHeader knows their first letters.
 var (
 	ownedNames = [...]string{
 		"proxy-connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
