@@ -39,15 +39,17 @@ func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, rout
 		return
 	}
 	t.RawQuery = q
-	// The protocol the call is served in, read from its headers once.
-	proto := servedAs(r, route)
-	p = transcode.CheckEncoding(w.Header(), r, proto)
+	// The caller's protocol, read from its headers once, and the one the
+	// call is served in.
+	proto := problem.ProtocolOf(r)
+	served := servedAs(proto, r, route)
+	p = transcode.CheckEncoding(w.Header(), r, served)
 	if p == nil && !route.RPC.REST() {
-		p = transcode.CheckMediaType(r, proto)
+		p = transcode.CheckMediaType(r, served)
 	}
 	if p != nil {
 		p.Instance, p.RequestID = t.Path, t.RequestID
-		problem.WriteAs(w, r, proto, *p)
+		problem.WriteAs(w, r, served, *p)
 		return
 	}
 	if route.RPC.REST() && route.RPC.Method.IsStreamingServer() {
@@ -71,7 +73,7 @@ func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, rout
 	// The transcoder rewrites the request's headers for the upstream; the
 	// caller's stay as they came, for the answer.
 	r2.Header = r.Header.Clone()
-	if !route.RPC.REST() && r2.Header.Get("Connect-Protocol-Version") == "" && problem.ProtocolOf(r) == problem.HTTP {
+	if !route.RPC.REST() && proto == problem.HTTP && r2.Header.Get("Connect-Protocol-Version") == "" {
 		// A plain POST (or GET) of JSON or proto to a method's path is a
 		// Connect unary call, which may leave the header out; the route
 		// says so, where the transcoder would take it for REST.
@@ -98,14 +100,13 @@ func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, rout
 }
 
 // servedAs is the protocol the gateway serves r in, which its refusals
-// must speak: the one r's headers say (problem.ProtocolOf), except that a
-// plain POST of JSON or proto to a method's path, without the
+// must speak: proto, the one r's headers say (problem.ProtocolOf), except
+// that a plain POST of JSON or proto to a method's path, without the
 // Connect-Protocol-Version header a Connect client may leave out, is a
 // Connect unary call by the route it matched, for its errors as for its
 // answer. (A body of another type is no Connect call: its refusals stay
 // Problem Details.)
-func servedAs(r *http.Request, route *snapshot.Route) problem.Protocol {
-	proto := problem.ProtocolOf(r)
+func servedAs(proto problem.Protocol, r *http.Request, route *snapshot.Route) problem.Protocol {
 	if proto == problem.HTTP && route.RPC != nil && !route.RPC.REST() && r.Method == http.MethodPost &&
 		transcode.IsUnaryMediaType(headerValue(r.Header, "Content-Type")) {
 		return problem.ConnectUnary
@@ -116,7 +117,7 @@ func servedAs(r *http.Request, route *snapshot.Route) problem.Protocol {
 // refuse answers a request the chain refused after its route matched, in
 // the protocol the route serves it in (see servedAs).
 func (n *Node) refuse(w http.ResponseWriter, r *http.Request, route *snapshot.Route, p problem.Problem) {
-	problem.WriteAs(w, r, servedAs(r, route), p)
+	problem.WriteAs(w, r, servedAs(problem.ProtocolOf(r), r, route), p)
 }
 
 // restErrors passes a transcoded REST response through, except an error:
