@@ -145,6 +145,8 @@ func TestAPIKeyAuthentication(t *testing.T) {
 		{"bearer key", "GET", "/inventory/v1/items", map[string]string{"Authorization": "Bearer " + k["good"]}, 200, ""},
 		{"query key", "GET", "/inventory/v1/items?api_key=" + k["good"], nil, 200, ""},
 		{"escaped query key name", "GET", "/inventory/v1/items?api%5Fkey=" + k["good"], nil, 200, ""},
+		{"query key twice", "GET", "/inventory/v1/items?api_key=" + k["good"] + "&api_key=" + k["reader"], nil, 401, "unauthenticated"},
+		{"query key twice, the same", "GET", "/inventory/v1/items?api_key=" + k["good"] + "&api_key=" + k["good"], nil, 401, "unauthenticated"},
 		{"two credentials", "GET", "/inventory/v1/items", map[string]string{"X-Api-Key": k["good"], "Authorization": "Bearer " + k["good"]}, 401, "unauthenticated"},
 		{"basic scheme", "GET", "/inventory/v1/items", map[string]string{"Authorization": "Basic Zm9vOmJhcg=="}, 401, "unauthenticated"},
 		{"revoked", "GET", "/inventory/v1/items", map[string]string{"X-Api-Key": k["revoked"]}, 401, "unauthenticated"},

@@ -75,7 +75,7 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Size limit by the declared length; the proxy also counts while the
 	// body streams.
 	if r.ContentLength > route.MaxRequestBytes {
-		n.problem(w, r, rid, problem.PayloadTooLarge, "request body exceeds the route's limit", path)
+		n.refuse(w, r, route, problem.Problem{Code: problem.PayloadTooLarge, Detail: "request body exceeds the route's limit", Instance: path, RequestID: rid})
 		return
 	}
 
@@ -88,7 +88,7 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if fail.Challenge != "" {
 				w.Header()["Www-Authenticate"] = []string{fail.Challenge}
 			}
-			n.problem(w, r, rid, fail.Code, fail.Detail, path)
+			n.refuse(w, r, route, problem.Problem{Code: fail.Code, Detail: fail.Detail, Instance: path, RequestID: rid})
 			return
 		}
 		rawQuery = auth.WithoutQueryKey(rawQuery, route.Auth.QueryKey)
@@ -97,14 +97,15 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Rate limits: in-memory buckets, per caller (or per client IP on
 	// public routes).
 	clientIP, trusted := p.peer(r)
+	realIP := p.clientAddr(r, clientIP, trusted)
 	var limitIP string // only public routes limit by address
 	if route.Auth.Public {
-		limitIP = p.limitAddr(r, clientIP, trusted)
+		limitIP = realIP
 	}
 	v := n.rateLimit(st.limits, route, &ident, limitIP)
 	v.writeHeaders(w.Header())
 	if v.limited {
-		problem.Write(w, r, problem.Problem{
+		n.refuse(w, r, route, problem.Problem{
 			Code: problem.RateLimited, Detail: "rate limit \"" + v.by.spec.Name + "\" exceeded",
 			Instance: path, RequestID: rid, RetryAfter: v.res.RetryAfter,
 		})
@@ -115,7 +116,7 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if route.OpenAPI != nil {
 		if p := checkOpenAPI(route.OpenAPI, r, path, rawQuery); p != nil {
 			p.Instance, p.RequestID = path, rid
-			problem.Write(w, r, *p)
+			n.refuse(w, r, route, *p)
 			return
 		}
 	}
@@ -141,6 +142,7 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		RequestID:      rid,
 		Traceparent:    tc.String(),
 		ClientIP:       clientIP,
+		RealIP:         realIP,
 		TLS:            p.tls,
 		TrustForwarded: trusted,
 		Identity:       ident,
@@ -172,10 +174,11 @@ func (n *Node) problem(w http.ResponseWriter, r *http.Request, rid string, code 
 	problem.Write(w, r, problem.Problem{Code: code, Detail: detail, Instance: instance, RequestID: rid})
 }
 
-// limitAddr is the client address per-IP limits count: the peer, or behind
+// clientAddr is the client's address as far as the gateway can vouch for
+// it, which per-IP limits count and X-Real-Ip carries: the peer, or behind
 // trusted proxies the nearest X-Forwarded-For address that is not one of
 // them (a client can prepend anything, so the list is read from the right).
-func (p *pool) limitAddr(r *http.Request, peer string, trusted bool) string {
+func (p *pool) clientAddr(r *http.Request, peer string, trusted bool) string {
 	if !trusted {
 		return peer
 	}

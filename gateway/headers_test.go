@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,11 +14,16 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/portico-gw/portico/gateway"
 	"github.com/portico-gw/portico/gateway/telemetry"
+	demov1 "github.com/portico-gw/portico/gen/portico/demo/v1"
+	"github.com/portico-gw/portico/gen/portico/demo/v1/demov1connect"
 	"github.com/portico-gw/portico/testing/gatewaytest"
 )
 
@@ -165,12 +171,35 @@ func TestTrustedProxyExtendsForwardedFor(t *testing.T) {
 	req, _ := http.NewRequest("GET", g.URL()+"/inventory/v1/headers", nil)
 	req.Header.Set("X-Forwarded-For", "203.0.113.7")
 	req.Header.Set("Forwarded", "for=203.0.113.7")
+	req.Header.Set("X-Real-Ip", "198.51.100.1")
 	e, _ := getEcho(t, gatewaytest.HTTP1Client(t), req)
 	if got := strings.Join(e.Header["X-Forwarded-For"], ","); got != "203.0.113.7, 127.0.0.1" {
 		t.Errorf("X-Forwarded-For = %q, want the trusted proxy's list extended", got)
 	}
 	if got := strings.Join(e.Header["Forwarded"], ","); !strings.HasPrefix(got, "for=203.0.113.7, for=127.0.0.1") {
 		t.Errorf("Forwarded = %q, want the trusted proxy's list extended", got)
+	}
+
+	// X-Real-Ip is the gateway's own, never the proxy's: the nearest
+	// address that is not a trusted proxy, read from the right (a client
+	// can prepend anything).
+	for _, tc := range []struct{ xff, want string }{
+		{"203.0.113.7", "203.0.113.7"},
+		{"6.6.6.6, 203.0.113.7", "203.0.113.7"},
+		{"203.0.113.7, 127.0.0.5", "203.0.113.7"},
+		{"127.0.0.9", "127.0.0.1"}, // only proxies: the peer
+		{"not-an-ip", "127.0.0.1"}, // malformed: the peer
+		{"", "127.0.0.1"},          // none: the peer
+	} {
+		req, _ := http.NewRequest("GET", g.URL()+"/inventory/v1/headers", nil)
+		if tc.xff != "" {
+			req.Header.Set("X-Forwarded-For", tc.xff)
+		}
+		req.Header.Set("X-Real-Ip", "198.51.100.1")
+		e, _ := getEcho(t, gatewaytest.HTTP1Client(t), req)
+		if got := e.Header["X-Real-Ip"]; len(got) != 1 || got[0] != tc.want {
+			t.Errorf("X-Forwarded-For %q from a trusted proxy: X-Real-Ip = %q, want [%s]", tc.xff, got, tc.want)
+		}
 	}
 }
 
@@ -306,8 +335,258 @@ func TestHeaderLimit(t *testing.T) {
 }
 
 // rawH2Status sends one HEADERS frame over a fresh h2c connection and
-// returns the :status of the response.
+// returns the :status of the response; a reset stream fails the test.
 func rawH2Status(t *testing.T, addr string, fields []hpack.HeaderField) string {
+	t.Helper()
+	status, rst := rawH2(t, addr, fields)
+	if status == "" {
+		t.Fatalf("RST_STREAM %v", rst)
+	}
+	return status
+}
+
+func ExampleNode() {
+	node, err := gateway.New(gateway.Options{Listeners: []gateway.Listener{{Pool: "public", Addr: "127.0.0.1:0"}}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer node.Close()
+	fmt.Println(node.Current().Version)
+	// Output: empty
+}
+
+// TestMalformedTargetRejectedByServer: request targets net/http cannot parse
+// never reach the gateway's handler; net/http answers 400 and closes.
+func TestMalformedTargetRejectedByServer(t *testing.T) {
+	t.Parallel()
+	d := gatewaytest.Demo(t)
+	g := gatewaytest.Start(t, gatewaytest.DemoSnapshot(d), nil)
+	resp, _, br, _ := rawRequest(t, g.Addr, "GET /inventory/v1/%zz HTTP/1.1\r\nHost: x\r\n\r\nGET /inventory/v1/items HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("GET /inventory/v1/%%zz = %d, want 400", resp.StatusCode)
+	}
+	if !connClosed(br) {
+		t.Errorf("connection still open after an unparsable request target")
+	}
+}
+
+// ownedSpelling reports whether the header name k is a gateway-owned name
+// spelled with '_' for '-': what a backend that folds one into the other
+// (CGI's HTTP_X_AUTH_TENANT) would take for the gateway's own header.
+func ownedSpelling(k string) bool {
+	if !strings.Contains(k, "_") {
+		return false
+	}
+	n := strings.ToLower(strings.ReplaceAll(k, "_", "-"))
+	switch n {
+	case "x-api-key", "x-request-id", "x-real-ip", "true-client-ip", "grpc-timeout":
+		return true
+	}
+	return strings.HasPrefix(n, "x-auth-") || strings.HasPrefix(n, "x-forwarded-")
+}
+
+// forgedHeaders are client headers that spell gateway-owned names with
+// '_', and the client address claims the gateway replaces. reader is a
+// second valid key: a credential under another spelling must not travel
+// either.
+func forgedHeaders(reader string) map[string]string {
+	return map[string]string{
+		"X_Auth_Tenant":      "forged",
+		"x_auth_subject":     "forged",
+		"X-Auth_Tenant":      "forged",
+		"X_AUTH_SCOPES":      "everything",
+		"X_Request_Id":       "forged-request-id",
+		"X-Forwarded_For":    "6.6.6.6",
+		"X-Forwarded-Prefix": "/admin",
+		"X_Real_IP":          "6.6.6.6",
+		"X-Real-Ip":          "6.6.6.6",
+		"True-Client-IP":     "6.6.6.6",
+		"true_client_ip":     "6.6.6.6",
+		"X_Api_Key":          reader,
+		"X_Custom_Thing":     "kept", // not the gateway's: passes
+	}
+}
+
+// TestUnderscoredHeaderNames: a client header whose name is a gateway-owned
+// one with '_' read as '-' never reaches the backend, over HTTP/1.1 (names
+// as typed) and HTTP/2 (lowercase, h2c and TLS), while the gateway's own
+// identity, request id and X-Real-Ip arrive once each.
+func TestUnderscoredHeaderNames(t *testing.T) {
+	t.Parallel()
+	d := gatewaytest.Demo(t)
+	f := newAuthFixture(t, d)
+	g := gatewaytest.Start(t, f.cfg, nil)
+
+	for _, tc := range []struct {
+		name   string
+		client *http.Client
+		base   string
+	}{
+		{"http1", gatewaytest.HTTP1Client(t), g.URL()},
+		{"h2c", gatewaytest.H2CClient(t), g.URL()},
+		{"h2-tls", g.TLSClient(t, false), g.TLSURL()},
+		{"http1-tls", g.TLSClient(t, true), g.TLSURL()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest("GET", tc.base+"/inventory/v1/headers", nil)
+			req.Header.Set("X-Api-Key", f.keys["good"])
+			for k, v := range forgedHeaders(f.keys["reader"]) {
+				req.Header[k] = []string{v} // as typed: HTTP/1.1 sends the name unchanged
+			}
+			e, resp := getEcho(t, tc.client, req)
+			for k, v := range e.Header {
+				if ownedSpelling(k) {
+					t.Errorf("backend received %s: %q", k, v)
+				}
+			}
+			custom := "X_custom_thing" // net/http's canonical form of both spellings
+			want := map[string]string{
+				"X-Auth-Tenant": "tenant-1",
+				"X-Auth-Key-Id": "key-good",
+				"X-Auth-Scopes": "inventory:read inventory:write orders:read",
+				"X-Request-Id":  resp.Header.Get("X-Request-Id"),
+				"X-Real-Ip":     "127.0.0.1",
+				custom:          "kept",
+			}
+			for k, v := range want {
+				if got := e.Header[k]; len(got) != 1 || got[0] != v {
+					t.Errorf("backend %s = %q, want [%s]", k, got, v)
+				}
+			}
+			for _, k := range []string{"X-Auth-Subject", "True-Client-Ip", "X-Forwarded-Prefix"} {
+				if got, ok := e.Header[k]; ok {
+					t.Errorf("backend %s = %q, want none", k, got)
+				}
+			}
+			if strings.Contains(fmt.Sprint(e.Header), f.keys["reader"]) {
+				t.Errorf("backend received the second key under another name: %v", e.Header)
+			}
+		})
+	}
+}
+
+// TestUnderscoredMetadata: gRPC metadata (HTTP/2, lowercase) whose key is
+// a gateway-owned name with '_' never reaches a gRPC backend.
+func TestUnderscoredMetadata(t *testing.T) {
+	t.Parallel()
+	d := gatewaytest.Demo(t)
+	f := newAuthFixture(t, d)
+	g := gatewaytest.Start(t, f.cfg, nil)
+	client := demov1.NewOrdersServiceClient(g.GRPCConn(t))
+	ctx := testContext(t)
+
+	md := []string{"x-api-key", f.keys["good"],
+		"x-demo-echo-md", "x_auth_tenant,x-auth_tenant,x_auth_subject,x_request_id,x_real_ip,x-real-ip,true_client_ip,x_api_key,x-auth-tenant,x_custom"}
+	for k, v := range forgedHeaders(f.keys["reader"]) {
+		md = append(md, strings.ToLower(k), v)
+	}
+	md = append(md, "x_custom", "kept")
+	var header metadata.MD
+	if _, err := client.GetOrder(metadata.AppendToOutgoingContext(ctx, md...), &demov1.GetOrderRequest{OrderId: "o-1001"}, grpc.Header(&header)); err != nil {
+		t.Fatalf("GetOrder: %v", err)
+	}
+	for k, v := range header {
+		if name, ok := strings.CutPrefix(k, "x-demo-echo-"); ok && ownedSpelling(name) {
+			t.Errorf("backend received %s: %q", name, v)
+		}
+	}
+	for k, v := range map[string]string{"x-demo-echo-x-auth-tenant": "tenant-1", "x-demo-echo-x-real-ip": "127.0.0.1", "x-demo-echo-x_custom": "kept"} {
+		if got := header.Get(k); len(got) != 1 || got[0] != v {
+			t.Errorf("%s = %q, want [%s]", k, got, v)
+		}
+	}
+}
+
+// TestUnderscoredHeadersTranscoded: the transcoded protocols (Connect,
+// gRPC-Web, REST) reach the gRPC backend through the transcoder, which
+// builds the upstream request: the same names are dropped there.
+func TestUnderscoredHeadersTranscoded(t *testing.T) {
+	t.Parallel()
+	d := gatewaytest.Demo(t)
+	g := gatewaytest.Start(t, rpcSnapshot(t, d.OrdersAddr()), nil)
+	hc := gatewaytest.H2CClient(t)
+	h1 := gatewaytest.HTTP1Client(t)
+
+	header := func(h http.Header) {
+		for k, v := range forgedHeaders("ak_test_notakey") {
+			h[k] = []string{v}
+		}
+		h["X-Demo-Echo-Md"] = []string{"x_auth_tenant,x-auth_tenant,x_auth_subject,x_request_id,x_real_ip,x-real-ip,true_client_ip,x_api_key,x_custom_thing"}
+	}
+	check := func(t *testing.T, got http.Header) {
+		t.Helper()
+		for k, v := range got {
+			if name, ok := strings.CutPrefix(strings.ToLower(k), "x-demo-echo-"); ok && ownedSpelling(name) {
+				t.Errorf("backend received %s: %q", name, v)
+			}
+		}
+		if v := got.Values("X-Demo-Echo-X-Real-Ip"); len(v) != 1 || v[0] != "127.0.0.1" {
+			t.Errorf("backend x-real-ip = %q, want [127.0.0.1]", v)
+		}
+		// The echo works through the transcoder: a header of the
+		// client's own comes back.
+		if v := got.Values("X-Demo-Echo-X_custom_thing"); len(v) != 1 || v[0] != "kept" {
+			t.Errorf("backend x_custom_thing = %q, want [kept] (headers: %v)", v, got)
+		}
+	}
+	for name, opts := range map[string][]connect.ClientOption{
+		"connect-json": {connect.WithProtoJSON()},
+		"grpc-web":     {connect.WithGRPCWeb()},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := demov1connect.NewOrdersServiceClient(hc, g.URL(), opts...)
+			req := connect.NewRequest(&demov1.GetOrderRequest{OrderId: "o-1001"})
+			header(req.Header())
+			resp, err := c.GetOrder(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(t, resp.Header())
+		})
+	}
+	for name, c := range map[string]*http.Client{"rest-h2c": hc, "rest-http1": h1} {
+		t.Run(name, func(t *testing.T) {
+			req, _ := http.NewRequest("GET", g.URL()+"/v1/orders/o-1001", nil)
+			header(req.Header)
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gatewaytest.Drain(resp)
+			if resp.StatusCode != 200 {
+				t.Fatalf("REST GET = %d", resp.StatusCode)
+			}
+			check(t, resp.Header)
+		})
+	}
+}
+
+// TestUppercaseNamesRefusedOverHTTP2: an HTTP/2 header name with
+// uppercase letters is malformed (RFC 9113 8.2.1) and stays refused,
+// underscores or not: the stream is reset, nothing is forwarded.
+func TestUppercaseNamesRefusedOverHTTP2(t *testing.T) {
+	t.Parallel()
+	d := gatewaytest.Demo(t)
+	g := gatewaytest.Start(t, gatewaytest.DemoSnapshot(d), nil)
+	base := []hpack.HeaderField{
+		{Name: ":method", Value: "GET"}, {Name: ":scheme", Value: "http"},
+		{Name: ":authority", Value: "x"}, {Name: ":path", Value: "/inventory/v1/headers"},
+	}
+	if st, rst := rawH2(t, g.Addr, append(base, hpack.HeaderField{Name: "x_auth_tenant", Value: "forged"})); st != "200" {
+		t.Fatalf("lowercase x_auth_tenant = status %q, reset %v; want 200 (the name is dropped, the request served)", st, rst)
+	}
+	for _, name := range []string{"X_Auth_Tenant", "X-Auth-Tenant", "X_auth_tenant"} {
+		if st, rst := rawH2(t, g.Addr, append(base, hpack.HeaderField{Name: name, Value: "forged"})); rst != http2.ErrCodeProtocol {
+			t.Errorf("%s = status %q, reset %v; want the stream reset with PROTOCOL_ERROR", name, st, rst)
+		}
+	}
+}
+
+// rawH2 sends one header block (HEADERS and CONTINUATION frames) over a
+// fresh h2c connection and returns the :status of the response, or the
+// code the stream was reset with.
+func rawH2(t *testing.T, addr string, fields []hpack.HeaderField) (string, http2.ErrCode) {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -348,7 +627,7 @@ func rawH2Status(t *testing.T, addr string, fields []hpack.HeaderField) string {
 		}
 		switch f := f.(type) {
 		case *http2.MetaHeadersFrame:
-			return f.PseudoValue("status")
+			return f.PseudoValue("status"), 0
 		case *http2.SettingsFrame:
 			if !f.IsAck() {
 				_ = fr.WriteSettingsAck()
@@ -356,33 +635,7 @@ func rawH2Status(t *testing.T, addr string, fields []hpack.HeaderField) string {
 		case *http2.GoAwayFrame:
 			t.Fatalf("GOAWAY %v", f.ErrCode)
 		case *http2.RSTStreamFrame:
-			t.Fatalf("RST_STREAM %v", f.ErrCode)
+			return "", f.ErrCode
 		}
-	}
-}
-
-func ExampleNode() {
-	node, err := gateway.New(gateway.Options{Listeners: []gateway.Listener{{Pool: "public", Addr: "127.0.0.1:0"}}})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer node.Close()
-	fmt.Println(node.Current().Version)
-	// Output: empty
-}
-
-// TestMalformedTargetRejectedByServer: request targets net/http cannot parse
-// never reach the gateway's handler; net/http answers 400 and closes.
-func TestMalformedTargetRejectedByServer(t *testing.T) {
-	t.Parallel()
-	d := gatewaytest.Demo(t)
-	g := gatewaytest.Start(t, gatewaytest.DemoSnapshot(d), nil)
-	resp, _, br, _ := rawRequest(t, g.Addr, "GET /inventory/v1/%zz HTTP/1.1\r\nHost: x\r\n\r\nGET /inventory/v1/items HTTP/1.1\r\nHost: x\r\n\r\n")
-	if resp.StatusCode != http.StatusBadRequest {
-		t.Errorf("GET /inventory/v1/%%zz = %d, want 400", resp.StatusCode)
-	}
-	if !connClosed(br) {
-		t.Errorf("connection still open after an unparsable request target")
 	}
 }

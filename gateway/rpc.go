@@ -39,15 +39,17 @@ func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, rout
 		return
 	}
 	t.RawQuery = q
-	// The caller's protocol, read from its headers once.
+	// The caller's protocol, read from its headers once, and the one the
+	// call is served in.
 	proto := problem.ProtocolOf(r)
-	p = transcode.CheckEncoding(w.Header(), r, proto)
+	served := servedAs(proto, r, route)
+	p = transcode.CheckEncoding(w.Header(), r, served)
 	if p == nil && !route.RPC.REST() {
-		p = transcode.CheckMediaType(r, proto)
+		p = transcode.CheckMediaType(r, served)
 	}
 	if p != nil {
 		p.Instance, p.RequestID = t.Path, t.RequestID
-		problem.Write(w, r, *p)
+		problem.WriteAs(w, r, served, *p)
 		return
 	}
 	if route.RPC.REST() && route.RPC.Method.IsStreamingServer() {
@@ -95,6 +97,27 @@ func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, rout
 	ew := &restErrors{ResponseWriter: w, r: r, rid: t.RequestID, instance: t.Path, call: call}
 	st.rpc.For(route.RPC.Service).ServeHTTP(ew, r2)
 	ew.finish()
+}
+
+// servedAs is the protocol the gateway serves r in, which its refusals
+// must speak: proto, the one r's headers say (problem.ProtocolOf), except
+// that a plain POST of JSON or proto to a method's path, without the
+// Connect-Protocol-Version header a Connect client may leave out, is a
+// Connect unary call by the route it matched, for its errors as for its
+// answer. (A body of another type is no Connect call: its refusals stay
+// Problem Details.)
+func servedAs(proto problem.Protocol, r *http.Request, route *snapshot.Route) problem.Protocol {
+	if proto == problem.HTTP && route.RPC != nil && !route.RPC.REST() && r.Method == http.MethodPost &&
+		transcode.IsUnaryMediaType(headerValue(r.Header, "Content-Type")) {
+		return problem.ConnectUnary
+	}
+	return proto
+}
+
+// refuse answers a request the chain refused after its route matched, in
+// the protocol the route serves it in (see servedAs).
+func (n *Node) refuse(w http.ResponseWriter, r *http.Request, route *snapshot.Route, p problem.Problem) {
+	problem.WriteAs(w, r, servedAs(problem.ProtocolOf(r), r, route), p)
 }
 
 // restErrors passes a transcoded REST response through, except an error:

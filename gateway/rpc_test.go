@@ -477,3 +477,98 @@ func TestRPCRESTTooLarge(t *testing.T) {
 		t.Errorf("%d %s, want 413 payload_too_large", resp.StatusCode, b)
 	}
 }
+
+// TestRPCConnectRefusalsWithoutHeader: a plain JSON POST to a method's
+// path is served as Connect, and so are the chain's refusals before the
+// call (401, 403, 429, 413): Connect error JSON with the Connect code,
+// the challenge and rate limit headers kept. A body that is neither JSON
+// nor proto is no Connect call, and a REST path no method's: Problem
+// Details for both.
+func TestRPCConnectRefusalsWithoutHeader(t *testing.T) {
+	t.Parallel()
+	d := gatewaytest.Demo(t)
+	cfg := rpcSnapshot(t, d.OrdersAddr())
+	cfg.Scopes = []*configv1.Scope{{Name: "orders:read"}}
+	cfg.Plans = []*configv1.Plan{{Name: "pro"}}
+	svc := cfg.Services[0]
+	svc.Auth = &configv1.RouteAuth{Scopes: []string{"orders:read"}}
+	svc.MaxRequestBytes = 64
+	svc.RateLimits = []*configv1.RateLimit{{Name: "tiny", Scope: configv1.RateLimitScope_RATE_LIMIT_SCOPE_CALLER, Rate: 0.001, Burst: 1}}
+	reader, readerRec := gatewaytest.NewKey(t, "key-reader", "app-1", "tenant-1", "pro", "orders:read")
+	noScope, noScopeRec := gatewaytest.NewKey(t, "key-none", "app-2", "tenant-1", "pro")
+	other, otherRec := gatewaytest.NewKey(t, "key-other", "app-3", "tenant-1", "pro", "orders:read")
+	cfg.Keys = []*configv1.KeyRecord{readerRec, noScopeRec, otherRec}
+	g := gatewaytest.Start(t, cfg, nil)
+	hc := gatewaytest.HTTP1Client(t)
+
+	const getOrder = "/portico.demo.v1.OrdersService/GetOrder"
+	post := func(path, ct, body string, header map[string]string) (*http.Response, map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", g.URL()+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", ct)
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatalf("POST %s: %d %q is not JSON", path, resp.StatusCode, b)
+		}
+		return resp, m
+	}
+	isConnect := func(t *testing.T, what string, resp *http.Response, m map[string]any, status int, code string) {
+		t.Helper()
+		if resp.StatusCode != status || resp.Header.Get("Content-Type") != "application/json" || m["code"] != code || m["type"] != nil {
+			t.Errorf("%s: %d %s %v, want %d and a Connect error %s", what, resp.StatusCode, resp.Header.Get("Content-Type"), m, status, code)
+		}
+	}
+	const order = `{"order_id":"o-1001"}`
+
+	resp, m := post(getOrder, "application/json", order, nil)
+	isConnect(t, "no credential", resp, m, 401, "unauthenticated")
+	if !strings.HasPrefix(resp.Header.Get("Www-Authenticate"), `Bearer realm="portico"`) {
+		t.Errorf("no credential: WWW-Authenticate %q, want the Bearer challenge", resp.Header.Get("Www-Authenticate"))
+	}
+	resp, m = post(getOrder, "application/json; charset=utf-8", order, map[string]string{"X-Api-Key": noScope})
+	isConnect(t, "no scope", resp, m, 403, "permission_denied")
+	if !strings.Contains(resp.Header.Get("Www-Authenticate"), `error="insufficient_scope"`) {
+		t.Errorf("no scope: WWW-Authenticate %q, want insufficient_scope", resp.Header.Get("Www-Authenticate"))
+	}
+	resp, m = post(getOrder, "application/json", `{"order_id":"`+strings.Repeat("x", 100)+`"}`, map[string]string{"X-Api-Key": reader})
+	isConnect(t, "too large", resp, m, 429, "resource_exhausted")
+	resp, m = post(getOrder, "application/json", order, map[string]string{"X-Api-Key": reader})
+	if resp.StatusCode != 200 || m["order"] == nil {
+		t.Fatalf("first call: %d %v", resp.StatusCode, m)
+	}
+	resp, m = post(getOrder, "application/json", order, map[string]string{"X-Api-Key": reader})
+	isConnect(t, "rate limited", resp, m, 429, "resource_exhausted")
+	if resp.Header.Get("Retry-After") == "" || resp.Header.Get("Ratelimit") == "" || resp.Header.Get("Ratelimit-Policy") == "" {
+		t.Errorf("rate limited: Retry-After %q, RateLimit %q, RateLimit-Policy %q, want all three",
+			resp.Header.Get("Retry-After"), resp.Header.Get("Ratelimit"), resp.Header.Get("Ratelimit-Policy"))
+	}
+	if details, _ := m["details"].([]any); len(details) != 1 {
+		t.Errorf("rate limited: details %v, want a RetryInfo", m["details"])
+	}
+
+	// The transcoder's own refusals before the call speak Connect too.
+	resp, m = post(getOrder, "application/json", order, map[string]string{"X-Api-Key": other, "Content-Encoding": "zstd"})
+	isConnect(t, "zstd", resp, m, 501, "unimplemented")
+	if resp.Header.Get("Accept-Encoding") != "gzip" {
+		t.Errorf("zstd: Accept-Encoding %q, want gzip", resp.Header.Get("Accept-Encoding"))
+	}
+
+	// Not Connect calls: Problem Details, as before.
+	resp, m = post(getOrder, "text/plain", order, nil)
+	if resp.StatusCode != 401 || resp.Header.Get("Content-Type") != "application/problem+json" || m["error"] != "unauthenticated" {
+		t.Errorf("text/plain: %d %s %v, want a 401 problem", resp.StatusCode, resp.Header.Get("Content-Type"), m)
+	}
+	resp, m = post("/v1/orders", "application/json", `{"customerId":"c-7"}`, nil)
+	if resp.StatusCode != 401 || resp.Header.Get("Content-Type") != "application/problem+json" || m["error"] != "unauthenticated" {
+		t.Errorf("REST POST: %d %s %v, want a 401 problem", resp.StatusCode, resp.Header.Get("Content-Type"), m)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"net/textproto"
 	"strings"
 	"testing"
 
@@ -117,5 +118,52 @@ func TestRouteTransformProblems(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Compile error lacks %q: %v", want, err)
 		}
+	}
+}
+
+// TestHeaderEditsOnOwnedSpellings: a transform may not edit a name the
+// gateway owns spelled with '_' for '-' (backends that fold one into the
+// other would read it as the gateway's), in any field, rename's from and
+// to included; nor the client address headers the gateway sets or drops.
+// Other names with '_' are the team's.
+func TestHeaderEditsOnOwnedSpellings(t *testing.T) {
+	t.Parallel()
+	owned := []string{"x_auth_tenant", "X-Auth_Subject", "X_Api_Key", "x_forwarded_for", "X_Forwarded_Prefix",
+		"X_Request_Id", "x-request_id", "X-Real-Ip", "x_real_ip", "True-Client-Ip", "true_client_ip", "Proxy_Authorization"}
+	for _, name := range owned {
+		edits := func() *configv1.HeaderTransform {
+			return &configv1.HeaderTransform{
+				Remove: []string{name},
+				Rename: []*configv1.HeaderRename{{From: name, To: "X-Mine"}, {From: "X-Mine-Too", To: name}},
+				Set:    []*configv1.HeaderValue{{Name: name, Value: "v"}},
+				Add:    []*configv1.HeaderValue{{Name: name, Value: "v"}},
+			}
+		}
+		cfg := &configv1.Snapshot{
+			Clusters: []*configv1.Cluster{cluster("echo", "127.0.0.1:1")},
+			Routes: []*configv1.Route{{Id: "r", Team: "t", Path: "/v1/x", Cluster: "echo", Auth: public,
+				RequestHeaders: edits(), ResponseHeaders: edits()}},
+		}
+		_, err := snapshot.Compile(cfg)
+		for _, side := range []string{"request_headers", "response_headers"} {
+			for _, field := range []string{"remove[0]", "rename[0].from", "rename[1].to", "set[0].name", "add[0].name"} {
+				want := "routes[0]." + side + "." + field + ": header " + textproto.CanonicalMIMEHeaderKey(name) + " is the gateway's own"
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("Compile error lacks %q: %v", want, err)
+				}
+			}
+		}
+	}
+
+	cfg := &configv1.Snapshot{
+		Clusters: []*configv1.Cluster{cluster("echo", "127.0.0.1:1")},
+		Routes: []*configv1.Route{{Id: "r", Team: "t", Path: "/v1/x", Cluster: "echo", Auth: public,
+			RequestHeaders: &configv1.HeaderTransform{
+				Set:    []*configv1.HeaderValue{{Name: "X_Team_Header", Value: "v"}, {Name: "X_Authx", Value: "v"}},
+				Rename: []*configv1.HeaderRename{{From: "X_Old", To: "X_New"}},
+			}}},
+	}
+	if _, err := snapshot.Compile(cfg); err != nil {
+		t.Errorf("Compile of edits on the team's own names with '_': %v", err)
 	}
 }

@@ -87,7 +87,7 @@ func runDev(ctx context.Context, args []string) error {
 		node.Close()
 		return err
 	}
-	if err := ctl.follow(ctx, node, ident, version, log); err != nil {
+	if err := ctl.follow(ctx, node, version, log); err != nil {
 		node.Close()
 		return fmt.Errorf("dev: %w", err)
 	}

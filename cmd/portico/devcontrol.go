@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/portico-gw/portico/control"
 	"github.com/portico-gw/portico/control/admin"
@@ -216,7 +215,8 @@ func (c *devControl) seed(ctx context.Context, demo *configv1.Snapshot) (int64, 
 	steps := []func() (*adminv1.Change, error){
 		func() (*adminv1.Change, error) {
 			r, err := api.PutPlatform(ctx, connect.NewRequest(&adminv1.PutPlatformRequest{Message: "portico dev: the demo catalog",
-				Platform: &adminv1.Platform{Products: demo.GetProducts(), Plans: demo.GetPlans(), Scopes: demo.GetScopes(), RateLimiting: demo.GetRateLimiting()}}))
+				Platform: &adminv1.Platform{Products: demo.GetProducts(), Plans: demo.GetPlans(), Scopes: demo.GetScopes(),
+					Issuers: demo.GetIssuers(), RateLimiting: demo.GetRateLimiting()}}))
 			if err != nil {
 				return nil, err
 			}
@@ -254,19 +254,15 @@ func (c *devControl) seed(ctx context.Context, demo *configv1.Snapshot) (int64, 
 }
 
 // follow feeds node from the control plane (snapshots and the fast
-// lane) and from the key service's signed snapshot, adding the demo
-// issuer, whose signing key lives in this process, to every snapshot; it
-// waits until the node runs version.
-func (c *devControl) follow(ctx context.Context, node *gateway.Node, ident *devIdentity, version int64, log *slog.Logger) error {
+// lane) and from the key service's signed snapshot; it waits until the
+// node runs version. The node runs the control plane's snapshots as they
+// come, the demo issuer included (seed puts it on the platform), so what
+// it logs is what porticoctl versions shows.
+func (c *devControl) follow(ctx context.Context, node *gateway.Node, version int64, log *slog.Logger) error {
 	client := gwdist.New(gwdist.Options{
 		URL: c.url, HTTPClient: streamClient(c.url), Token: c.nodeToken,
 		NodeID: "dev", Pool: "public", Region: "dev", Logger: log, Stats: node.RouteStats, Lane: node.FastLane(), Node: node,
-		Apply: func(cfg *configv1.Snapshot) error {
-			cfg = proto.CloneOf(cfg)
-			cfg.Sha256 = "" // it no longer is the control plane's snapshot
-			ident.addIssuer(cfg)
-			return node.Apply(cfg)
-		},
+		Apply: node.Apply,
 	})
 	go func() { _ = client.Run(ctx) }()
 	poller, err := gwdist.NewPoller(gwdist.PollerOptions{URL: c.url + keysvc.SnapshotPath, Trusted: []ed25519.PublicKey{c.signer},

@@ -50,8 +50,8 @@ func followControl(ctx context.Context, node *gateway.Node, url, tokenFile, cach
 		log.Warn("not serving the cached snapshot", "err", err)
 	}
 	if booted {
-		sha, _ := client.Running()
-		log.Info("serving the cached snapshot until the control plane answers", "sha256", sha)
+		// Apply logged the snapshot, with its sha256.
+		log.Info("serving the cached snapshot until the control plane answers", "file", cacheFile)
 	}
 	go func() { _ = client.Run(ctx) }()
 	return nil

@@ -53,6 +53,10 @@ func TestExtract(t *testing.T) {
 		{"two authorization headers", header("Authorization", "Bearer a", "Authorization", "Bearer b"), "", "", Anonymous, "", false, reasonAmbiguous},
 		{"two x-api-key headers", header("X-Api-Key", key, "X-Api-Key", key), "", "", Anonymous, "", false, reasonAmbiguous},
 		{"header and query key", header("X-Api-Key", key), "api_key", "api_key=" + key, Anonymous, "", false, reasonAmbiguous},
+		{"query key twice", header(), "api_key", "api_key=" + key + "&api_key=" + key, Anonymous, "", false, reasonAmbiguous},
+		{"query key twice, other values", header(), "api_key", "api_key=A&a=1&api_key=B", Anonymous, "", false, reasonAmbiguous},
+		{"query key twice, one escaped", header(), "api_key", "api_key=" + key + "&api%5Fkey=" + key, Anonymous, "", false, reasonAmbiguous},
+		{"query key twice, one empty", header(), "api_key", "api_key=" + key + "&api_key=", Anonymous, "", false, reasonAmbiguous},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

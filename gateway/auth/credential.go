@@ -47,8 +47,8 @@ func extract(r *http.Request, queryKey, rawQuery string) (credential, string) {
 		c = credential{kind: APIKey, value: v[0]}
 	}
 	if queryKey != "" {
-		if v, ok := queryValue(rawQuery, queryKey); ok {
-			n++
+		if v, k := queryValue(rawQuery, queryKey); k > 0 {
+			n += k
 			c = credential{kind: APIKey, value: v, query: true}
 		}
 	}
@@ -63,8 +63,9 @@ func extract(r *http.Request, queryKey, rawQuery string) (credential, string) {
 	return c, ""
 }
 
-// queryValue returns the first value of name in rawQuery, unescaped.
-func queryValue(rawQuery, name string) (string, bool) {
+// queryValue returns the first value of name in rawQuery, and how many
+// times name occurs: a key given twice is two credentials, however alike.
+func queryValue(rawQuery, name string) (first string, n int) {
 	for q := rawQuery; q != ""; {
 		var pair string
 		pair, q, _ = strings.Cut(q, "&")
@@ -72,11 +73,14 @@ func queryValue(rawQuery, name string) (string, bool) {
 		if !keyIs(k, name) {
 			continue
 		}
-		// Keys are base62: an escaped value cannot be a valid key, and is
-		// passed as is for the format check to refuse.
-		return v, true
+		if n == 0 {
+			// Keys are base62: an escaped value cannot be a valid key,
+			// and is passed as is for the format check to refuse.
+			first = v
+		}
+		n++
 	}
-	return "", false
+	return first, n
 }
 
 // keyIs reports whether the raw query key k names name, also when escaped

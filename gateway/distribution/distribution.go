@@ -50,7 +50,8 @@ type Options struct {
 	// CacheFile keeps the last snapshot the node ran; empty: none.
 	CacheFile string
 	// Apply runs a snapshot (gateway.Node.Apply). It returns an error, and
-	// changes nothing, for a snapshot the node refuses.
+	// changes nothing, for a snapshot the node refuses. It logs what it
+	// runs, with the snapshot's sha256 (the client does not log it again).
 	Apply func(*configv1.Snapshot) error
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
@@ -249,11 +250,16 @@ func (c *Client) session(ctx context.Context, client distributionv1connect.Distr
 			continue
 		}
 		ack := &distributionv1.Ack{Sha256: snap.GetSha256()}
-		if err := c.run(snap); err != nil {
+		// One line per version names its sha256, the control plane's:
+		// Apply logs the snapshots it applies (their digest is the sha256
+		// they were sent as, or run refuses them), so only a version sent
+		// by name, which the node already runs, and a refusal are logged
+		// here.
+		if applied, err := c.run(snap); err != nil {
 			ack.Error = truncate(err.Error(), maxAckError)
 			ack.Objects = refusedObjects(err)
 			c.log.Warn("snapshot refused", "version", snap.GetVersion(), "sha256", snap.GetSha256(), "err", err)
-		} else {
+		} else if !applied {
 			c.log.Info("snapshot running", "version", snap.GetVersion(), "sha256", snap.GetSha256())
 		}
 		if err := send(&distributionv1.StreamRequest{Message: &distributionv1.StreamRequest_Ack{Ack: ack}}); err != nil {
@@ -308,27 +314,29 @@ func (c *Client) report(ctx context.Context, stopped <-chan struct{}, send func(
 	}
 }
 
-// run makes the node run snap, and caches it.
-func (c *Client) run(snap *distributionv1.Snapshot) error {
+// run makes the node run snap, and caches it. applied says whether it
+// called Apply: not for a snapshot sent by name only, which the node
+// runs already.
+func (c *Client) run(snap *distributionv1.Snapshot) (applied bool, err error) {
 	running, _ := c.Running()
 	if len(snap.GetData()) == 0 {
 		if snap.GetSha256() != running {
-			return fmt.Errorf("sent no data for snapshot %s, which the node does not run", snap.GetSha256())
+			return false, fmt.Errorf("sent no data for snapshot %s, which the node does not run", snap.GetSha256())
 		}
 		c.mu.Lock()
 		c.version = snap.GetVersion()
 		c.mu.Unlock()
-		return nil
+		return false, nil
 	}
 	cfg, err := decode(snap.GetData())
 	if err != nil {
-		return err
+		return false, err
 	}
 	if cfg.GetSha256() != snap.GetSha256() {
-		return fmt.Errorf("the snapshot's bytes hash to %s, not to the %s it was sent as", cfg.GetSha256(), snap.GetSha256())
+		return false, fmt.Errorf("the snapshot's bytes hash to %s, not to the %s it was sent as", cfg.GetSha256(), snap.GetSha256())
 	}
 	if err := c.opts.Apply(cfg); err != nil {
-		return &applyError{cfg: cfg, err: err}
+		return false, &applyError{cfg: cfg, err: err}
 	}
 	c.mu.Lock()
 	c.running, c.version = snap.GetSha256(), snap.GetVersion()
@@ -340,7 +348,7 @@ func (c *Client) run(snap *distributionv1.Snapshot) error {
 			c.log.Error("caching the snapshot failed", "file", c.opts.CacheFile, "err", err)
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // bearer sends the node's token on the stream.

@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -138,6 +139,24 @@ type Problem struct {
 	Details    []json.RawMessage
 }
 
+// redact replaces what looks like a credential in the parts of p that can
+// echo the request: the detail, the instance and the violations (a copy of
+// them, when one changes: the caller's slice is left alone).
+func (p *Problem) redact() {
+	p.Detail, p.Instance = Redact(p.Detail), Redact(p.Instance)
+	cloned := false
+	for i, v := range p.Violations {
+		f, m := Redact(v.Field), Redact(v.Message)
+		if f == v.Field && m == v.Message {
+			continue
+		}
+		if !cloned {
+			p.Violations, cloned = slices.Clone(p.Violations), true
+		}
+		p.Violations[i].Field, p.Violations[i].Message = f, m
+	}
+}
+
 // Violation is one field of a request that breaks a rule.
 type Violation struct {
 	// Field is the field's path in the request message ("order.items[0].sku").
@@ -163,9 +182,18 @@ func IsGRPC(contentType string) bool {
 // response for gRPC and gRPC-Web, a Connect error for Connect, otherwise
 // application/problem+json. Headers already set on
 // w (request id, Allow, Retry-After, Connection) are kept. Write must be
-// called before anything else has been written to w.
+// called before anything else has been written to w. Whatever in p looks
+// like a credential is redacted (see Redact).
 func Write(w http.ResponseWriter, r *http.Request, p Problem) {
-	switch ProtocolOf(r) {
+	WriteAs(w, r, ProtocolOf(r), p)
+}
+
+// WriteAs is Write in protocol proto, for a request whose protocol is not
+// what its headers alone say: a plain JSON POST to a method's path is a
+// Connect unary call by the route it matched.
+func WriteAs(w http.ResponseWriter, r *http.Request, proto Protocol, p Problem) {
+	p.redact()
+	switch proto {
 	case GRPC, GRPCWeb:
 		writeGRPC(w, r, p)
 	case ConnectUnary:

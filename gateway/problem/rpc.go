@@ -190,12 +190,18 @@ func FromStatusJSON(body []byte, httpStatus int) (p Problem, ok bool) {
 // the Problem rather than a generic failure.
 type Error struct{ Problem Problem }
 
-func (e *Error) Error() string { return e.Problem.message() }
+func (e *Error) Error() string {
+	p := e.Problem
+	p.redact()
+	return p.message()
+}
 
 // SetGRPCTrailers sets p as the gRPC status in the trailers of a response
 // that has started: grpc-status, grpc-message and, with details,
-// grpc-status-details-bin, each under http.TrailerPrefix.
+// grpc-status-details-bin, each under http.TrailerPrefix. Like Write, it
+// redacts what looks like a credential.
 func SetGRPCTrailers(h http.Header, p Problem) {
+	p.redact()
 	h[http.TrailerPrefix+"Grpc-Status"] = []string{strconv.Itoa(p.Code.GRPCCode())}
 	h[http.TrailerPrefix+"Grpc-Message"] = []string{EncodeGRPCMessage(p.message())}
 	if d := p.statusDetails(); d != nil {

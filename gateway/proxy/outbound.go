@@ -17,7 +17,7 @@ type outbound struct {
 	req  *http.Request
 	url  url.URL
 	body limitedBody
-	vals [14]string // backing store for the values of headers the gateway sets
+	vals [15]string // backing store for the values of headers the gateway sets
 }
 
 // newOutbound builds the upstream request. For gRPC, a positive timeout is
@@ -51,7 +51,7 @@ func newOutbound(ctx context.Context, r *http.Request, t *Target, addr string, g
 // headers are shared, not copied: neither side modifies them.
 func (o *outbound) header(r *http.Request, t *Target, grpc bool, timeout time.Duration) http.Header {
 	in := r.Header
-	h := make(http.Header, len(in)+8)
+	h := make(http.Header, len(in)+9)
 	var connTokens []string
 	if c := in["Connection"]; len(c) > 0 {
 		connTokens = c
@@ -94,6 +94,9 @@ func (o *outbound) header(r *http.Request, t *Target, grpc bool, timeout time.Du
 		set("X-Forwarded-Host", r.Host)
 	}
 	set("Forwarded", fwd)
+	if t.RealIP != "" {
+		set("X-Real-Ip", t.RealIP)
+	}
 	set("X-Request-Id", t.RequestID)
 	if t.Traceparent != "" {
 		set("Traceparent", t.Traceparent)
@@ -110,23 +113,86 @@ func (o *outbound) header(r *http.Request, t *Target, grpc bool, timeout time.Du
 }
 
 // dropRequestHeader reports whether the client's header k must not reach
-// the upstream: hop-by-hop headers (RFC 9110 7.6.1), headers the gateway
-// sets itself, every x-auth-* header, which only the gateway may send, and
-// the credential headers: a credential is never forwarded, even on a
-// public route.
+// the upstream: hop-by-hop headers (RFC 9110 7.6.1), the headers and
+// families the gateway owns (x-auth-*, which only the gateway may send;
+// x-forwarded-*, Forwarded, X-Request-Id, traceparent, which it sets), the
+// credential headers (a credential is never forwarded, even on a public
+// route), and client claims of the client's address (X-Real-Ip,
+// True-Client-Ip), which the gateway cannot verify.
+//
+// A name spelled with '_' for '-' (X_Auth_Tenant, X-Request_Id) is dropped
+// too: many backends (CGI and its heirs, which make HTTP_X_AUTH_TENANT of
+// either spelling, and frameworks that fold '_' into '-') would read it as
+// the gateway's own header.
 func dropRequestHeader(k string) bool {
-	if len(k) >= 7 && (k[0] == 'X' || k[0] == 'x') && strings.EqualFold(k[:7], "x-auth-") {
+	if len(k) >= 7 && (k[0] == 'X' || k[0] == 'x') &&
+		(strings.EqualFold(k[:7], "x-auth-") || len(k) >= 12 && strings.EqualFold(k[:12], "x-forwarded-")) {
 		return true
 	}
 	switch k {
 	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
 		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-		"Expect", "Http2-Settings", "Authorization", "X-Api-Key",
-		"X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Forwarded",
-		"X-Request-Id", "Traceparent", "Grpc-Timeout":
+		"Expect", "Http2-Settings", "Authorization", "X-Api-Key", "Forwarded",
+		"X-Request-Id", "Traceparent", "Grpc-Timeout", "X-Real-Ip", "True-Client-Ip":
 		return true
 	}
+	// Only a name that starts like an owned one can be one with '_', and
+	// almost none has a '_': only those pay for the comparison that reads
+	// it as '-'.
+	if k == "" {
+		return false
+	}
+	switch k[0] | 0x20 { // ASCII lowercase
+	case 'x', 'p', 'k', 't', 'h', 'g':
+		return strings.IndexByte(k, '_') >= 0 && ownedWithUnderscore(k)
+	}
 	return false
+}
+
+// ownedNames are the names dropRequestHeader drops that have a '-' (a name
+// without one has no other spelling), lowercase; ownedPrefixes the
+// families it drops. dropRequestHeader knows their first letters.
+var (
+	ownedNames = [...]string{
+		"proxy-connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
+		"transfer-encoding", "http2-settings", "x-api-key", "x-request-id", "grpc-timeout",
+		"x-real-ip", "true-client-ip",
+	}
+	ownedPrefixes = [...]string{"x-auth-", "x-forwarded-"}
+)
+
+// ownedWithUnderscore reports whether k, read with '_' as '-' and without
+// case, is one of the names or families dropRequestHeader drops.
+func ownedWithUnderscore(k string) bool {
+	for _, p := range ownedPrefixes {
+		if len(k) >= len(p) && sameName(k[:len(p)], p) {
+			return true
+		}
+	}
+	for _, n := range ownedNames {
+		if len(k) == len(n) && sameName(k, n) {
+			return true
+		}
+	}
+	return false
+}
+
+// sameName reports whether the header name k equals lower, a lowercase
+// name of the same length, without case and with '_' read as '-'.
+func sameName(k, lower string) bool {
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		switch {
+		case c == '_':
+			c = '-'
+		case 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // dropResponseHeader reports whether the upstream's header k is hop-by-hop.

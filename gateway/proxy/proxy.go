@@ -45,6 +45,10 @@ type Target struct {
 	ClientIP string
 	// TLS says the client reached the gateway over TLS.
 	TLS bool
+	// RealIP is the client's address as far as the gateway can vouch for
+	// it: the peer, or behind trusted proxies the nearest X-Forwarded-For
+	// address that is not one of them. It is sent as X-Real-Ip.
+	RealIP string
 	// TrustForwarded appends to the client's X-Forwarded-For and Forwarded
 	// instead of replacing them: set only when the peer is a trusted proxy.
 	TrustForwarded bool

@@ -78,11 +78,17 @@ var protectedHeaders = []string{
 	"Connection", "Keep-Alive", "Proxy-Connection", "Transfer-Encoding", "Te", "Trailer", "Upgrade",
 	"Proxy-Authenticate", "Proxy-Authorization", "Host", "Content-Length",
 	"Authorization", "X-Api-Key", "Forwarded", "X-Request-Id", "Traceparent", "Tracestate",
+	"X-Real-Ip", "True-Client-Ip",
 }
 
-func protectedHeader(name string, response bool) bool {
-	c := textproto.CanonicalMIMEHeaderKey(name)
-	return slices.Contains(protectedHeaders, c) || strings.HasPrefix(c, "X-Forwarded-") ||
+// protectedHeader reports whether name is one no transform may edit,
+// compared as the proxy compares what clients send: without case and with
+// '_' read as '-', since backends that fold one into the other would take
+// an edited X_Auth_Tenant for the gateway's X-Auth-Tenant. It returns the
+// name as the gateway owns it.
+func protectedHeader(name string, response bool) (string, bool) {
+	c := textproto.CanonicalMIMEHeaderKey(strings.ReplaceAll(name, "_", "-"))
+	return c, slices.Contains(protectedHeaders, c) || strings.HasPrefix(c, "X-Forwarded-") ||
 		strings.HasPrefix(c, "X-Auth-") || response && strings.HasPrefix(c, "Grpc-")
 }
 
@@ -93,10 +99,15 @@ func compileHeaderOps(path string, t *configv1.HeaderTransform, response bool, e
 	}
 	o := &HeaderOps{}
 	check := func(field, name string) string {
-		if protectedHeader(name, response) {
-			errs.add(path+"."+field, fmt.Sprintf("header %s is the gateway's own and cannot be edited", textproto.CanonicalMIMEHeaderKey(name)))
+		c := textproto.CanonicalMIMEHeaderKey(name)
+		if owned, ok := protectedHeader(name, response); ok {
+			msg := fmt.Sprintf("header %s is the gateway's own and cannot be edited", c)
+			if owned != c {
+				msg = fmt.Sprintf("header %s is the gateway's own %s ('_' reads as '-') and cannot be edited", c, owned)
+			}
+			errs.add(path+"."+field, msg)
 		}
-		return textproto.CanonicalMIMEHeaderKey(name)
+		return c
 	}
 	for i, n := range t.GetRemove() {
 		o.Remove = append(o.Remove, check(fmt.Sprintf("remove[%d]", i), n))

@@ -49,16 +49,22 @@ func CheckMediaType(r *http.Request, proto problem.Protocol) *problem.Problem {
 		return nil
 	}
 	ct := r.Header.Get("Content-Type")
-	mt := ct
-	if i := strings.IndexByte(mt, ';'); i >= 0 {
-		mt = mt[:i]
-	}
-	mt = strings.ToLower(strings.TrimSpace(mt))
-	if mt == "application/json" || mt == "application/proto" {
+	if IsUnaryMediaType(ct) {
 		return nil
 	}
 	return &problem.Problem{Code: problem.UnsupportedMedia,
 		Detail: "a call of a method is application/json or application/proto, not " + quoteHeader(ct)}
+}
+
+// IsUnaryMediaType reports whether ct (a Content-Type, parameters and
+// case aside) is one of a Connect unary call's: application/json or
+// application/proto.
+func IsUnaryMediaType(ct string) bool {
+	if i := strings.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	ct = strings.TrimSpace(ct)
+	return strings.EqualFold(ct, "application/json") || strings.EqualFold(ct, "application/proto")
 }
 
 // quoteHeader quotes a caller's header value for a message, cut short.

@@ -2062,7 +2062,8 @@ func (x *OpenAPIValidation) GetSkipBody() bool {
 // any value), then add (appending). Names are case-insensitive. Headers the
 // gateway owns cannot be edited: hop-by-hop headers, Host, Content-Length,
 // Authorization, X-Api-Key, X-Forwarded-*, Forwarded, X-Request-Id,
-// Traceparent, X-Auth-*, and on responses Grpc-*.
+// Traceparent, Tracestate, X-Real-Ip, True-Client-Ip, X-Auth-*, and on
+// responses Grpc-*; also spelled with '_' for '-' (x_auth_tenant).
 type HeaderTransform struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Remove        []string               `protobuf:"bytes,1,rep,name=remove,proto3" json:"remove,omitempty"`
