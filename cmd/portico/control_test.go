@@ -96,6 +96,27 @@ func TestControlRole(t *testing.T) {
 		}
 	}
 	waitServed("the route put through the admin API")
+	// The node caches a snapshot before it acknowledges it, and may serve
+	// it a moment before: wait for the ACK, or the kill below can come
+	// between the two and the restart serve the version before.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		vs, err := admin.ListVersions(ctx, connect.NewRequest(&adminv1.ListVersionsRequest{Limit: 1}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ro, err := admin.GetRollout(ctx, connect.NewRequest(&adminv1.GetRolloutRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := ro.Msg.GetNodes(); len(n) == 1 && n[0].GetVersion() == vs.Msg.GetVersions()[0].GetNumber() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node-1 never acknowledged the newest version: %v", ro.Msg.GetNodes())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 
 	// The control plane goes; the node, restarted, serves its cache.
 	_ = cp.cmd.Process.Kill()
