@@ -252,7 +252,10 @@ func TestMalformedFraming(t *testing.T) {
 	t.Parallel()
 	d := gatewaytest.Demo(t)
 	g := gatewaytest.Start(t, gatewaytest.DemoSnapshot(d), nil)
-	const head = "POST /inventory/v1/upload HTTP/1.1\r\nHost: x\r\n"
+	const (
+		head   = "POST /inventory/v1/upload HTTP/1.1\r\nHost: x\r\n"
+		head10 = "POST /inventory/v1/upload HTTP/1.0\r\nHost: x\r\n"
+	)
 	for _, tc := range []struct {
 		name, raw string
 	}{
@@ -263,6 +266,11 @@ func TestMalformedFraming(t *testing.T) {
 		{"invalid header byte", head + "X-Bad: a\x01b\r\nContent-Length: 0\r\n\r\n"},
 		{"space before colon", head + "Content-Length : 0\r\n\r\n"},
 		{"unsupported transfer-encoding", head + "Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n"},
+		// HTTP/1.0 ignores Transfer-Encoding: net/http drops the field and
+		// frames the body by Content-Length (here none), so a handler never
+		// sees it, and the keep-alive connection would serve what follows.
+		{"te on HTTP/1.0", head10 + "Connection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n"},
+		{"cl+te on HTTP/1.0", head10 + "Connection: keep-alive\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\nabcd"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// A second request follows on the same connection: it must never
