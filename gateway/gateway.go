@@ -304,6 +304,7 @@ func (n *Node) Run(ctx context.Context) error {
 		if srv.TLSConfig != nil {
 			ln = newTLSListener(ln, srv.TLSConfig, n.opts.ReadHeaderTimeout, fo, n.log)
 		} else {
+			fo.H2C = true // cleartext listeners also take h2c
 			ln = framing.NewListener(ln, fo)
 		}
 		go func() {

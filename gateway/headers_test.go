@@ -534,6 +534,26 @@ func ExampleNode() {
 	// Output: empty
 }
 
+// TestShortRequestLine: on the cleartext listener, which also takes h2c
+// with prior knowledge, net/http waits for 14 bytes to tell the HTTP/2
+// preface from HTTP/1. A complete request whose line is shorter is
+// answered 400 at once, not when the read-header timeout ends the wait.
+func TestShortRequestLine(t *testing.T) {
+	t.Parallel()
+	d := gatewaytest.Demo(t)
+	g := gatewaytest.Start(t, gatewaytest.DemoSnapshot(d), func(o *gateway.Options) { o.ReadHeaderTimeout = time.Minute })
+	for _, raw := range []string{"GET /ok\r\n\r\n", "GET\n\n", "\r\n\r\n", "GET / HTTP/1\n"} {
+		// rawRequest waits 10 s for the answer, well under the timeout.
+		resp, _, br, _ := rawRequest(t, g.Addr, raw)
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%q = %d, want 400", raw, resp.StatusCode)
+		}
+		if !connClosed(br) {
+			t.Errorf("%q: connection still open after 400", raw)
+		}
+	}
+}
+
 // TestMalformedTargetRejectedByServer: request targets net/http cannot parse
 // never reach the gateway's handler; net/http answers 400 and closes.
 func TestMalformedTargetRejectedByServer(t *testing.T) {

@@ -35,7 +35,7 @@
 //     long stretch without a line break would be cut as an oversized head
 //     (the gateway never switches protocols).
 //
-// One thing it does change, on connections net/http is about to refuse
+// Two things it does change, on connections net/http is about to refuse
 // anyway, so that it refuses them the way the gateway promises:
 //   - Request heads are held to [Options.MaxHeaderBytes] exactly. net/http
 //     reads up to 4 KiB past its MaxHeaderBytes before it answers 431, and
@@ -43,6 +43,14 @@
 //     limit, a Conn hands the server the head up to the limit and then
 //     filler without a line break, so the server's own limit is reached
 //     at once and it answers its usual 431 and closes.
+//   - On a server that also takes h2c with prior knowledge ([Options.H2C]),
+//     net/http peeks at the first 14 bytes of a connection to tell the
+//     preface from HTTP/1 before it reads a request, and waits until they
+//     arrive. A client whose whole request is shorter, such as
+//     "GET /ok\r\n\r\n", would be answered only when the read-header
+//     timeout ends the wait. When the first bytes are already a request
+//     line net/http refuses, a Conn ends the wait with an error, which the
+//     peek swallows, and the server answers 400 at once.
 package framing
 
 import (
@@ -66,6 +74,9 @@ type Options struct {
 	// http.Server.MaxHeaderBytes plus 4096. Zero means
 	// http.DefaultMaxHeaderBytes; at most MaxServerHeaderBytes.
 	MaxHeaderBytes int
+	// H2C is set when the server also serves HTTP/2 with prior knowledge
+	// on these connections (http.Protocols.SetUnencryptedHTTP2).
+	H2C bool
 }
 
 // Conn is a net.Conn whose Read follows the HTTP/1.x request stream. All
@@ -76,6 +87,10 @@ type Options struct {
 type Conn struct {
 	net.Conn
 	p parser
+	// sniffed counts the first bytes read, up to prefaceProbe, while the
+	// server may be waiting for them to tell the h2c preface from HTTP/1.
+	// It starts at prefaceProbe without Options.H2C.
+	sniffed int
 }
 
 // NewConn wraps c, which must carry plaintext HTTP/1.x from its first byte:
@@ -88,8 +103,19 @@ func NewConn(c net.Conn, opts Options) *Conn {
 	if opts.MaxHeaderBytes <= 0 {
 		fc.p.maxHead = http.DefaultMaxHeaderBytes
 	}
+	if !opts.H2C {
+		fc.sniffed = prefaceProbe
+	}
 	return fc
 }
+
+// prefaceProbe is how many bytes net/http peeks at before it tells the h2c
+// preface ("PRI * HTTP/2.0", the first 14 bytes of it) from HTTP/1.
+const prefaceProbe = 14
+
+// errShortRequest ends net/http's wait for the first bytes of a connection
+// when they are already a request line it refuses.
+var errShortRequest = errors.New("framing: malformed request line shorter than the h2c preface")
 
 // Read reads from the underlying connection and follows what it read.
 //
@@ -101,12 +127,28 @@ func (c *Conn) Read(b []byte) (int, error) {
 		return fill(b), nil
 	}
 	n, err := c.Conn.Read(b)
-	if n > 0 && n <= len(b) && !c.p.done() {
+	if n <= 0 || n > len(b) {
+		return n, err
+	}
+	if !c.p.done() {
 		if cut := c.p.feed(b[:n]); cut < n {
 			// What the client sent past the cut is never served, and
 			// neither is its end of stream: the server gets its 431 out.
 			fill(b[cut:n])
 			return n, nil
+		}
+	}
+	if c.sniffed < prefaceProbe {
+		c.sniffed += n
+		// The parser stops following a request line net/http refuses
+		// (no version, a malformed one): nothing the client sends next
+		// changes the answer, and the server's peek for the preface
+		// swallows the error, then reads the line from its buffer and
+		// answers 400. A request line that can still be served keeps
+		// the wait: the shortest, "M / HTTP/1.1" with LF, is 13 bytes.
+		if c.sniffed < prefaceProbe && c.p.state == stPassthrough && err == nil {
+			c.sniffed = prefaceProbe
+			err = errShortRequest
 		}
 	}
 	return n, err

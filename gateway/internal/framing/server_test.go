@@ -321,7 +321,7 @@ func TestServerH2C(t *testing.T) {
 	serverProtocols.SetUnencryptedHTTP2(true)
 	clientProtocols.SetUnencryptedHTTP2(true)
 	l := listen(t)
-	serve(t, l, &serverProtocols, framing.Options{})
+	serve(t, l, &serverProtocols, framing.Options{H2C: true})
 
 	transport := &http.Transport{Protocols: &clientProtocols}
 	t.Cleanup(transport.CloseIdleConnections)
@@ -339,6 +339,52 @@ func TestServerH2C(t *testing.T) {
 		want := fmt.Sprintf("POST /h2c body=%d proto=2 tls=false", len(body))
 		if resp.StatusCode != 200 || resp.ProtoMajor != 2 || string(got) != want {
 			t.Fatalf("POST over h2c = %d %s %q, want 200 HTTP/2.0 %q", resp.StatusCode, resp.Proto, got, want)
+		}
+	}
+}
+
+// TestServerShortRequestLine checks that a server that also takes h2c
+// answers a request line too short to be valid at once (it would wait for
+// 14 bytes, until its read-header timeout), and still serves the shortest
+// valid requests however their bytes arrive.
+func TestServerShortRequestLine(t *testing.T) {
+	t.Parallel()
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	l := listen(t)
+	// The read-header timeout (10 s) is what each connection's deadline
+	// (10 s) would otherwise run into.
+	serve(t, l, &protocols, framing.Options{H2C: true})
+	for _, tc := range []struct {
+		send   string
+		status int
+	}{
+		{"GET /ok\r\n\r\n", 400},
+		{"GET\r\n", 400},
+		{"\n", 400},
+		{"GET / HTTP/1\n", 400},
+		{"A / HTTP/1.0\n\n", 200},
+		{"GET / HTTP/1.0\r\n\r\n", 200},
+	} {
+		for _, byByte := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%q/byByte=%t", tc.send, byByte), func(t *testing.T) {
+				t.Parallel()
+				conn, err := net.Dial("tcp", l.Addr().String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				conn.SetDeadline(time.Now().Add(5 * time.Second))
+				write(t, conn, tc.send, byByte)
+				br := bufio.NewReader(conn)
+				if got := readStatus(t, br); got != tc.status {
+					t.Fatalf("status = %d, want %d", got, tc.status)
+				}
+				if _, err := br.ReadByte(); err != io.EOF {
+					t.Fatalf("read after the response: %v, want EOF", err)
+				}
+			})
 		}
 	}
 }
