@@ -116,7 +116,7 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	// The team's OpenAPI document, for routes that have one.
 	if route.OpenAPI != nil {
-		if p := checkOpenAPI(route.OpenAPI, r, path, rawQuery); p != nil {
+		if p := checkOpenAPI(route.OpenAPI, w, r, path, rawQuery, route.Timeout); p != nil {
 			p.Instance, p.RequestID = path, rid
 			problem.Write(w, r, *p)
 			return
