@@ -54,8 +54,12 @@ type Options struct {
 	// Logger receives the node's logs; nil means slog.Default().
 	Logger *slog.Logger
 
-	// MaxHeaderBytes bounds the request line and headers; a larger request
-	// is answered 431. Zero means 64 KiB; at most 1 MiB.
+	// MaxHeaderBytes bounds a request's head, exactly: in HTTP/1 the
+	// request line, the header lines and the empty line after them; in
+	// HTTP/2 the header list as HTTP/2 counts it (each field's name and
+	// value plus 32 bytes, pseudo-headers included), which is announced
+	// as SETTINGS_MAX_HEADER_LIST_SIZE. A larger head is answered 431.
+	// Zero means 64 KiB; at least 1 KiB, at most 1 MiB.
 	MaxHeaderBytes int
 	// ReadHeaderTimeout is how long a client may take to send its request
 	// headers (and TLS handshake); slower clients are cut off so they cannot
@@ -157,6 +161,9 @@ func New(opts Options) (*Node, error) {
 	if opts.MaxHeaderBytes > framing.MaxServerHeaderBytes {
 		return nil, fmt.Errorf("gateway: MaxHeaderBytes %d is over the %d the framing guard follows", opts.MaxHeaderBytes, framing.MaxServerHeaderBytes)
 	}
+	if opts.MaxHeaderBytes < minHeaderBytes {
+		return nil, fmt.Errorf("gateway: MaxHeaderBytes %d is under the minimum of %d", opts.MaxHeaderBytes, minHeaderBytes)
+	}
 	n := &Node{
 		opts:      opts,
 		log:       opts.Logger,
@@ -216,6 +223,11 @@ func New(opts Options) (*Node, error) {
 	}
 	return n, nil
 }
+
+// minHeaderBytes is the smallest MaxHeaderBytes: below it, the HTTP/2
+// limit cannot be made exact (see h2HeaderListPadding), and no real client's
+// request fits anyway.
+const minHeaderBytes = 1 << 10
 
 func withDefaults(o Options) Options {
 	if len(o.Listeners) == 0 {
@@ -287,10 +299,13 @@ func (n *Node) Run(ctx context.Context) error {
 	errc := make(chan error, len(n.servers))
 	for i, srv := range n.servers {
 		ln := n.listeners[i]
+		// The guard holds HTTP/1 request heads to the limit exactly.
+		fo := framing.Options{MaxHeaderBytes: n.opts.MaxHeaderBytes}
 		if srv.TLSConfig != nil {
-			ln = newTLSListener(ln, srv.TLSConfig, n.opts.ReadHeaderTimeout, n.log)
+			ln = newTLSListener(ln, srv.TLSConfig, n.opts.ReadHeaderTimeout, fo, n.log)
 		} else {
-			ln = framing.NewListener(ln)
+			fo.H2C = true // cleartext listeners also take h2c
+			ln = framing.NewListener(ln, fo)
 		}
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -321,6 +321,57 @@ func TestGRPCTimeoutHeader(t *testing.T) {
 	}
 }
 
+// TestGRPCUpstreamEndsWhileClientSends: when the upstream exchange ends
+// before an answer while the client is still sending (its stream open),
+// the answer says why the upstream ended, not that the client's body was
+// malformed: the transport closes the request body then, and the read it
+// was blocked in fails with that close.
+func TestGRPCUpstreamEndsWhileClientSends(t *testing.T) {
+	t.Parallel()
+	backend := gatewaytest.Listen(t)
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Protocols: p, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/x.v1.X/Reset":
+			// Read the first message, then reset the stream.
+			_, _ = io.ReadFull(r.Body, make([]byte, 5))
+			panic(http.ErrAbortHandler)
+		default:
+			<-r.Context().Done() // never answer
+		}
+	})}
+	go srv.Serve(backend)
+	t.Cleanup(func() { srv.Close() })
+
+	cfg := &configv1.Snapshot{
+		Clusters: []*configv1.Cluster{{Name: "g", Protocol: configv1.Protocol_PROTOCOL_GRPC, Endpoints: []*configv1.Endpoint{{Address: backend.Addr().String()}}}},
+		Routes:   []*configv1.Route{{Id: "g", Team: "t", Path: "/x.v1.X/*", Cluster: "g", Timeout: durationpb.New(300 * time.Millisecond), Auth: public}},
+	}
+	g := gatewaytest.Start(t, cfg, nil)
+	cc := g.GRPCConn(t)
+	for _, tc := range []struct {
+		method string
+		want   codes.Code
+	}{
+		{"/x.v1.X/Slow", codes.DeadlineExceeded}, // the route's timeout
+		{"/x.v1.X/Reset", codes.Unavailable},     // upstream_error
+	} {
+		stream, err := cc.NewStream(testContext(t), &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, tc.method)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.SendMsg(&healthpb.HealthCheckRequest{Service: "s"}); err != nil {
+			t.Fatal(err)
+		}
+		// No CloseSend: the request stays open.
+		err = stream.RecvMsg(&healthpb.HealthCheckResponse{})
+		if status.Code(err) != tc.want {
+			t.Errorf("%s with the request still open: %v, want %v", tc.method, err, tc.want)
+		}
+	}
+}
+
 func parseGRPCTimeout(v string) (time.Duration, error) {
 	if len(v) < 2 {
 		return 0, fmt.Errorf("bad grpc-timeout %q", v)

@@ -29,8 +29,11 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rid := telemetry.RequestID(headerValue(r.Header, "X-Request-Id"))
 	w.Header()["X-Request-Id"] = []string{rid}
 
-	// 1. Framing that net/http accepted but a gateway must refuse.
-	if r.ProtoMajor == 1 && len(r.TransferEncoding) > 0 {
+	// 1. Framing that net/http accepted but a gateway must refuse. Only a
+	// head with Transfer-Encoding is ever flagged, but net/http drops the
+	// field from an HTTP/1.0 request before the handler runs, so every
+	// HTTP/1.0 request is checked too.
+	if len(r.TransferEncoding) > 0 || (r.ProtoMajor == 1 && r.ProtoMinor == 0) {
 		if c, ok := framing.FromContext(r.Context()); ok {
 			if err := c.Flagged(); err != nil {
 				w.Header()["Connection"] = closeValue
@@ -114,7 +117,7 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	// The team's OpenAPI document, for routes that have one.
 	if route.OpenAPI != nil {
-		if p := checkOpenAPI(route.OpenAPI, r, path, rawQuery); p != nil {
+		if p := checkOpenAPI(route.OpenAPI, w, r, path, rawQuery, route.Timeout); p != nil {
 			p.Instance, p.RequestID = path, rid
 			n.refuse(w, r, route, *p)
 			return

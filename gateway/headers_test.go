@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -281,7 +282,10 @@ func TestMalformedFraming(t *testing.T) {
 	t.Parallel()
 	d := gatewaytest.Demo(t)
 	g := gatewaytest.Start(t, gatewaytest.DemoSnapshot(d), nil)
-	const head = "POST /inventory/v1/upload HTTP/1.1\r\nHost: x\r\n"
+	const (
+		head   = "POST /inventory/v1/upload HTTP/1.1\r\nHost: x\r\n"
+		head10 = "POST /inventory/v1/upload HTTP/1.0\r\nHost: x\r\n"
+	)
 	for _, tc := range []struct {
 		name, raw string
 	}{
@@ -292,6 +296,11 @@ func TestMalformedFraming(t *testing.T) {
 		{"invalid header byte", head + "X-Bad: a\x01b\r\nContent-Length: 0\r\n\r\n"},
 		{"space before colon", head + "Content-Length : 0\r\n\r\n"},
 		{"unsupported transfer-encoding", head + "Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n"},
+		// HTTP/1.0 ignores Transfer-Encoding: net/http drops the field and
+		// frames the body by Content-Length (here none), so a handler never
+		// sees it, and the keep-alive connection would serve what follows.
+		{"te on HTTP/1.0", head10 + "Connection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n"},
+		{"cl+te on HTTP/1.0", head10 + "Connection: keep-alive\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\nabcd"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// A second request follows on the same connection: it must never
@@ -310,12 +319,96 @@ func TestMalformedFraming(t *testing.T) {
 func TestHeaderLimit(t *testing.T) {
 	t.Parallel()
 	d := gatewaytest.Demo(t)
-	g := gatewaytest.Start(t, gatewaytest.DemoSnapshot(d), func(o *gateway.Options) { o.MaxHeaderBytes = 8 << 10 })
+	const limit = 8 << 10
+	g := gatewaytest.Start(t, gatewaytest.DemoSnapshot(d), func(o *gateway.Options) { o.MaxHeaderBytes = limit })
 	big := strings.Repeat("a", 64<<10)
 
 	resp, _, _, _ := rawRequest(t, g.Addr, "GET /inventory/v1/items HTTP/1.1\r\nHost: x\r\nX-Big: "+big+"\r\n\r\n")
 	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
 		t.Errorf("HTTP/1.1 with 64 KiB header = %d, want 431", resp.StatusCode)
+	}
+
+	// The limit is exact: a head (request line, fields and the empty line)
+	// of limit bytes is served, one byte more is 431 and the connection
+	// closes, even pipelined behind a request that is served. (net/http
+	// alone allows 4 KiB more, and how much depends on how the bytes
+	// arrive.)
+	get := "GET /inventory/v1/items HTTP/1.1\r\nHost: x\r\n\r\n"
+	// head is a request head of size bytes with line endings eol.
+	head := func(size int, eol string) string {
+		start := "GET /inventory/v1/items HTTP/1.1" + eol + "Host: x" + eol + "X-Pad: "
+		return start + strings.Repeat("p", size-len(start)-2*len(eol)) + eol + eol
+	}
+	longLine := "GET /inventory/v1/items?q=" + strings.Repeat("q", limit) + " HTTP/1.1\r\nHost: x\r\n\r\n"
+	for _, tc := range []struct {
+		name   string
+		raw    string
+		status []int
+	}{
+		{"at the limit", head(limit, "\r\n"), []int{200}},
+		{"one byte over", head(limit+1, "\r\n"), []int{431}},
+		{"bare LF, at the limit", head(limit, "\n"), []int{200}},
+		{"bare LF, one byte over", head(limit+1, "\n"), []int{431}},
+		{"a field over", head(limit+100, "\r\n"), []int{431}},
+		{"request line over", longLine, []int{431}},
+		{"pipelined, at the limit", get + head(limit, "\r\n") + get, []int{200, 200, 200}},
+		{"pipelined, one byte over", get + head(limit+1, "\r\n") + get, []int{200, 431}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", g.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			if _, err := io.WriteString(c, tc.raw); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(c)
+			for i, want := range tc.status {
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("response %d: %v", i+1, err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != want {
+					t.Fatalf("response %d = %d %q, want %d", i+1, resp.StatusCode, body, want)
+				}
+				if want == 431 {
+					// net/http's own answer, as for any head it refuses.
+					if string(body) != "431 Request Header Fields Too Large" {
+						t.Errorf("431 body = %q, want net/http's", body)
+					}
+					if !connClosed(br) {
+						t.Errorf("connection still open after 431")
+					}
+				}
+			}
+		})
+	}
+
+	// The same over TLS, where the listener hands HTTP/1.1 connections to
+	// the guard after the handshake.
+	tc, err := tls.Dial("tcp", g.TLSAddr, &tls.Config{RootCAs: g.CA, NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tc.Close() })
+	_ = tc.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(tc, get+head(limit+1, "\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	tbr := bufio.NewReader(tc)
+	for i, want := range []int{200, 431} {
+		resp, err := http.ReadResponse(tbr, nil)
+		if err != nil {
+			t.Fatalf("TLS response %d: %v", i+1, err)
+		}
+		gatewaytest.Drain(resp)
+		if resp.StatusCode != want {
+			t.Fatalf("TLS response %d = %d, want %d", i+1, resp.StatusCode, want)
+		}
 	}
 
 	// HTTP/2: a header list over the limit is a 431 too. (A single header
@@ -326,11 +419,80 @@ func TestHeaderLimit(t *testing.T) {
 		{Name: ":method", Value: "GET"}, {Name: ":scheme", Value: "http"},
 		{Name: ":authority", Value: "x"}, {Name: ":path", Value: "/inventory/v1/items"},
 	}
+	pseudo := fields
 	for i := range 16 {
 		fields = append(fields, hpack.HeaderField{Name: fmt.Sprintf("x-big-%d", i), Value: strings.Repeat("b", 1<<10)})
 	}
 	if got := rawH2Status(t, g.Addr, fields); got != "431" {
 		t.Errorf("h2c with 16 KiB of headers = %s, want 431", got)
+	}
+
+	// The limit is exact in HTTP/2 too, counted as HTTP/2 counts a header
+	// list (each field's name and value and 32 bytes, pseudo-fields
+	// included), and announced as SETTINGS_MAX_HEADER_LIST_SIZE.
+	list := func(size int) []hpack.HeaderField {
+		f := append([]hpack.HeaderField(nil), pseudo...)
+		pad := hpack.HeaderField{Name: "x-pad"}
+		for _, p := range f {
+			size -= int(p.Size())
+		}
+		pad.Value = strings.Repeat("p", size-int(pad.Size()))
+		return append(f, pad)
+	}
+	for _, tc := range []struct {
+		size int
+		want string
+	}{{limit, "200"}, {limit + 1, "431"}} {
+		if got := rawH2Status(t, g.Addr, list(tc.size)); got != tc.want {
+			t.Errorf("h2c with a header list of %d bytes (limit %d) = %s, want %s", tc.size, limit, got, tc.want)
+		}
+	}
+	if got := h2MaxHeaderListSize(t, g.Addr); got != limit {
+		t.Errorf("SETTINGS_MAX_HEADER_LIST_SIZE = %d, want %d", got, limit)
+	}
+}
+
+// TestHeaderLimitRange: a limit the node cannot hold exactly is refused.
+func TestHeaderLimitRange(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{512, 2 << 20} {
+		node, err := gateway.New(gateway.Options{
+			Listeners:      []gateway.Listener{{Addr: "127.0.0.1:0"}},
+			MaxHeaderBytes: n,
+		})
+		if err == nil {
+			node.Close()
+			t.Errorf("New with MaxHeaderBytes %d: no error", n)
+		}
+	}
+}
+
+// h2MaxHeaderListSize returns the SETTINGS_MAX_HEADER_LIST_SIZE the server
+// announces on a fresh h2c connection.
+func h2MaxHeaderListSize(t *testing.T, addr string) uint32 {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("reading the server's settings: %v", err)
+		}
+		if sf, ok := f.(*http2.SettingsFrame); ok && !sf.IsAck() {
+			v, _ := sf.Value(http2.SettingMaxHeaderListSize)
+			return v
+		}
 	}
 }
 
@@ -636,6 +798,26 @@ func rawH2(t *testing.T, addr string, fields []hpack.HeaderField) (string, http2
 			t.Fatalf("GOAWAY %v", f.ErrCode)
 		case *http2.RSTStreamFrame:
 			return "", f.ErrCode
+		}
+	}
+}
+
+// TestShortRequestLine: on the cleartext listener, which also takes h2c
+// with prior knowledge, net/http waits for 14 bytes to tell the HTTP/2
+// preface from HTTP/1. A complete request whose line is shorter is
+// answered 400 at once, not when the read-header timeout ends the wait.
+func TestShortRequestLine(t *testing.T) {
+	t.Parallel()
+	d := gatewaytest.Demo(t)
+	g := gatewaytest.Start(t, gatewaytest.DemoSnapshot(d), func(o *gateway.Options) { o.ReadHeaderTimeout = time.Minute })
+	for _, raw := range []string{"GET /ok\r\n\r\n", "GET\n\n", "\r\n\r\n", "GET / HTTP/1\n"} {
+		// rawRequest waits 10 s for the answer, well under the timeout.
+		resp, _, br, _ := rawRequest(t, g.Addr, raw)
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%q = %d, want 400", raw, resp.StatusCode)
+		}
+		if !connClosed(br) {
+			t.Errorf("%q: connection still open after 400", raw)
 		}
 	}
 }

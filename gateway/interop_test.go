@@ -2,13 +2,20 @@ package gateway_test
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding/gzip"
+	"google.golang.org/grpc/grpclog"
 	"google.golang.org/grpc/interop"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/protobuf/proto"
@@ -19,12 +26,44 @@ import (
 	"github.com/portico-gw/portico/testing/gatewaytest"
 )
 
+// interopLog is grpc-go's logger in this test binary. The interop helpers
+// report a failed check with grpclog's Fatal, after which grpclog exits the
+// process: one failed case would end the whole binary and hide every other
+// test's result. This logger fails the interop case that is running
+// instead, with t.Fatal, which ends the case's goroutine before grpclog can
+// exit. Every other message goes where grpc-go's default logger sends it
+// (errors to stderr). Outside an interop case, Fatal exits as it always did.
+var interopLog = &caseLogger{LoggerV2: grpclog.NewLoggerV2(io.Discard, io.Discard, os.Stderr)}
+
+// SetLoggerV2 must come before any gRPC use, and the test binary has
+// nothing earlier than its package's init.
+func init() { grpclog.SetLoggerV2(interopLog) }
+
+// caseLogger is a grpclog.LoggerV2 whose Fatal fails the running case.
+type caseLogger struct {
+	grpclog.LoggerV2
+	// running is the subtest of the running interop case, or nil. The
+	// helpers call Fatal on the case's own goroutine, as t.Fatal needs.
+	running atomic.Pointer[testing.T]
+}
+
+func (l *caseLogger) Fatal(args ...any)                 { l.fatal(fmt.Sprint(args...)) }
+func (l *caseLogger) Fatalln(args ...any)               { l.fatal(strings.TrimSuffix(fmt.Sprintln(args...), "\n")) }
+func (l *caseLogger) Fatalf(format string, args ...any) { l.fatal(fmt.Sprintf(format, args...)) }
+
+func (l *caseLogger) fatal(msg string) {
+	if t := l.running.Load(); t != nil {
+		t.Fatal(msg)
+	}
+	l.Error(msg)
+}
+
 // TestGRPCInterop runs grpc-go's interop client cases (the ones that need
 // no cloud credentials, load balancer or ORCA) through the gateway to
 // grpc-go's interop server, the service exposed from its descriptor: the
 // gateway must be invisible to gRPC, streams, metadata, deadlines,
-// cancellation and status included. A failing case ends the test binary
-// (the interop helpers call log.Fatal), which fails the run.
+// cancellation and status included. Each case is a subtest, which a failed
+// check fails (see interopLog).
 func TestGRPCInterop(t *testing.T) {
 	t.Parallel()
 	ln := gatewaytest.Listen(t)
@@ -52,6 +91,8 @@ func TestGRPCInterop(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	tc := testgrpc.NewTestServiceClient(conn)
+	// The case being run, for the soak's channel factory.
+	var running *testing.T
 	cases := map[string]func(ctx context.Context, o ...grpc.CallOption){
 		"empty_unary":                 func(ctx context.Context, o ...grpc.CallOption) { interop.DoEmptyUnaryCall(ctx, tc, o...) },
 		"large_unary":                 func(ctx context.Context, o ...grpc.CallOption) { interop.DoLargeUnaryCall(ctx, tc, o...) },
@@ -79,16 +120,19 @@ func TestGRPCInterop(t *testing.T) {
 			interop.DoSoakTest(ctx, soakConfig(g.Addr, func() (*grpc.ClientConn, func()) {
 				cc, err := grpc.NewClient(g.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 				if err != nil {
-					t.Fatal(err)
+					running.Error(err) // on a soak worker's goroutine: no Fatal
+					return conn, func() {}
 				}
 				return cc, func() { _ = cc.Close() }
 			}))
 		},
 	}
 	// Every case plain, then the message cases again with gzip-compressed
-	// requests (the interop client's compressed variants).
+	// requests (the interop client's compressed variants). The cases run
+	// one after the other: interopLog knows one running case.
+	names := slices.Sorted(maps.Keys(cases))
 	for _, compressed := range []bool{false, true} {
-		for name, run := range cases {
+		for _, name := range names {
 			var opts []grpc.CallOption
 			if compressed {
 				if strings.HasPrefix(name, "unimplemented") || strings.HasSuffix(name, "soak") {
@@ -97,10 +141,15 @@ func TestGRPCInterop(t *testing.T) {
 				opts = append(opts, grpc.UseCompressor(gzip.Name))
 				name += "/gzip"
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			run(ctx, opts...)
-			cancel()
-			t.Logf("%s: passed", name)
+			run := cases[strings.TrimSuffix(name, "/gzip")]
+			t.Run(name, func(t *testing.T) {
+				running = t
+				interopLog.running.Store(t)
+				defer interopLog.running.Store(nil)
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				run(ctx, opts...)
+			})
 		}
 	}
 }

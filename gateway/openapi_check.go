@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -21,10 +22,10 @@ import (
 // (kin-openapi's openapi3filter): the operation the request is, its path,
 // query and header parameters, and its JSON body, every problem listed.
 // r's normalised path is path and its query rawQuery. A
-// body it validates is read whole (within the limit) and r.Body replaced
-// with the same bytes. A non-nil Problem means the request must not go
-// upstream.
-func checkOpenAPI(v *openapi.Validator, r *http.Request, path, rawQuery string) *problem.Problem {
+// body it validates is read whole (within the limit and, through w, the
+// route's timeout) and r.Body replaced with the same bytes. A non-nil
+// Problem means the request must not go upstream.
+func checkOpenAPI(v *openapi.Validator, w http.ResponseWriter, r *http.Request, path, rawQuery string, timeout time.Duration) *problem.Problem {
 	vr := r.Clone(r.Context())
 	vr.URL = &url.URL{Path: path, RawQuery: rawQuery}
 	vr.Host = ""
@@ -47,13 +48,18 @@ func checkOpenAPI(v *openapi.Validator, r *http.Request, path, rawQuery string) 
 		if r.ContentLength > v.MaxBody {
 			return openAPITooLarge(v.MaxBody)
 		}
+		rc := boundReads(w, timeout)
 		body, err = io.ReadAll(io.LimitReader(r.Body, v.MaxBody+1))
 		if err != nil {
+			if p := problem.ReadFailed(r.Context(), err); p != nil {
+				return p
+			}
 			return &problem.Problem{Code: problem.BadRequest, Detail: "reading the request body: " + err.Error()}
 		}
 		if int64(len(body)) > v.MaxBody {
 			return openAPITooLarge(v.MaxBody)
 		}
+		releaseReads(rc)
 		_ = r.Body.Close()
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))

@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/portico-gw/portico/gateway/snapshot"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
@@ -122,5 +125,27 @@ func TestOpenAPIDocumentProblems(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "routes[0].openapi.document: ") {
 			t.Errorf("%s: %v, want a problem at routes[0].openapi.document", name, err)
 		}
+	}
+}
+
+// TestOpenAPIBodyDeadline: the body of an OpenAPI route is read before the
+// upstream is called, within the route's timeout: a caller that sends part
+// of it and stops gets 504 deadline_exceeded, not a wait without end.
+func TestOpenAPIBodyDeadline(t *testing.T) {
+	t.Parallel()
+	cfg := &configv1.Snapshot{
+		Clusters: []*configv1.Cluster{cluster("echo", echoBackend(t))},
+		Routes: []*configv1.Route{{Id: "inv", Team: "t", Path: "/inventory/v1/{rest=**}", Cluster: "echo", Auth: public,
+			Timeout: durationpb.New(300 * time.Millisecond),
+			Openapi: &configv1.OpenAPIValidation{Document: inventoryOpenAPI, MaxBodyBytes: 256}}},
+	}
+	g := gatewaytest.Start(t, cfg, nil)
+	resp, body, br, _ := rawRequest(t, g.Addr, "POST /inventory/v1/items HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+		"Content-Length: 40\r\n\r\n{\"sku\":")
+	if resp.StatusCode != 504 || !strings.Contains(body, `"deadline_exceeded"`) {
+		t.Errorf("partial body: %d %s, want 504 deadline_exceeded", resp.StatusCode, body)
+	}
+	if !connClosed(br) {
+		t.Errorf("connection still open after a body cut short")
 	}
 }

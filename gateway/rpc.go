@@ -57,7 +57,13 @@ func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, rout
 		// only; the gateway streams JSON lines or events itself.
 		up := *t
 		up.Path, up.RawQuery = route.RPC.Path, ""
+		// The request message is built from the body first.
+		var rc *http.ResponseController
+		if route.RPC.Body != "" {
+			rc = boundReads(w, t.Timeout)
+		}
 		st.rpc.ServeServerStream(w, r, route, params, t.RawQuery, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			releaseReads(rc)
 			_ = n.forwardRPC(w, r, st, route, &up)
 		}))
 		return
@@ -209,10 +215,16 @@ func (n *Node) serveRPC(w http.ResponseWriter, r *http.Request) {
 // passes the service's validation rules. It returns the refusal it
 // answered instead, if the request did not pass.
 func (n *Node) forwardRPC(w http.ResponseWriter, r *http.Request, st *state, route *snapshot.Route, t *proxy.Target) *problem.Problem {
-	if p := st.rpc.Validate(r, route); p != nil {
-		p.Instance, p.RequestID = route.RPC.Path, t.RequestID
-		problem.Write(w, r, *p)
-		return p
+	if st.rpc.Validates(route) {
+		// The first request message is read here, before the upstream
+		// is called: within the call's deadline, as the rest will be.
+		rc := boundReads(w, proxy.Timeout(r, t))
+		if p := st.rpc.Validate(r, route); p != nil {
+			p.Instance, p.RequestID = route.RPC.Path, t.RequestID
+			problem.Write(w, r, *p)
+			return p
+		}
+		releaseReads(rc)
 	}
 	n.fwd.Serve(w, r, t)
 	return nil

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -16,9 +17,12 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	demov1 "github.com/portico-gw/portico/gen/portico/demo/v1"
 	"github.com/portico-gw/portico/gen/portico/demo/v1/demov1connect"
 	"github.com/portico-gw/portico/testing/gatewaytest"
@@ -318,5 +322,171 @@ func TestRPCRESTStreamErrorMidway(t *testing.T) {
 	resp, body = gatewaytest.Do(t, hc, "GET", g.URL()+"/v1/customers/c-1/orders:watch", "", map[string]string{"Accept": "text/event-stream"})
 	if resp.StatusCode != 200 || strings.Count(string(body), "data: ") != 3 || !strings.Contains(string(body), "event: error\ndata: {\"error\":{\"code\":14") {
 		t.Errorf("SSE: %d %q", resp.StatusCode, body)
+	}
+}
+
+// TestRPCRequestMessageDeadline: the gateway reads and checks the first
+// request message before it calls the upstream. A caller that sends part
+// of it and stops is answered DEADLINE_EXCEEDED (504 for Connect and REST)
+// when the call's deadline passes (the caller's, or the route's timeout),
+// in every protocol, instead of being waited for until it gives up.
+func TestRPCRequestMessageDeadline(t *testing.T) {
+	t.Parallel()
+	d := gatewaytest.Demo(t)
+	cfg := rpcSnapshot(t, d.OrdersAddr())
+	cfg.Services[0].Timeout = durationpb.New(time.Second)
+	g := gatewaytest.Start(t, cfg, nil)
+	const method = "/portico.demo.v1.OrdersService/CreateOrder"
+	// A gRPC message prefix announcing 100 bytes, and 10 of them.
+	partial := append([]byte{0, 0, 0, 0, 100}, bytes.Repeat([]byte{0x0a}, 10)...)
+
+	t.Run("grpc", func(t *testing.T) {
+		t.Parallel()
+		for _, timeout := range []string{"300m", ""} { // the caller's, then the route's
+			fields := []hpack.HeaderField{
+				{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
+				{Name: ":authority", Value: "x"}, {Name: ":path", Value: method},
+				{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"},
+			}
+			if timeout != "" {
+				fields = append(fields, hpack.HeaderField{Name: "grpc-timeout", Value: timeout})
+			}
+			if got := rawH2GRPCStatus(t, g.Addr, fields, partial); got != "4" {
+				t.Errorf("grpc-timeout %q: grpc-status %s, want 4 (DEADLINE_EXCEEDED)", timeout, got)
+			}
+		}
+	})
+	http1 := func(t *testing.T, head string, body []byte) (*http.Response, string) {
+		t.Helper()
+		c, err := net.Dial("tcp", g.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write(append([]byte(head), body...)); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("no answer: %v", err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	t.Run("grpc-web", func(t *testing.T) {
+		t.Parallel()
+		resp, body := http1(t, "POST "+method+" HTTP/1.1\r\nHost: x\r\nContent-Type: application/grpc-web+proto\r\n"+
+			"Grpc-Timeout: 300m\r\nContent-Length: 105\r\n\r\n", partial)
+		if got := resp.Header.Get("Grpc-Status"); got != "4" && !strings.Contains(body, "grpc-status:4") {
+			t.Errorf("gRPC-Web: %d %v %q, want grpc-status 4", resp.StatusCode, resp.Header, body)
+		}
+	})
+	t.Run("connect", func(t *testing.T) {
+		t.Parallel()
+		resp, body := http1(t, "POST "+method+" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+			"Connect-Protocol-Version: 1\r\nConnect-Timeout-Ms: 300\r\nContent-Length: 100\r\n\r\n", []byte(`{"order":`))
+		if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(body, `"deadline_exceeded"`) {
+			t.Errorf("Connect: %d %q, want 504 deadline_exceeded", resp.StatusCode, body)
+		}
+	})
+	t.Run("rest", func(t *testing.T) {
+		t.Parallel()
+		resp, body := http1(t, "POST /v1/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n", []byte(`{"customerId":`))
+		if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(body, `"deadline_exceeded"`) {
+			t.Errorf("REST: %d %q, want 504 deadline_exceeded", resp.StatusCode, body)
+		}
+	})
+}
+
+// feedProto is a service with a server-streaming method whose REST
+// binding takes a body.
+const feedProto = `syntax = "proto3";
+package portico.test.v1;
+import "google/api/annotations.proto";
+service Feed {
+  rpc Follow(FollowRequest) returns (stream FollowEvent) {
+    option (google.api.http) = {post: "/v1/feed:follow" body: "*"};
+  }
+}
+message FollowRequest { string topic = 1; }
+message FollowEvent { string text = 1; }
+`
+
+// TestRESTStreamRequestDeadline: a REST server stream's request message is
+// built from the body before the upstream is called, within the route's
+// timeout: a caller that sends part of the body and stops gets 504
+// deadline_exceeded.
+func TestRESTStreamRequestDeadline(t *testing.T) {
+	t.Parallel()
+	never := gatewaytest.Listen(t) // the call must not get this far
+	g := gatewaytest.Start(t, &configv1.Snapshot{
+		Clusters: []*configv1.Cluster{{Name: "feed", Protocol: configv1.Protocol_PROTOCOL_GRPC, Endpoints: []*configv1.Endpoint{{Address: never.Addr().String()}}}},
+		Services: []*configv1.Service{{
+			Id: "feed", Team: "t", Name: "portico.test.v1.Feed", Cluster: "feed", Auth: gatewaytest.Public,
+			Timeout: durationpb.New(300 * time.Millisecond),
+			Descriptors: &configv1.Descriptors{Source: &configv1.Descriptors_Sources{Sources: &configv1.ProtoSources{
+				Files: []*configv1.ProtoFile{{Name: "feed.proto", Content: feedProto}},
+			}}},
+		}},
+	}, nil)
+	resp, body, _, _ := rawRequest(t, g.Addr, "POST /v1/feed:follow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"+
+		"Content-Length: 40\r\n\r\n{\"topic\":")
+	if resp.StatusCode != http.StatusGatewayTimeout || !strings.Contains(body, `"deadline_exceeded"`) {
+		t.Errorf("partial body: %d %s, want 504 deadline_exceeded", resp.StatusCode, body)
+	}
+}
+
+// rawH2GRPCStatus opens an h2c stream with fields, sends data without
+// ending the stream, and returns the grpc-status the gateway answers with.
+func rawH2GRPCStatus(t *testing.T, addr string, fields []hpack.HeaderField, data []byte) string {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range fields {
+		_ = enc.WriteField(f)
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.WriteData(1, false, data); err != nil {
+		t.Fatal(err)
+	}
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("reading response frames: %v", err)
+		}
+		switch f := f.(type) {
+		case *http2.MetaHeadersFrame:
+			for _, hf := range f.Fields {
+				if hf.Name == "grpc-status" {
+					return hf.Value
+				}
+			}
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				_ = fr.WriteSettingsAck()
+			}
+		case *http2.GoAwayFrame:
+			t.Fatalf("GOAWAY %v", f.ErrCode)
+		case *http2.RSTStreamFrame:
+			t.Fatalf("RST_STREAM %v", f.ErrCode)
+		}
 	}
 }

@@ -23,9 +23,14 @@ func (n *Node) newServer(p *pool, l Listener) *http.Server {
 		Handler:           p,
 		ReadHeaderTimeout: n.opts.ReadHeaderTimeout,
 		IdleTimeout:       n.opts.IdleTimeout,
-		MaxHeaderBytes:    n.opts.MaxHeaderBytes,
-		ConnContext:       framing.ConnContext,
-		Protocols:         protocols,
+		// net/http's HTTP/2 announces and enforces MaxHeaderBytes plus
+		// h2HeaderListPadding as its header list limit, which makes
+		// that the node's limit exactly. HTTP/1 heads are held to the
+		// node's limit by the framing guard; net/http's own HTTP/1
+		// limit (this plus 4 KiB) lies beyond it.
+		MaxHeaderBytes: n.opts.MaxHeaderBytes - h2HeaderListPadding,
+		ConnContext:    framing.ConnContext,
+		Protocols:      protocols,
 		HTTP2: &http.HTTP2Config{
 			MaxConcurrentStreams: 250,
 			// The header list limit is the same for both protocols.
@@ -47,6 +52,11 @@ func (n *Node) newServer(p *pool, l Listener) *http.Server {
 	return srv
 }
 
+// h2HeaderListPadding is what net/http adds to MaxHeaderBytes for its
+// HTTP/2 SETTINGS_MAX_HEADER_LIST_SIZE (http2adjustHTTP1MaxHeaderSize: 32
+// bytes of per-field overhead for ten fields). TestHeaderLimit checks it.
+const h2HeaderListPadding = 10 * 32
+
 // serverErrorWriter routes net/http's own log lines (bad requests it
 // rejected, handshake errors) to the structured logger at debug level: they
 // are the client's fault and would otherwise let any client flood the log.
@@ -65,6 +75,7 @@ type tlsListener struct {
 	inner   net.Listener
 	config  *tls.Config
 	timeout time.Duration
+	framing framing.Options // for HTTP/1.1 connections
 	log     *slog.Logger
 
 	conns     chan net.Conn
@@ -75,11 +86,12 @@ type tlsListener struct {
 	err       error
 }
 
-func newTLSListener(inner net.Listener, cfg *tls.Config, timeout time.Duration, log *slog.Logger) *tlsListener {
+func newTLSListener(inner net.Listener, cfg *tls.Config, timeout time.Duration, fo framing.Options, log *slog.Logger) *tlsListener {
 	l := &tlsListener{
 		inner:   inner,
 		config:  cfg,
 		timeout: timeout,
+		framing: fo,
 		log:     log,
 		conns:   make(chan net.Conn),
 		done:    make(chan struct{}),
@@ -138,7 +150,7 @@ func (l *tlsListener) handshake(raw net.Conn) {
 	}
 	var c net.Conn = tc
 	if tc.ConnectionState().NegotiatedProtocol != "h2" {
-		c = framing.Wrap(tc)
+		c = framing.Wrap(tc, l.framing)
 	}
 	select {
 	case l.conns <- c:

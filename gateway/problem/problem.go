@@ -7,9 +7,12 @@
 package problem
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,6 +47,8 @@ const (
 	UpstreamError       Code = "upstream_error"
 	UpstreamUnavailable Code = "upstream_unavailable"
 	UpstreamTimeout     Code = "upstream_timeout"
+	DeadlineExceeded    Code = "deadline_exceeded"
+	Canceled            Code = "canceled"
 	Internal            Code = "internal"
 )
 
@@ -53,6 +58,7 @@ const TypeBase = "https://portico-gw.github.io/errors/"
 // gRPC status codes used by the mapping (google.golang.org/grpc/codes values,
 // spelled out to keep this package free of grpc-go).
 const (
+	grpcCanceled          = 1
 	grpcUnknown           = 2
 	grpcInvalidArgument   = 3
 	grpcDeadlineExceeded  = 4
@@ -86,7 +92,29 @@ var specs = map[Code]spec{
 	UpstreamError:       {http.StatusBadGateway, "Upstream error", grpcUnavailable},
 	UpstreamUnavailable: {http.StatusServiceUnavailable, "Upstream unavailable", grpcUnavailable},
 	UpstreamTimeout:     {http.StatusGatewayTimeout, "Upstream timeout", grpcDeadlineExceeded},
-	Internal:            {http.StatusInternalServerError, "Internal error", grpcInternal},
+	// The HTTP statuses of DEADLINE_EXCEEDED and CANCELLED in the Connect
+	// protocol and google.api.http transcoding: 504, and nginx's 499
+	// "client closed request".
+	DeadlineExceeded: {http.StatusGatewayTimeout, "Deadline exceeded", grpcDeadlineExceeded},
+	Canceled:         {499, "Canceled", grpcCanceled},
+	Internal:         {http.StatusInternalServerError, "Internal error", grpcInternal},
+}
+
+// ReadFailed returns the problem for a request body that could not be read
+// to its end because the call ran out of time or its caller went away: a
+// read deadline passed (DeadlineExceeded), or ctx, the request's context,
+// is done because the caller cancelled or reset the call (Canceled). It
+// returns nil when err is the body's own fault, which the caller words
+// (usually as BadRequest). The deadline is looked at first: on HTTP/1 a
+// read deadline that passes also ends the connection's context.
+func ReadFailed(ctx context.Context, err error) *Problem {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
+		return &Problem{Code: DeadlineExceeded, Detail: "the call's deadline passed while its request was being read"}
+	case ctx.Err() != nil:
+		return &Problem{Code: Canceled, Detail: "the caller cancelled the call while its request was being read"}
+	}
+	return nil
 }
 
 // Status is the HTTP status of code.

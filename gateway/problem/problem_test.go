@@ -1,9 +1,15 @@
 package problem_test
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/http/httptest"
+	"os"
 	"testing"
 	"time"
 
@@ -59,6 +65,8 @@ func TestWriteGRPC(t *testing.T) {
 		{problem.PayloadTooLarge, "8", 413},
 		{problem.UpstreamUnavailable, "14", 503},
 		{problem.UpstreamTimeout, "4", 504},
+		{problem.DeadlineExceeded, "4", 504},
+		{problem.Canceled, "1", 499},
 		{problem.BadRequest, "3", 400},
 	} {
 		r := httptest.NewRequest("POST", "/pkg.S/M", nil)
@@ -206,5 +214,39 @@ func TestWriteConnect(t *testing.T) {
 	var ri errdetails.RetryInfo
 	if err := proto.Unmarshal(raw, &ri); err != nil || ri.GetRetryDelay().AsDuration() != 1500*time.Millisecond {
 		t.Errorf("RetryInfo %v, %v; want 1.5s", &ri, err)
+	}
+}
+
+// TestReadFailed: a body read cut short by a deadline or by the caller
+// going away is DeadlineExceeded or Canceled (the deadline first: on HTTP/1
+// it also ends the connection's context); any other read error is the
+// body's own, for the caller to word.
+func TestReadFailed(t *testing.T) {
+	t.Parallel()
+	live := context.Background()
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	timeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want problem.Code // "" for nil
+	}{
+		{"read deadline", live, timeout, problem.DeadlineExceeded},
+		{"read deadline, connection context ended", gone, fmt.Errorf("reading: %w", timeout), problem.DeadlineExceeded},
+		{"context deadline", live, context.DeadlineExceeded, problem.DeadlineExceeded},
+		{"caller gone", gone, errors.New("stream reset"), problem.Canceled},
+		{"caller gone mid-message", gone, io.ErrUnexpectedEOF, problem.Canceled},
+		{"malformed body", live, errors.New("invalid chunked encoding"), ""},
+	} {
+		p := problem.ReadFailed(tc.ctx, tc.err)
+		var got problem.Code
+		if p != nil {
+			got = p.Code
+		}
+		if got != tc.want {
+			t.Errorf("%s: ReadFailed = %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }

@@ -263,7 +263,7 @@ func isToken(s string) bool {
 //
 // The transport reads the body on a goroutine of its own, which may still
 // be reading when RoundTrip returns an error: what it found out is guarded
-// by mu, which only those failures take.
+// by mu, which only those failures and Close take.
 type limitedBody struct {
 	r     io.ReadCloser
 	limit int64
@@ -272,6 +272,9 @@ type limitedBody struct {
 	mu       sync.Mutex
 	tooLarge bool
 	err      error // a read error from the client other than EOF
+	// closed is set once the transport has closed the body: a read
+	// failing after that failed because of the close, not the client.
+	closed bool
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
@@ -288,7 +291,9 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	}
 	if err != nil && err != io.EOF {
 		b.mu.Lock()
-		b.err = err
+		if !b.closed {
+			b.err = err
+		}
 		b.mu.Unlock()
 	}
 	return n, err
@@ -303,9 +308,15 @@ func (b *limitedBody) failure() (tooLarge bool, err error) {
 
 // Close closes the client's request body. The transport calls it when it is
 // done sending, including when the upstream ends a stream before the client
-// has: closing unblocks the transport's body writer, which would otherwise
-// wait for a client that may never send again.
-func (b *limitedBody) Close() error { return b.r.Close() }
+// has, or the call's deadline passes: closing unblocks the transport's body
+// writer, which would otherwise wait for a client that may never send
+// again. The read it unblocks fails, and that failure is not the client's.
+func (b *limitedBody) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	return b.r.Close()
+}
 
 // parseGRPCTimeout parses a grpc-timeout header value: up to 8 digits and a
 // unit (H, M, S, m, u, n).

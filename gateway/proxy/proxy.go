@@ -121,23 +121,7 @@ func (f *Forwarder) Serve(w http.ResponseWriter, r *http.Request, t *Target) {
 		return
 	}
 
-	// The route's timeout bounds the call here; the upstream hears of a
-	// deadline only when the caller set one (as grpc-timeout, the smaller
-	// of the caller's and the route's), as it would without a gateway.
-	// The gateway's own timer gives a caller's deadline callerSlack more:
-	// the header is rounded down to its unit and reaches the gateway a
-	// moment after the caller started its clock, so cutting the call at
-	// the header's value could answer just before the caller's own
-	// deadline, while the caller tears its side down (a Connect client
-	// then read a cut-off error body).
-	timeout := t.Timeout
-	var sendTimeout time.Duration
-	if grpc {
-		if d, ok := parseGRPCTimeout(headerValue(r.Header, "Grpc-Timeout")); ok {
-			sendTimeout = min(timeout, d)
-			timeout = min(timeout, d+callerSlack)
-		}
-	}
+	timeout, sendTimeout := timeouts(r, t, grpc)
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 
@@ -152,6 +136,37 @@ func (f *Forwarder) Serve(w http.ResponseWriter, r *http.Request, t *Target) {
 	outcome := upstream.Failure
 	defer func() { ep.Done(outcome) }()
 	outcome = f.respond(w, r, t, ctx, out, resp, grpc, upstream.OutcomeOf(ctx, resp, nil))
+}
+
+// Timeout is how long the gateway lets the call r to t run: t.Timeout, or
+// the shorter deadline a gRPC caller set (see timeouts). Serve holds the
+// upstream exchange to it; the node holds the reads of the request it does
+// itself, before it calls Serve, to it too.
+func Timeout(r *http.Request, t *Target) time.Duration {
+	d, _ := timeouts(r, t, problem.IsGRPC(headerValue(r.Header, "Content-Type")))
+	return d
+}
+
+// timeouts returns the gateway's own timeout for the call r to t and the
+// grpc-timeout to send upstream (zero: none).
+//
+// The route's timeout bounds the call; the upstream hears of a deadline
+// only when the caller set one (as grpc-timeout, the smaller of the
+// caller's and the route's), as it would without a gateway. The gateway's
+// own timer gives a caller's deadline callerSlack more: the header is
+// rounded down to its unit and reaches the gateway a moment after the
+// caller started its clock, so cutting the call at the header's value
+// could answer just before the caller's own deadline, while the caller
+// tears its side down (a Connect client then read a cut-off error body).
+func timeouts(r *http.Request, t *Target, grpc bool) (timeout, send time.Duration) {
+	timeout = t.Timeout
+	if grpc {
+		if d, ok := parseGRPCTimeout(headerValue(r.Header, "Grpc-Timeout")); ok {
+			send = min(timeout, d)
+			timeout = min(timeout, d+callerSlack)
+		}
+	}
+	return timeout, send
 }
 
 // roundTripFailed answers a request whose upstream exchange failed before

@@ -92,6 +92,9 @@ func buildRequest(r *http.Request, route *snapshot.Route, params *router.Params,
 	if rpc.Body != "" && r.Body != nil {
 		body, err := io.ReadAll(io.LimitReader(r.Body, route.MaxRequestBytes+1))
 		if err != nil {
+			if p := problem.ReadFailed(r.Context(), err); p != nil {
+				return p
+			}
 			return bad("reading the request body: " + err.Error())
 		}
 		if int64(len(body)) > route.MaxRequestBytes {

@@ -59,11 +59,16 @@ func newValidator(svc *snapshot.Service) (*validator, error) {
 // is forwarded, and replaces r.Body with one that gives the same bytes and
 // checks every later message as it streams. A non-nil Problem means the
 // call must not be forwarded; the caller writes it.
+//
+// When the first message cannot be read whole because the call's deadline
+// passed (a read deadline the caller of Validate set) or the caller went
+// away, the Problem says so (DeadlineExceeded, Canceled), rather than that
+// the request was malformed.
 func (s *Set) Validate(r *http.Request, route *snapshot.Route) *problem.Problem {
-	v := s.validators[route.RPC.Service.Index]
-	if v == nil || v.types[route.RPC.Method.Input().FullName()] == nil {
+	if !s.Validates(route) {
 		return nil // validation off, or no rules to check
 	}
+	v := s.validators[route.RPC.Service.Index]
 	b := &validatingBody{
 		body: r.Body, v: v, input: route.RPC.Method.Input(),
 		encoding: r.Header.Get("Grpc-Encoding"),
@@ -76,10 +81,21 @@ func (s *Set) Validate(r *http.Request, route *snapshot.Route) *problem.Problem 
 			}
 			return &problem.Problem{Code: problem.BadRequest, Detail: "the call has no request message"}
 		}
+		if p := problem.ReadFailed(r.Context(), err); p != nil {
+			return p
+		}
 		return b.problem(err)
 	}
 	r.Body = b
 	return nil
+}
+
+// Validates reports whether Validate reads and checks the request of a
+// call of route: whether its service validates and its request message
+// has rules.
+func (s *Set) Validates(route *snapshot.Route) bool {
+	v := s.validators[route.RPC.Service.Index]
+	return v != nil && v.types[route.RPC.Method.Input().FullName()] != nil
 }
 
 // validatingBody replays a gRPC request body frame by frame, each checked

@@ -38,7 +38,7 @@ var head = "POST /api/v1/orders?expand=items HTTP/1.1\r\n" +
 // bytes, b.N times over, as one long keep-alive connection.
 func benchmarkStream(b *testing.B, stream string, size int) {
 	buf := []byte(stream)
-	c := framing.NewConn(replayConn{})
+	c := framing.NewConn(replayConn{}, framing.Options{})
 	b.SetBytes(int64(len(buf)))
 	b.ReportAllocs()
 	for b.Loop() {

@@ -296,7 +296,7 @@ func TestContext(t *testing.T) {
 	if _, ok := framing.FromContext(framing.ConnContext(ctx, server)); ok {
 		t.Errorf("FromContext(ConnContext(ctx, %T)) found a Conn", server)
 	}
-	c := framing.NewConn(server)
+	c := framing.NewConn(server, framing.Options{})
 	got, ok := framing.FromContext(framing.ConnContext(ctx, c))
 	if !ok || got != c {
 		t.Errorf("FromContext(ConnContext(ctx, c)) = %p, %v, want %p, true", got, ok, c)
@@ -309,5 +309,47 @@ func TestContext(t *testing.T) {
 	}
 	if err := c.CloseWrite(); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("CloseWrite() on a pipe = %v, want ErrUnsupported", err)
+	}
+}
+
+// TestHeadLimit checks where a Conn cuts a stream whose request head goes
+// past Options.MaxHeaderBytes: the bytes up to the limit pass unchanged,
+// filler follows and the connection is never read again; a head at the
+// limit passes whole. The head is the second request, behind a body, and
+// is read in pieces of several sizes.
+func TestHeadLimit(t *testing.T) {
+	t.Parallel()
+	const limit = 300
+	first := "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+	for _, eol := range []string{"\r\n", "\n"} {
+		for size := limit - 2; size <= limit+2; size++ {
+			start := "GET /b HTTP/1.1" + eol + "Host: x" + eol + "X-Pad: "
+			head := start + strings.Repeat("p", size-len(start)-2*len(eol)) + eol + eol
+			stream := first + head + "GET /c HTTP/1.1\r\nHost: x\r\n\r\n"
+			want := stream
+			if size > limit {
+				cut := len(first) + limit
+				want = stream[:cut] + strings.Repeat("x", len(stream)-cut)
+			}
+			for _, sizes := range [][]int{nil, {1}, {7, 50, 3, 500}} {
+				src := &scriptConn{data: []byte(stream), limit: len(stream), sizes: sizes}
+				c := framing.NewConn(src, framing.Options{MaxHeaderBytes: limit})
+				got := make([]byte, 0, len(stream))
+				buf := make([]byte, 64)
+				for len(got) < len(stream) {
+					n, err := c.Read(buf[:min(len(buf), len(stream)-len(got))])
+					if err != nil {
+						t.Fatalf("head of %d bytes, reads %v: Read: %v", size, sizes, err)
+					}
+					got = append(got, buf[:n]...)
+				}
+				if string(got) != want {
+					t.Errorf("head of %d bytes (limit %d, eol %q), reads %v:\n got %q\nwant %q", size, limit, eol, sizes, got, want)
+				}
+				if size > limit && src.pos == len(stream) && len(sizes) == 1 {
+					t.Errorf("head of %d bytes, byte by byte: the connection was read to its end after the cut", size)
+				}
+			}
+		}
 	}
 }

@@ -21,20 +21,36 @@
 // not nil, answers 400 with "Connection: close".
 //
 // What it does not do:
-//   - It never changes, copies or buffers bytes; net/http still does all the
-//     real parsing and rejects what it rejects.
+//   - It never copies or buffers bytes, and passes them through unchanged
+//     but for the one case below; net/http still does all the real parsing
+//     and rejects what it rejects.
 //   - It is not what makes forwarding safe: the gateway re-frames every
 //     request it sends upstream. The check is about refusing such a client
 //     and closing its connection, as the RFC asks.
 //   - It reads HTTP/1 only. When the stream stops being HTTP/1 that net/http
 //     would serve (the h2c preface, anything the server would reject and
-//     close on, a head longer than the server's default limit), it stops
-//     following the stream for good and passes bytes through. After a
-//     protocol switch (101, CONNECT, Hijack) it cannot know and keeps
-//     following; a flag raised then means nothing.
-//   - It only knows net/http's default limits. A server with MaxHeaderBytes
-//     above http.DefaultMaxHeaderBytes may serve heads this package has
-//     stopped following.
+//     close on), it stops following the stream for good and passes bytes
+//     through. After a protocol switch (101, CONNECT, Hijack) it cannot
+//     know and keeps following; a flag raised then means nothing, and a
+//     long stretch without a line break would be cut as an oversized head
+//     (the gateway never switches protocols).
+//
+// Two things it does change, on connections net/http is about to refuse
+// anyway, so that it refuses them the way the gateway promises:
+//   - Request heads are held to [Options.MaxHeaderBytes] exactly. net/http
+//     reads up to 4 KiB past its MaxHeaderBytes before it answers 431, and
+//     how much depends on how the bytes arrive. When a head goes past the
+//     limit, a Conn hands the server the head up to the limit and then
+//     filler without a line break, so the server's own limit is reached
+//     at once and it answers its usual 431 and closes.
+//   - On a server that also takes h2c with prior knowledge ([Options.H2C]),
+//     net/http peeks at the first 14 bytes of a connection to tell the
+//     preface from HTTP/1 before it reads a request, and waits until they
+//     arrive. A client whose whole request is shorter, such as
+//     "GET /ok\r\n\r\n", would be answered only when the read-header
+//     timeout ends the wait. When the first bytes are already a request
+//     line net/http refuses, a Conn ends the wait with an error, which the
+//     peek swallows, and the server answers 400 at once.
 package framing
 
 import (
@@ -43,7 +59,25 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 )
+
+// Options configure the Conns of a listener. The zero value suits a server
+// with net/http's default limits.
+type Options struct {
+	// MaxHeaderBytes is the most bytes a request head may have: the
+	// request line, the field lines and the empty line that ends them,
+	// line endings included (CR or LF bytes net/http skips before a
+	// request line are not part of it). A longer head is refused with
+	// net/http's 431 and the connection closed. It must not be more than
+	// what net/http itself lets through, the server's
+	// http.Server.MaxHeaderBytes plus 4096. Zero means
+	// http.DefaultMaxHeaderBytes; at most MaxServerHeaderBytes.
+	MaxHeaderBytes int
+	// H2C is set when the server also serves HTTP/2 with prior knowledge
+	// on these connections (http.Protocols.SetUnencryptedHTTP2).
+	H2C bool
+}
 
 // Conn is a net.Conn whose Read follows the HTTP/1.x request stream. All
 // other methods are those of the underlying connection.
@@ -53,23 +87,79 @@ import (
 type Conn struct {
 	net.Conn
 	p parser
+	// sniffed counts the first bytes read, up to prefaceProbe, while the
+	// server may be waiting for them to tell the h2c preface from HTTP/1.
+	// It starts at prefaceProbe without Options.H2C.
+	sniffed int
 }
 
 // NewConn wraps c, which must carry plaintext HTTP/1.x from its first byte:
 // a TCP connection, or a *tls.Conn after its handshake. Handed to net/http
 // directly, a wrapped TLS connection is served with Request.TLS nil; use
 // [NewListener], which also forwards the TLS state.
-func NewConn(c net.Conn) *Conn {
-	return &Conn{Conn: c}
+func NewConn(c net.Conn, opts Options) *Conn {
+	fc := &Conn{Conn: c}
+	fc.p.maxHead = uint32(min(opts.MaxHeaderBytes, MaxServerHeaderBytes))
+	if opts.MaxHeaderBytes <= 0 {
+		fc.p.maxHead = http.DefaultMaxHeaderBytes
+	}
+	if !opts.H2C {
+		fc.sniffed = prefaceProbe
+	}
+	return fc
 }
 
+// prefaceProbe is how many bytes net/http peeks at before it tells the h2c
+// preface ("PRI * HTTP/2.0", the first 14 bytes of it) from HTTP/1.
+const prefaceProbe = 14
+
+// errShortRequest ends net/http's wait for the first bytes of a connection
+// when they are already a request line it refuses.
+var errShortRequest = errors.New("framing: malformed request line shorter than the h2c preface")
+
 // Read reads from the underlying connection and follows what it read.
+//
+// Once a request head has gone past the limit, Read returns filler and
+// never reads the connection again: the server reads filler until its own
+// limit and answers 431, and nothing after the cut is ever served.
 func (c *Conn) Read(b []byte) (int, error) {
+	if c.p.state == stTooLarge {
+		return fill(b), nil
+	}
 	n, err := c.Conn.Read(b)
-	if n > 0 && n <= len(b) && !c.p.done() {
-		c.p.feed(b[:n])
+	if n <= 0 || n > len(b) {
+		return n, err
+	}
+	if !c.p.done() {
+		if cut := c.p.feed(b[:n]); cut < n {
+			// What the client sent past the cut is never served, and
+			// neither is its end of stream: the server gets its 431 out.
+			fill(b[cut:n])
+			return n, nil
+		}
+	}
+	if c.sniffed < prefaceProbe {
+		c.sniffed += n
+		// The parser stops following a request line net/http refuses
+		// (no version, a malformed one): nothing the client sends next
+		// changes the answer, and the server's peek for the preface
+		// swallows the error, then reads the line from its buffer and
+		// answers 400. A request line that can still be served keeps
+		// the wait: the shortest, "M / HTTP/1.1" with LF, is 13 bytes.
+		if c.sniffed < prefaceProbe && c.p.state == stPassthrough && err == nil {
+			c.sniffed = prefaceProbe
+			err = errShortRequest
+		}
 	}
 	return n, err
+}
+
+// fill overwrites b with filler: the bytes of a field line that never ends.
+func fill(b []byte) int {
+	for i := range b {
+		b[i] = 'x'
+	}
+	return len(b)
 }
 
 // Flagged returns nil, or an *Error describing the first request head read
@@ -138,9 +228,7 @@ func (c tlsConn) ConnectionState() tls.ConnectionState {
 	return s
 }
 
-// MaxServerHeaderBytes is the largest http.Server.MaxHeaderBytes whose
-// request heads the guard follows; a server allowing larger heads would get
-// heads past the guard's limit unchecked.
+// MaxServerHeaderBytes is the largest Options.MaxHeaderBytes.
 const MaxServerHeaderBytes = 1 << 20
 
 // NewListener returns a listener whose Accept wraps each connection with
@@ -151,12 +239,13 @@ const MaxServerHeaderBytes = 1 << 20
 // l must yield plaintext or already-handshaken connections: net/http does
 // not run the TLS handshake (nor ALPN) on a connection it does not see as a
 // *tls.Conn.
-func NewListener(l net.Listener) net.Listener {
-	return listener{l}
+func NewListener(l net.Listener, opts Options) net.Listener {
+	return listener{l, opts}
 }
 
 type listener struct {
 	net.Listener
+	opts Options
 }
 
 func (l listener) Accept() (net.Conn, error) {
@@ -164,15 +253,15 @@ func (l listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return Wrap(c), nil
+	return Wrap(c, l.opts), nil
 }
 
 // Wrap is [NewConn] for handing c to net/http: when c has TLS state (an
 // already-handshaken *tls.Conn), the result also has ConnectionState, so
 // net/http sets Request.TLS and serves it as HTTP/1.x. [FromContext] finds
 // the *Conn either way.
-func Wrap(c net.Conn) net.Conn {
-	fc := NewConn(c)
+func Wrap(c net.Conn, opts Options) net.Conn {
+	fc := NewConn(c, opts)
 	if _, ok := c.(connectionStater); ok {
 		return tlsConn{fc}
 	}

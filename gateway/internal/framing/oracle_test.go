@@ -57,7 +57,7 @@ type streamReader struct {
 
 func newStreamReader(stream []byte, sizes []int) *streamReader {
 	src := &scriptConn{data: stream, sizes: sizes}
-	return &streamReader{src: src, c: framing.NewConn(src), buf: make([]byte, 4096)}
+	return &streamReader{src: src, c: framing.NewConn(src, framing.Options{}), buf: make([]byte, 4096)}
 }
 
 // readTo reads through the Conn until off bytes of the stream have been

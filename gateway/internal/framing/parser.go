@@ -12,10 +12,6 @@ const (
 	// chunk-size line must fit in it, and a trailer section's CRLF CRLF must
 	// be found within it.
 	bufSize = 4096
-	// maxHeadBytes bounds a request head. The server allows
-	// http.DefaultMaxHeaderBytes plus 4096 read from the wire, plus what was
-	// already buffered; anything longer is answered 431 and closed.
-	maxHeadBytes = 1<<20 + 16<<10
 	// maxChunkExcess is how much chunk-line overhead the server's chunked
 	// reader tolerates beyond 16 bytes per chunk plus twice the chunk data.
 	maxChunkExcess = 16 << 10
@@ -51,6 +47,7 @@ const (
 	stChunkCR                   // CR after chunk data
 	stChunkLF                   // LF after chunk data
 	stPassthrough               // the stream is no longer HTTP/1 that net/http would serve
+	stTooLarge                  // a request head went past maxHead: the rest is filler
 )
 
 // field is the kind of header field being read.
@@ -99,6 +96,7 @@ type parser struct {
 	excess  int64  // chunk overhead, counted as net/http's chunkedReader does
 
 	size     uint32 // bytes of the current head, trailer section or chunk-size line
+	maxHead  uint32 // the most bytes a request head may have
 	digits   uint32 // digits in num
 	clDigits uint32 // digits in clFirst; net/http compares the strings
 	requests uint32 // request heads completed
@@ -136,17 +134,20 @@ type parser struct {
 	pending   bool // a trailer's lookahead is unresolved
 }
 
-// feed follows b, the next bytes of the stream.
-func (p *parser) feed(b []byte) {
+// feed follows b, the next bytes of the stream. It returns len(b), or the
+// offset in b of the first byte past the limit of a request head, where the
+// stream must be cut (see stTooLarge).
+func (p *parser) feed(b []byte) int {
 	if p.pending {
 		p.lookahead(b)
 	}
+	all := len(b)
 	for len(b) > 0 {
 		st := p.state
 		var n int
 		switch st {
-		case stPassthrough:
-			return
+		case stPassthrough, stTooLarge:
+			return all
 		case stRequestStart:
 			n = p.requestStart(b)
 		case stMethod:
@@ -202,19 +203,33 @@ func (p *parser) feed(b []byte) {
 		if st >= stMethod && st <= stSkipLine && st != stLineStart {
 			p.count(n)
 		}
+		if p.inSection() && p.size > p.limit() {
+			// lines can stop at the end of b past the limit, and
+			// count only adds: either way p.size holds every byte
+			// of the section up to here.
+			p.exceeded()
+		}
+		if p.state == stTooLarge {
+			// p.size counts every byte of the head up to the end of
+			// this step, so the first byte past the limit is this many
+			// bytes before that end.
+			return all - len(b) + n - int(p.size-p.maxHead)
+		}
 		b = b[n:]
 	}
+	return all
 }
 
-// count adds n bytes to the head or trailer section being read and stops
-// following the stream when it grows past what net/http would read.
+// inSection reports whether the parser is inside a head or a trailer
+// section, whose size is bounded.
+func (p *parser) inSection() bool {
+	return p.state >= stMethod && p.state <= stSkipLine
+}
+
+// count adds n bytes to the head or trailer section being read.
 func (p *parser) count(n int) {
-	if p.state < stMethod || p.state > stSkipLine {
-		return // the section ended; its last byte does not matter
-	}
-	if uint64(p.size)+uint64(n) > uint64(p.limit()) {
-		p.passthrough()
-		return
+	if !p.inSection() {
+		return // the section ended; endSection counted its last byte
 	}
 	p.size += uint32(n)
 }
@@ -228,7 +243,22 @@ func (p *parser) limit() uint32 {
 		// end, it has failed.
 		return bufSize - 1
 	}
-	return maxHeadBytes
+	return p.maxHead
+}
+
+// exceeded handles a head or trailer section that grew past its limit.
+// net/http fails a trailer section itself, so the parser stops following.
+// A request head past maxHead goes to stTooLarge: the Conn cuts the stream
+// there, so that net/http refuses the head with its own 431 at exactly the
+// limit rather than up to 4 KiB later (see Conn.Read). While a trailer's
+// lookahead is unresolved, net/http may still fail that trailer on the bytes
+// past the cut, so the parser only stops following then.
+func (p *parser) exceeded() {
+	if p.trailer || p.pending {
+		p.passthrough()
+		return
+	}
+	p.state = stTooLarge
 }
 
 // passthrough stops following the stream. A pending trailer lookahead runs
@@ -240,7 +270,7 @@ func (p *parser) passthrough() {
 
 // done reports whether the parser has nothing left to do.
 func (p *parser) done() bool {
-	return p.state == stPassthrough && !p.pending
+	return p.state >= stPassthrough && !p.pending
 }
 
 func (p *parser) raise(r Reason) {
@@ -389,7 +419,7 @@ func (p *parser) lines(b []byte) int {
 	i := 0
 	for i < len(b) {
 		if p.size > limit {
-			p.passthrough()
+			p.exceeded()
 			return i
 		}
 		p.cr = false
@@ -636,6 +666,12 @@ func (p *parser) skipLine(b []byte) int {
 func (p *parser) endSection(crlf bool, rest []byte) {
 	if p.trailer {
 		p.endTrailer(crlf, rest)
+		return
+	}
+	// The LF that ends the head is its last byte: a head that ends one
+	// byte past the limit is too large too.
+	if p.size++; p.size > p.maxHead {
+		p.exceeded()
 		return
 	}
 	p.endField()

@@ -44,20 +44,21 @@ func handle(w http.ResponseWriter, r *http.Request) {
 }
 
 // serve runs an http.Server with the gateway's wiring on l until the test
-// ends.
-func serve(t *testing.T, l net.Listener, protocols *http.Protocols) {
+// ends: the server's MaxHeaderBytes is the guard's.
+func serve(t *testing.T, l net.Listener, protocols *http.Protocols, opts framing.Options) {
 	t.Helper()
 	srv := &http.Server{
 		Handler:           http.HandlerFunc(handle),
 		ConnContext:       framing.ConnContext,
 		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    opts.MaxHeaderBytes,
 		Protocols:         protocols,
 		ErrorLog:          log.New(io.Discard, "", 0),
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		srv.Serve(framing.NewListener(l))
+		srv.Serve(framing.NewListener(l, opts))
 	}()
 	t.Cleanup(func() {
 		srv.Close()
@@ -93,7 +94,7 @@ var (
 func TestServer(t *testing.T) {
 	t.Parallel()
 	l := listen(t)
-	serve(t, l, nil)
+	serve(t, l, nil, framing.Options{})
 	addr := l.Addr().String()
 
 	tests := []struct {
@@ -206,6 +207,83 @@ func TestServer(t *testing.T) {
 	}
 }
 
+// TestServerHeadLimit checks that net/http, behind a Conn, refuses a head
+// one byte over the limit with its 431 and closes, and serves one at the
+// limit, however the bytes arrive. Without the Conn it serves heads up to
+// 4 KiB longer.
+func TestServerHeadLimit(t *testing.T) {
+	t.Parallel()
+	const limit = 2000
+	l := listen(t)
+	serve(t, l, nil, framing.Options{MaxHeaderBytes: limit})
+	head := func(size int) string {
+		const start = "GET /h HTTP/1.1\r\nHost: x\r\nX-Pad: "
+		return start + strings.Repeat("p", size-len(start)-4) + "\r\n\r\n"
+	}
+	for _, tc := range []struct {
+		name   string
+		send   string
+		status []int
+	}{
+		{"at the limit", head(limit) + get, []int{200, 200}},
+		{"one byte over", head(limit + 1), []int{431}},
+		{"far over", head(3 * limit), []int{431}},
+		{"over, behind a body", sized + head(limit+1) + get, []int{200, 431}},
+		{"at the limit, behind a body", sized + head(limit) + get, []int{200, 200, 200}},
+	} {
+		for _, byByte := range []bool{false, true} {
+			name := tc.name
+			if byByte {
+				name += "/byte by byte"
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				conn, err := net.Dial("tcp", l.Addr().String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				conn.SetDeadline(time.Now().Add(10 * time.Second))
+				br := bufio.NewReader(conn)
+				// Writes may fail once the server has answered 431 and
+				// closed; the answer is what counts.
+				wrote := make(chan struct{})
+				go func() {
+					defer close(wrote)
+					_ = writeAll(conn, tc.send, byByte)
+				}()
+				t.Cleanup(func() {
+					conn.Close()
+					<-wrote
+				})
+				for i, want := range tc.status {
+					if got := readStatus(t, br); got != want {
+						t.Fatalf("response %d: status = %d, want %d", i+1, got, want)
+					}
+				}
+				if last := tc.status[len(tc.status)-1]; last == 431 {
+					if _, err := br.ReadByte(); err != io.EOF {
+						t.Fatalf("read after 431: %v, want EOF", err)
+					}
+				}
+			})
+		}
+	}
+}
+
+func writeAll(conn net.Conn, s string, byByte bool) error {
+	if !byByte {
+		_, err := io.WriteString(conn, s)
+		return err
+	}
+	for i := range len(s) {
+		if _, err := io.WriteString(conn, s[i:i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func write(t *testing.T, conn net.Conn, s string, byByte bool) {
 	t.Helper()
 	if !byByte {
@@ -243,7 +321,7 @@ func TestServerH2C(t *testing.T) {
 	serverProtocols.SetUnencryptedHTTP2(true)
 	clientProtocols.SetUnencryptedHTTP2(true)
 	l := listen(t)
-	serve(t, l, &serverProtocols)
+	serve(t, l, &serverProtocols, framing.Options{H2C: true})
 
 	transport := &http.Transport{Protocols: &clientProtocols}
 	t.Cleanup(transport.CloseIdleConnections)
@@ -261,6 +339,52 @@ func TestServerH2C(t *testing.T) {
 		want := fmt.Sprintf("POST /h2c body=%d proto=2 tls=false", len(body))
 		if resp.StatusCode != 200 || resp.ProtoMajor != 2 || string(got) != want {
 			t.Fatalf("POST over h2c = %d %s %q, want 200 HTTP/2.0 %q", resp.StatusCode, resp.Proto, got, want)
+		}
+	}
+}
+
+// TestServerShortRequestLine checks that a server that also takes h2c
+// answers a request line too short to be valid at once (it would wait for
+// 14 bytes, until its read-header timeout), and still serves the shortest
+// valid requests however their bytes arrive.
+func TestServerShortRequestLine(t *testing.T) {
+	t.Parallel()
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	l := listen(t)
+	// The read-header timeout (10 s) is what each connection's deadline
+	// (10 s) would otherwise run into.
+	serve(t, l, &protocols, framing.Options{H2C: true})
+	for _, tc := range []struct {
+		send   string
+		status int
+	}{
+		{"GET /ok\r\n\r\n", 400},
+		{"GET\r\n", 400},
+		{"\n", 400},
+		{"GET / HTTP/1\n", 400},
+		{"A / HTTP/1.0\n\n", 200},
+		{"GET / HTTP/1.0\r\n\r\n", 200},
+	} {
+		for _, byByte := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%q/byByte=%t", tc.send, byByte), func(t *testing.T) {
+				t.Parallel()
+				conn, err := net.Dial("tcp", l.Addr().String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				conn.SetDeadline(time.Now().Add(5 * time.Second))
+				write(t, conn, tc.send, byByte)
+				br := bufio.NewReader(conn)
+				if got := readStatus(t, br); got != tc.status {
+					t.Fatalf("status = %d, want %d", got, tc.status)
+				}
+				if _, err := br.ReadByte(); err != io.EOF {
+					t.Fatalf("read after the response: %v, want EOF", err)
+				}
+			})
 		}
 	}
 }
@@ -295,9 +419,9 @@ func TestServerTLS(t *testing.T) {
 	t.Parallel()
 	cert := selfSigned(t)
 	l := listen(t)
-	serve(t, handshakeListener{l, &tls.Config{Certificates: []tls.Certificate{cert}}}, nil)
+	serve(t, handshakeListener{l, &tls.Config{Certificates: []tls.Certificate{cert}}}, nil, framing.Options{})
 	plain := listen(t)
-	serve(t, plain, nil)
+	serve(t, plain, nil, framing.Options{})
 
 	dialTLS := func() (net.Conn, error) {
 		return tls.Dial("tcp", l.Addr().String(), &tls.Config{InsecureSkipVerify: true})
