@@ -13,11 +13,13 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding/gzip"
 	"google.golang.org/grpc/grpclog"
 	"google.golang.org/grpc/interop"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/types/descriptorpb"
@@ -101,7 +103,7 @@ func TestGRPCInterop(t *testing.T) {
 		"ping_pong":                   func(ctx context.Context, o ...grpc.CallOption) { interop.DoPingPong(ctx, tc, o...) },
 		"empty_stream":                func(ctx context.Context, o ...grpc.CallOption) { interop.DoEmptyStream(ctx, tc, o...) },
 		"timeout_on_sleeping_server":  func(ctx context.Context, o ...grpc.CallOption) { interop.DoTimeoutOnSleepingServer(ctx, tc, o...) },
-		"cancel_after_begin":          func(ctx context.Context, o ...grpc.CallOption) { interop.DoCancelAfterBegin(ctx, tc, o...) },
+		"cancel_after_begin":          func(ctx context.Context, o ...grpc.CallOption) { cancelAfterBegin(ctx, running, tc, o...) },
 		"cancel_after_first_response": func(ctx context.Context, o ...grpc.CallOption) { interop.DoCancelAfterFirstResponse(ctx, tc, o...) },
 		"custom_metadata":             func(ctx context.Context, o ...grpc.CallOption) { interop.DoCustomMetadata(ctx, tc, o...) },
 		"status_code_and_message":     func(ctx context.Context, o ...grpc.CallOption) { interop.DoStatusCodeAndMessage(ctx, tc, o...) },
@@ -164,5 +166,26 @@ func soakConfig(addr string, channel func() (*grpc.ClientConn, func())) interop.
 		ServerAddr:                       addr,
 		NumWorkers:                       2, Iterations: 20, MaxFailures: 0,
 		ChannelForTest: channel,
+	}
+}
+
+// cancelAfterBegin is the interop case cancel_after_begin without the race
+// in grpc-go's version of it: interop.DoCancelAfterBegin cancels, then
+// calls CloseAndRecv, and grpc-go acts on a cancellation on another
+// goroutine, so on a loaded machine the half-close can go first and the
+// interop server answer OK (it does so 2 times in 1,500 with no gateway at
+// all). Without the half-close the server cannot end the call, and the
+// only outcome is the cancellation: the client stream, opened through the
+// gateway and cancelled, must end CANCELLED.
+func cancelAfterBegin(ctx context.Context, t *testing.T, tc testgrpc.TestServiceClient, o ...grpc.CallOption) {
+	ctx, cancel := context.WithCancel(ctx)
+	stream, err := tc.StreamingInputCall(ctx, o...)
+	if err != nil {
+		t.Fatalf("StreamingInputCall: %v", err)
+	}
+	cancel()
+	var resp testgrpc.StreamingInputCallResponse
+	if err := stream.RecvMsg(&resp); status.Code(err) != codes.Canceled {
+		t.Errorf("RecvMsg after cancel: %v, want code Canceled", err)
 	}
 }
