@@ -91,13 +91,13 @@ func runDev(ctx context.Context, args []string) error {
 		node.Close()
 		return fmt.Errorf("dev: %w", err)
 	}
-	if ident.Key, err = ctl.demoKey(ctx); err != nil {
+	if ident.Key, ident.KeyID, err = ctl.demoKey(ctx); err != nil {
 		node.Close()
 		return err
 	}
 	addrs := node.Addrs()
 	printDevBanner(os.Stdout, addrs[0].String(), addrs[1].String(), caFile, ident)
-	printDevControl(os.Stdout, ctl)
+	printDevControl(os.Stdout, ctl, ident.KeyID)
 	return node.Run(ctx)
 }
 
@@ -109,7 +109,7 @@ func defaultDevDataDir() string {
 	return filepath.Join(os.TempDir(), "portico-dev")
 }
 
-func printDevControl(w io.Writer, c *devControl) {
+func printDevControl(w io.Writer, c *devControl, keyID string) {
 	fmt.Fprintf(w, `
 The control plane (admin API %[1]s; SQLite and the platform token in %[2]s).
 The node above takes its routes from it: change them with porticoctl and they apply at once.
@@ -120,8 +120,8 @@ The node above takes its routes from it: change them with porticoctl and they ap
 The key service shares its address; keys and revocations reach the node through the fast lane:
   go run ./cmd/porticoctl keys create -app app-demo -tenant tenant-demo -plan demo -scope inventory:read -env test
   go run ./cmd/porticoctl keys list -app app-demo
-  go run ./cmd/porticoctl keys revoke KEY_ID -reason 'leaked'      # the next call with it is a 401
-`, c.url, c.dataDir, c.tokenFile)
+  go run ./cmd/porticoctl keys revoke %[4]s -reason 'leaked'      # the demo key: the next call with it is a 401
+`, c.url, c.dataDir, c.tokenFile, keyID)
 }
 
 // devSnapshot routes the demo backends: the gRPC orders service (with
@@ -211,39 +211,41 @@ Portico dev is running: one gateway node in front of two demo backends.
   https://localhost:%[2]s  HTTP/2 and HTTP/1.1 over TLS; self-signed CA in %[3]s
 
 Demo credentials (made up at start):
-  API key (issued by the key service at start; app %[5]s, plan %[6]s; scopes inventory:read orders:read orders:write):
+  API key %[10]s (issued by the key service at start; app %[5]s, plan %[6]s; scopes inventory:read orders:read orders:write):
     %[4]s
-  Access token from the demo issuer (user-42; scopes inventory:read inventory:write orders:read; 1 h):
+  Access token from the demo issuer (user-42; scopes inventory:read inventory:write orders:read; it lives 15 minutes, a restart mints another):
     %[7]s
+For the calls in README.md, in your shell:
+  export KEY=%[4]s KEY_ID=%[10]s TOKEN=%[7]s
 
 REST (the inventory service) with the API key:
-  curl -i -H 'x-api-key: %[4]s' http://%[1]s/inventory/v1/items
-  curl -i -H 'Authorization: Bearer %[4]s' http://%[1]s/inventory/v1/items/WIDGET-1
-  curl -i 'http://%[1]s/inventory/v1/items?api_key=%[4]s'
-  curl -i --cacert %[3]s -H 'x-api-key: %[4]s' https://localhost:%[2]s/inventory/v1/headers
-with the access token (it lives 15 minutes; a restart mints another):
-  curl -i -H 'Authorization: Bearer %[7]s' -X POST http://%[1]s/inventory/v1/items -H 'content-type: application/json' -d '{"sku":"SPROCKET-4","name":"Sprocket","quantity":5,"price_cents":250}'
+  curl -i -H "x-api-key: $KEY" http://%[1]s/inventory/v1/items
+  curl -i -H "Authorization: Bearer $KEY" http://%[1]s/inventory/v1/items/WIDGET-1
+  curl -i "http://%[1]s/inventory/v1/items?api_key=$KEY"
+  curl -i --cacert %[3]s -H "x-api-key: $KEY" https://localhost:%[2]s/inventory/v1/headers
+with the access token:
+  curl -i -H "Authorization: Bearer $TOKEN" -X POST http://%[1]s/inventory/v1/items -H 'content-type: application/json' -d '{"sku":"SPROCKET-4","name":"Sprocket","quantity":5,"price_cents":250}'
 refused:
-  curl -i -H 'x-api-key: %[4]s' -X POST http://%[1]s/inventory/v1/items -H 'content-type: application/json' -d '{"sku":"NUT-5","name":"Nut","quantity":1,"price_cents":5}'   # 403 insufficient_scope (the key lacks inventory:write)
+  curl -i -H "x-api-key: $KEY" -X POST http://%[1]s/inventory/v1/items -H 'content-type: application/json' -d '{"sku":"NUT-5","name":"Nut","quantity":1,"price_cents":5}'   # 403 insufficient_scope (the key lacks inventory:write)
   curl -i http://%[1]s/inventory/v1/items            # 401 unauthenticated
   curl -i http://%[1]s/nowhere                       # 404 no_route
 rate limited (plan %[6]s: %[8]d/s per caller, burst %[9]d; 429 rate_limited after the burst):
-  for i in $(seq 60); do curl -s -o /dev/null -w '%%{http_code} ' -H 'x-api-key: %[4]s' http://%[1]s/inventory/v1/items; done; echo
+  for i in $(seq 60); do curl -s -o /dev/null -w '%%{http_code} ' -H "x-api-key: $KEY" http://%[1]s/inventory/v1/items; done; echo
 
 The orders service, a gRPC service served from its descriptor to every protocol:
 REST (its google.api.http bindings):
-  curl -i -H 'x-api-key: %[4]s' http://%[1]s/v1/orders/o-1001
-  curl -i -H 'x-api-key: %[4]s' 'http://%[1]s/v1/customers/c-42/orders?statuses=ORDER_STATUS_PAID&filter.minTotalCents=100'
-  curl -N -H 'x-api-key: %[4]s' 'http://%[1]s/v1/customers/c-42/orders:watch?maxEvents=3'          # NDJSON stream
-  curl -i -H 'x-api-key: %[4]s' http://%[1]s/v1/orders/bad-id                 # 400, refused at the edge by its buf.validate rules
+  curl -i -H "x-api-key: $KEY" http://%[1]s/v1/orders/o-1001
+  curl -i -H "x-api-key: $KEY" 'http://%[1]s/v1/customers/c-42/orders?statuses=ORDER_STATUS_PAID&filter.minTotalCents=100'
+  curl -N -H "x-api-key: $KEY" 'http://%[1]s/v1/customers/c-42/orders:watch?maxEvents=3'          # NDJSON stream
+  curl -i -H "x-api-key: $KEY" http://%[1]s/v1/orders/bad-id                 # 400, refused at the edge by its buf.validate rules
 Connect:
-  curl -i -H 'x-api-key: %[4]s' -H 'content-type: application/json' -d '{"order_id":"o-1001"}' http://%[1]s/portico.demo.v1.OrdersService/GetOrder
-gRPC (go install github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.4):
-  grpcurl -plaintext %[1]s list
-  grpcurl -plaintext -H 'x-api-key: %[4]s' -d '{"order_id":"o-1001"}' %[1]s portico.demo.v1.OrdersService/GetOrder
-  grpcurl -plaintext -H 'x-api-key: %[4]s' -d '{"customer_id":"c-42","max_events":3}' %[1]s portico.demo.v1.OrdersService/WatchOrders
-  grpcurl -cacert %[3]s -H 'authorization: Bearer %[7]s' -d '{"order_id":"o-1001"}' localhost:%[2]s portico.demo.v1.OrdersService/GetOrder
+  curl -i -H "x-api-key: $KEY" -H 'content-type: application/json' -d '{"order_id":"o-1001"}' http://%[1]s/portico.demo.v1.OrdersService/GetOrder
+gRPC (buf curl, pinned in tools/go.mod; grpcurl works too), through the gateway's public reflection:
+  go tool -modfile=tools/go.mod buf curl --protocol grpc --http2-prior-knowledge --list-methods http://%[1]s
+  go tool -modfile=tools/go.mod buf curl --protocol grpc --http2-prior-knowledge -H "x-api-key: $KEY" -d '{"order_id":"o-1001"}' http://%[1]s/portico.demo.v1.OrdersService/GetOrder
+  go tool -modfile=tools/go.mod buf curl --protocol grpc --http2-prior-knowledge -H "x-api-key: $KEY" -d '{"customer_id":"c-42","max_events":3}' http://%[1]s/portico.demo.v1.OrdersService/WatchOrders
+  go tool -modfile=tools/go.mod buf curl --protocol grpc --cacert %[3]s -H "authorization: Bearer $TOKEN" -d '{"order_id":"o-1001"}' https://localhost:%[2]s/portico.demo.v1.OrdersService/GetOrder
 
 Ctrl-C drains in-flight requests and stops.
-`, addr, tlsPort, filepath.Clean(caFile), ident.Key, devApp, devPlan, ident.Token, devRate, devBurst)
+`, addr, tlsPort, filepath.Clean(caFile), ident.Key, devApp, devPlan, ident.Token, devRate, devBurst, ident.KeyID)
 }

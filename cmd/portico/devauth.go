@@ -21,6 +21,7 @@ import (
 // this process holds.
 type devIdentity struct {
 	Key       string // the raw demo API key, printed once, never logged
+	KeyID     string // its id, for porticoctl keys revoke
 	Token     string // an access token minted by the demo issuer; it lives 15 minutes, as the seed's do
 	issuerKey *ecdsa.PrivateKey
 	jwks      string

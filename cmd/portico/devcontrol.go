@@ -155,21 +155,33 @@ func (c *devControl) startKeys(ctx context.Context, token, githubKeysFile string
 
 // demoKey issues the demo API key through the key service, once the node
 // is connected (CreateKey answers when every node has it), and revokes
-// the ones earlier dev runs issued.
-func (c *devControl) demoKey(ctx context.Context) (string, error) {
-	token := c.token
-	api := keysv1connect.NewKeyServiceClient(&http.Client{Transport: bearerTransport{token}, Timeout: 30 * time.Second}, c.url)
-	if _, err := api.RevokeApp(ctx, connect.NewRequest(&keysv1.RevokeAppRequest{AppId: devApp, Reason: "replaced by a new portico dev run"})); err != nil {
-		return "", fmt.Errorf("dev: revoking the last run's demo keys: %w", err)
+// the one the last dev run issued (its id is kept in the data
+// directory). Keys a user made, for the demo app or any other, stay: a
+// restart of dev is not a revocation. It returns the raw key and its id.
+func (c *devControl) demoKey(ctx context.Context) (raw, id string, err error) {
+	api := keysv1connect.NewKeyServiceClient(&http.Client{Transport: bearerTransport{c.token}, Timeout: 30 * time.Second}, c.url)
+	idFile := filepath.Join(c.dataDir, "demo-key-id")
+	if b, err := os.ReadFile(idFile); err == nil {
+		last := strings.TrimSpace(string(b))
+		_, err := api.RevokeKey(ctx, connect.NewRequest(&keysv1.RevokeKeyRequest{KeyId: last, Reason: "replaced by a new portico dev run"}))
+		if err != nil && connect.CodeOf(err) != connect.CodeNotFound {
+			return "", "", fmt.Errorf("dev: revoking the last run's demo key %s: %w", last, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", "", fmt.Errorf("dev: %w", err)
 	}
 	resp, err := api.CreateKey(ctx, connect.NewRequest(&keysv1.CreateKeyRequest{
 		AppId: devApp, TenantId: devTenant, Plan: devPlan, Scopes: devScopes,
 		Env: keysv1.Environment_ENVIRONMENT_TEST, Priority: configv1.Priority_PRIORITY_PAID,
 	}))
 	if err != nil {
-		return "", fmt.Errorf("dev: issuing the demo key: %w", err)
+		return "", "", fmt.Errorf("dev: issuing the demo key: %w", err)
 	}
-	return resp.Msg.GetRawKey(), nil
+	id = resp.Msg.GetKey().GetKeyId()
+	if err := os.WriteFile(idFile, []byte(id+"\n"), 0o600); err != nil {
+		return "", "", fmt.Errorf("dev: %w", err)
+	}
+	return resp.Msg.GetRawKey(), id, nil
 }
 
 // devPlatformToken reads a dev token (the platform's, the node's), or

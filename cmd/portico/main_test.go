@@ -24,6 +24,8 @@ import (
 
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	keysv1 "github.com/portico-gw/portico/gen/portico/keys/v1"
+	"github.com/portico-gw/portico/gen/portico/keys/v1/keysv1connect"
 	"github.com/portico-gw/portico/testing/admintest"
 	"github.com/portico-gw/portico/testing/ghscan"
 	"github.com/portico-gw/portico/testing/srcdeps"
@@ -241,15 +243,18 @@ func TestDevRole(t *testing.T) {
 	p.waitLine(t, regexp.MustCompile(`Ctrl-C drains`))
 	p.waitLine(t, regexp.MustCompile(`porticoctl route put`))
 	out := p.output()
-	for _, want := range []string{"curl -i http://" + addr + "/inventory/v1/items", "grpcurl -plaintext " + addr + " list", "portico.demo.v1.OrdersService/GetOrder", "403 insufficient_scope", "/v1/orders/o-1001"} {
+	for _, want := range []string{"curl -i http://" + addr + "/inventory/v1/items", "buf curl --protocol grpc --http2-prior-knowledge --list-methods http://" + addr,
+		"portico.demo.v1.OrdersService/GetOrder", "403 insufficient_scope", "/v1/orders/o-1001"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("dev banner lacks %q", want)
 		}
 	}
-	key := regexp.MustCompile(`ak_test_[0-9A-Za-z]{38}`).FindString(out)
-	token := regexp.MustCompile(`Bearer (eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+)`).FindStringSubmatch(out)
-	if key == "" || token == nil {
-		t.Fatalf("dev banner shows no demo key or token:\n%s", out)
+	key, keyID, tok := devCredentials(t, out)
+	token := []string{"", tok}
+	// The key's id is printed beside it, and in the revoke command, so
+	// that the key can be revoked as printed.
+	if !strings.Contains(out, "API key "+keyID+" (") || !strings.Contains(out, "keys revoke "+keyID+" ") {
+		t.Errorf("dev banner does not name the demo key's id %s beside it and in the revoke command:\n%s", keyID, out)
 	}
 	call := func(method, path string, header map[string]string, body string) (int, string) {
 		t.Helper()
@@ -429,5 +434,74 @@ func TestDevRole(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("portico dev did not exit within 30s of SIGINT")
+	}
+}
+
+// devCredentials reads the demo key, its id and the access token from the
+// export line dev prints.
+func devCredentials(t *testing.T, out string) (key, keyID, token string) {
+	t.Helper()
+	m := regexp.MustCompile(`export KEY=(ak_test_[0-9A-Za-z]{38}) KEY_ID=(key_[0-9A-Za-z_-]+) TOKEN=(eyJ[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("dev banner shows no export line with the demo key, its id and the token:\n%s", out)
+	}
+	return m[1], m[2], m[3]
+}
+
+// TestDevRestartKeepsUserKeys: a restarted portico dev revokes the demo
+// key of its last run and issues another, and leaves the keys a user made
+// (for the demo app too) working.
+func TestDevRestartKeepsUserKeys(t *testing.T) {
+	addr, tlsAddr, ctlAddr, dataDir := freeAddr(t), freeAddr(t), freeAddr(t), t.TempDir()
+	args := []string{"dev", "-addr", addr, "-tls-addr", tlsAddr, "-control-addr", ctlAddr, "-data-dir", dataDir}
+	p := start(t, args...)
+	p.waitLine(t, regexp.MustCompile(`Ctrl-C drains`))
+	firstKey, _, _ := devCredentials(t, p.output())
+	tokenBytes, err := os.ReadFile(filepath.Join(dataDir, "platform-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := keysv1connect.NewKeyServiceClient(admintest.HTTPClient(strings.TrimSpace(string(tokenBytes))), "http://"+ctlAddr)
+	mine, err := keys.CreateKey(context.Background(), connect.NewRequest(&keysv1.CreateKeyRequest{AppId: "app-demo", TenantId: "tenant-demo",
+		Plan: "demo", Scopes: []string{"inventory:read"}, Env: keysv1.Environment_ENVIRONMENT_TEST}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		p.done <- err // for the cleanup
+	case <-time.After(30 * time.Second):
+		t.Fatal("portico dev did not stop within 30 s of SIGTERM")
+	}
+
+	p2 := start(t, args...)
+	p2.waitLine(t, regexp.MustCompile(`Ctrl-C drains`))
+	secondKey, secondID, _ := devCredentials(t, p2.output())
+	status := func(key string) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+addr+"/inventory/v1/items", nil)
+		req.Header.Set("X-Api-Key", key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if c := status(mine.Msg.GetRawKey()); c != 200 {
+		t.Errorf("the key made in the last run, after a restart: %d, want 200", c)
+	}
+	if c := status(secondKey); c != 200 {
+		t.Errorf("this run's demo key: %d, want 200", c)
+	}
+	if c := status(firstKey); c != 401 {
+		t.Errorf("the last run's demo key: %d, want 401", c)
+	}
+	if got, err := keys.GetKey(context.Background(), connect.NewRequest(&keysv1.GetKeyRequest{KeyId: secondID})); err != nil ||
+		got.Msg.GetKey().GetStatus() != configv1.KeyStatus_KEY_STATUS_ACTIVE {
+		t.Errorf("the banner's key id %s: %v %v, want this run's active demo key", secondID, got, err)
 	}
 }
