@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs Portico's whole test suite on a fresh machine: static checks, then
 # every test with the race detector. It installs or starts what the tests
-# need itself: beyond Go and the module proxy, that is redis-server and
-# PostgreSQL, which it installs from Debian's packages when they are
-# missing (with sudo when not root). The tests start their own
+# need itself: beyond Go and the module proxy, that is redis-server,
+# PostgreSQL and curl, which it installs from Debian's packages when they
+# are missing (with sudo when not root). The tests start their own
 # redis-server and postgres processes (testing/redistest,
 # testing/pgtest); set CI=1 to make them fail, not skip, without them.
 set -euo pipefail
@@ -29,6 +29,17 @@ if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb 
 	fi
 	$sudo apt-get update
 	$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql
+fi
+
+# curl for the README's blocks, which cmd/portico's TestREADME runs.
+if ! command -v curl >/dev/null 2>&1; then
+	echo "== installing curl"
+	sudo=""
+	if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then
+		sudo=sudo
+	fi
+	$sudo apt-get update
+	$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends curl ca-certificates
 fi
 
 export GOFLAGS="${GOFLAGS:-} -buildvcs=false"
