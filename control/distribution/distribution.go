@@ -90,6 +90,9 @@ type target struct {
 	// previous is the last version published before this one that was
 	// not halted: what nodes get while this one is.
 	previous *target
+	// odd are the nodes that refused it without halting it (see
+	// haltsLocked).
+	odd map[string]bool
 }
 
 // NACK is a node's refusal of a version.
@@ -223,7 +226,7 @@ func (s *Server) Publish(ctx context.Context, version int64) error {
 		// version, with a higher number.)
 		return nil
 	}
-	next := &target{version: v.Number, sha256: v.SnapshotSHA256, data: data}
+	next := &target{version: v.Number, sha256: v.SnapshotSHA256, data: data, odd: map[string]bool{}}
 	if old := s.target; old != nil {
 		next.previous = old
 		if old.halted != nil {
@@ -443,14 +446,34 @@ func (s *Server) ack(n *node, a *distributionv1.Ack) {
 		}
 		if t != nil && t.sha256 == a.GetSha256() {
 			nack.Version = t.version
-			if t.halted == nil {
+			switch {
+			case t.halted != nil:
+			case haltsLocked(t, n):
 				t.halted = nack
 				s.log.Warn("version halted: a node refused it", "version", t.version, "node", n.ID, "objects", objectNames(nack.Objects), "error", a.GetError())
+			default:
+				t.odd[n.ID] = true
+				s.log.Warn("a node that did not run the version before refused this one, which other nodes run: the node keeps what it ran, the version goes on",
+					"version", t.version, "node", n.ID, "objects", objectNames(nack.Objects), "error", a.GetError())
 			}
 		}
 		n.LastNACK = nack
 	}
 	s.notifyLocked()
+}
+
+// haltsLocked says whether n's refusal of t halts it. A refusal is
+// evidence against a version when the node ran the version before it: the
+// change is what it refuses (the first version has none before it, and
+// halts as ever). A node that did not run the version before (it joined without an identity
+// the fleet uses, or refused that one too) and refuses one other nodes
+// run is the odd one out: halting for it would freeze every team's later
+// versions, and stage the next one from the version before this, sending
+// that older version to the nodes that ran this one. It keeps what it
+// ran, its NACK is in the fleet's status, and a rollout does not wait for
+// it.
+func haltsLocked(t *target, n *node) bool {
+	return t.previous == nil || n.SHA256 == t.previous.sha256
 }
 
 func (s *Server) report(n *node, rep *distributionv1.Report) {

@@ -365,7 +365,7 @@ func (s *Server) stageSettled(ro *rollout) bool {
 		return true
 	}
 	for id := range ro.reached {
-		if n := s.nodes[id]; n != nil && n.SHA256 != ro.next.sha256 {
+		if n := s.nodes[id]; n != nil && n.SHA256 != ro.next.sha256 && !ro.next.odd[id] {
 			return false
 		}
 	}
