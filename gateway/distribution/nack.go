@@ -179,15 +179,32 @@ func resourcesOf(ids []upstream.IdentityInfo) *distributionv1.NodeResources {
 	return r
 }
 
-// healthOf is the node's account of its endpoints.
+// maxListedEndpoints bounds the endpoints a hello or report lists over
+// all clusters: the message must stay far below the control plane's read
+// limit whatever one team's clusters hold.
+const maxListedEndpoints = 1000
+
+// healthOf is the node's account of its endpoints: per cluster, how many
+// are healthy and how many not, and the ones that are not fully healthy,
+// up to maxListedEndpoints in all.
 func healthOf(clusters []upstream.ClusterStatus) []*distributionv1.ClusterHealth {
 	out := make([]*distributionv1.ClusterHealth, 0, len(clusters))
+	listed := 0
 	for _, c := range clusters {
 		h := &distributionv1.ClusterHealth{Name: c.Name}
 		for _, e := range c.Endpoints {
-			h.Endpoints = append(h.Endpoints, &distributionv1.EndpointHealth{
-				Address: e.Address, Healthy: e.Healthy, Ejected: !e.EjectedUntil.IsZero(), RefusedDials: e.RefusedDials,
-			})
+			ejected := !e.EjectedUntil.IsZero()
+			if e.Healthy && !ejected {
+				h.Healthy++
+			} else {
+				h.Unhealthy++
+			}
+			if (!e.Healthy || ejected || e.RefusedDials > 0) && listed < maxListedEndpoints {
+				listed++
+				h.Endpoints = append(h.Endpoints, &distributionv1.EndpointHealth{
+					Address: e.Address, Healthy: e.Healthy, Ejected: ejected, RefusedDials: e.RefusedDials,
+				})
+			}
 		}
 		out = append(out, h)
 	}

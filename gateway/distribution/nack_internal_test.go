@@ -6,9 +6,13 @@ import (
 	"strings"
 	"testing"
 
+	"buf.build/go/protovalidate"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/portico-gw/portico/gateway/snapshot"
 	"github.com/portico-gw/portico/gateway/upstream"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
 )
 
 // TestRefusedObjects: a NACK names the objects a refusal is about, with
@@ -56,5 +60,40 @@ func TestRefusedObjects(t *testing.T) {
 	}
 	if s := truncate("héllo", 2); s != "h" {
 		t.Errorf("truncate cut a character: %q", s)
+	}
+}
+
+// TestHealthOfStaysSmall: a node's hello and reports carry its endpoints'
+// health, and the control plane reads at most 16 MiB a message: however
+// many endpoints one team's clusters have (here 80 × 1,024, all failing,
+// with 200-byte names), the account stays small, counts every endpoint,
+// and lists at most 1,000.
+func TestHealthOfStaysSmall(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("a", 190)
+	var clusters []upstream.ClusterStatus
+	for c := range 80 {
+		cs := upstream.ClusterStatus{Name: fmt.Sprintf("bulk-%02d", c)}
+		for e := range 1024 {
+			cs.Endpoints = append(cs.Endpoints, upstream.EndpointStatus{Address: fmt.Sprintf("e%04d.%s:8080", e, long), Healthy: e%2 == 0, RefusedDials: uint64(e % 3)})
+		}
+		clusters = append(clusters, cs)
+	}
+	h := healthOf(clusters)
+	listed, healthy, unhealthy := 0, 0, 0
+	for _, c := range h {
+		listed += len(c.GetEndpoints())
+		healthy += int(c.GetHealthy())
+		unhealthy += int(c.GetUnhealthy())
+	}
+	if listed != maxListedEndpoints || healthy != 80*512 || unhealthy != 80*512 {
+		t.Errorf("listed %d endpoints (want %d), counted %d healthy and %d not (want %d each)", listed, maxListedEndpoints, healthy, unhealthy, 80*512)
+	}
+	rep := &distributionv1.StreamRequest{Message: &distributionv1.StreamRequest_Report{Report: &distributionv1.Report{Clusters: h}}}
+	if n := proto.Size(rep); n > 1<<20 {
+		t.Errorf("a report of 81,920 endpoints is %d bytes, want under 1 MiB", n)
+	}
+	if err := protovalidate.Validate(rep); err != nil {
+		t.Errorf("the report breaks the stream's rules: %v", err)
 	}
 }

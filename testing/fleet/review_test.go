@@ -168,58 +168,6 @@ func TestLateNodeWithoutIdentityHaltsNothing(t *testing.T) {
 	}
 }
 
-// TestReviewLargeClustersCutNodesOff: since issue 14 a node's hello and
-// every report carry each endpoint's health, but the control plane reads
-// at most 16 MiB per stream message (control/distribution Handler). One
-// team's clusters with enough endpoints (here 80 × 1024 long names, an
-// 18 MB config, under the admin API's 64 MiB) make every node's report,
-// then its hello, too large: the control plane drops the stream each
-// time, so no later version of any team reaches any node.
-func TestReviewLargeClustersCutNodesOff(t *testing.T) {
-	t.Parallel()
-	cp := startControl(t, "sqlite:"+filepath.Join(t.TempDir(), "control.db"))
-	ctx := context.Background()
-	search := twoTeams(t, cp)
-	if _, err := cp.admin.PutTeam(ctx, connect.NewRequest(&adminv1.PutTeamRequest{Team: &adminv1.Team{
-		Name: "orders", Owns: []*adminv1.Ownership{{Host: "api.example.com", PathPrefix: "/v1/orders"}},
-		Upstreams: []*adminv1.Upstream{{Address: &adminv1.Upstream_Cidr{Cidr: "127.0.0.1/32"}},
-			{Address: &adminv1.Upstream_Host{Host: "*.orders.internal"}}}}})); err != nil {
-		t.Fatal(err)
-	}
-	label := strings.Repeat("a", 58)
-	tc := &adminv1.TeamConfig{Team: "orders"}
-	for c := range 80 {
-		cl := &configv1.Cluster{Name: fmt.Sprintf("bulk-%02d", c), Protocol: configv1.Protocol_PROTOCOL_HTTP1}
-		for e := range 1024 {
-			cl.Endpoints = append(cl.Endpoints, &configv1.Endpoint{
-				Address: fmt.Sprintf("e%04d%s.%s.%s.orders.internal:8080", e, label, label, label)})
-		}
-		tc.Clusters = append(tc.Clusters, cl)
-	}
-	// No node is connected yet: nothing to probe.
-	ch, err := cp.admin.ApplyTeam(ctx, connect.NewRequest(&adminv1.ApplyTeamRequest{Config: tc}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	big := ch.Msg.GetChange().GetVersion().GetNumber()
-	n := startNode(t, cp.url, "node-0", "")
-	// The node runs the version with the large clusters (asked of the
-	// node itself: the control plane may have dropped it already).
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, got := n.client.Running(); got == big {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node-0 never ran version %d", big)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	// Another team's change must still reach it.
-	v := searchRoute(t, search, "/v1/search")
-	waitFleet(t, cp, "node-0 on search's route", allRun(1, v))
-}
-
 // TestReviewSlowProbesSkipTheHealthCheck: the fleet check waits 5 s for
 // the nodes' answers (probeWait) while each node probes at most 16
 // clusters at once, each endpoint for up to 3 s. A change with 17

@@ -951,11 +951,17 @@ func (x *Report) GetClusters() []*ClusterHealth {
 	return nil
 }
 
-// ClusterHealth is how a node sees one cluster's endpoints.
+// ClusterHealth is how a node sees one cluster's endpoints: how many are
+// healthy and how many not, and the ones that are not fully healthy
+// (unhealthy, ejected, or with refused connections), at most 1,000 in one
+// message over all clusters, so that a message stays small whatever the
+// config.
 type ClusterHealth struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Endpoints     []*EndpointHealth      `protobuf:"bytes,2,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
+	Healthy       uint32                 `protobuf:"varint,3,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	Unhealthy     uint32                 `protobuf:"varint,4,opt,name=unhealthy,proto3" json:"unhealthy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1002,6 +1008,20 @@ func (x *ClusterHealth) GetEndpoints() []*EndpointHealth {
 		return x.Endpoints
 	}
 	return nil
+}
+
+func (x *ClusterHealth) GetHealthy() uint32 {
+	if x != nil {
+		return x.Healthy
+	}
+	return 0
+}
+
+func (x *ClusterHealth) GetUnhealthy() uint32 {
+	if x != nil {
+		return x.Unhealthy
+	}
+	return 0
 }
 
 // EndpointHealth is one endpoint of a cluster, as one node sees it.
@@ -1961,10 +1981,12 @@ const file_portico_distribution_v1_distribution_proto_rawDesc = "" +
 	"\x06Report\x12H\n" +
 	"\x06routes\x18\x01 \x03(\v2$.portico.distribution.v1.RouteCountsB\n" +
 	"\xbaH\a\x92\x01\x04\x10\xc0\x9a\fR\x06routes\x12M\n" +
-	"\bclusters\x18\x02 \x03(\v2&.portico.distribution.v1.ClusterHealthB\t\xbaH\x06\x92\x01\x03\x10\x90NR\bclusters\"\x7f\n" +
+	"\bclusters\x18\x02 \x03(\v2&.portico.distribution.v1.ClusterHealthB\t\xbaH\x06\x92\x01\x03\x10\x90NR\bclusters\"\xb7\x01\n" +
 	"\rClusterHealth\x12\x1c\n" +
 	"\x04name\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x04name\x12P\n" +
-	"\tendpoints\x18\x02 \x03(\v2'.portico.distribution.v1.EndpointHealthB\t\xbaH\x06\x92\x01\x03\x10\x80\bR\tendpoints\"\x8d\x01\n" +
+	"\tendpoints\x18\x02 \x03(\v2'.portico.distribution.v1.EndpointHealthB\t\xbaH\x06\x92\x01\x03\x10\xe8\aR\tendpoints\x12\x18\n" +
+	"\ahealthy\x18\x03 \x01(\rR\ahealthy\x12\x1c\n" +
+	"\tunhealthy\x18\x04 \x01(\rR\tunhealthy\"\x8d\x01\n" +
 	"\x0eEndpointHealth\x12\"\n" +
 	"\aaddress\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x85\x02R\aaddress\x12\x18\n" +
 	"\ahealthy\x18\x02 \x01(\bR\ahealthy\x12\x18\n" +
