@@ -139,6 +139,8 @@ type Node struct {
 	listeners []net.Listener
 	ran       atomic.Bool
 	closeOnce sync.Once
+	// probing holds one token while ProbeClusters runs.
+	probing chan struct{}
 }
 
 // RouteStats calls fn with every route's counters (calls, server-side
@@ -171,6 +173,7 @@ func New(opts Options) (*Node, error) {
 		upstreams: upstream.NewRegistry(withLogger(opts.Upstream, opts.Logger)),
 		trusted:   opts.TrustedProxies,
 		tokens:    jwt.New(jwt.Options{Now: opts.Now, Logger: opts.Logger, HTTPClient: opts.JWKSClient}),
+		probing:   make(chan struct{}, 1),
 	}
 	n.auth = auth.New(n.tokens, opts.Now)
 	n.lane = fastlane.New(fastlane.Options{SetKeys: n.auth.SetLaneKeys, SetTokens: n.setLaneTokens, Now: opts.Now, Logger: opts.Logger})

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net"
@@ -10,8 +11,10 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/portico-gw/portico/gateway"
+	"github.com/portico-gw/portico/gateway/upstream"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	"github.com/portico-gw/portico/testing/gatewaytest"
 	"github.com/portico-gw/portico/testing/logbuf"
@@ -69,5 +72,44 @@ func TestEndpointNetworksRefuseDial(t *testing.T) {
 	}
 	if l := logs.String(); !strings.Contains(l, "resolved outside its team's networks") || !strings.Contains(l, `"team":"search"`) {
 		t.Errorf("the refusal is not logged with its team:\n%s", l)
+	}
+}
+
+// TestProbeClustersBounded: a probe costs the node a bounded amount, as
+// any team may ask for one: at most eight endpoints of a cluster are
+// checked, and while one probe runs another gets no answer.
+func TestProbeClustersBounded(t *testing.T) {
+	t.Parallel()
+	g := gatewaytest.Start(t, nil, nil)
+	hold := make(chan struct{})
+	var held atomic.Int64
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		held.Add(1)
+		<-hold
+	}))
+	t.Cleanup(slow.Close)
+	t.Cleanup(func() { close(hold) })
+	var eps []*configv1.Endpoint
+	for range 20 {
+		eps = append(eps, &configv1.Endpoint{Address: slow.Listener.Addr().String()})
+	}
+	wide := &configv1.Cluster{Name: "wide", Protocol: configv1.Protocol_PROTOCOL_HTTP1, Endpoints: eps,
+		HealthCheck: &configv1.HealthCheck{Probe: &configv1.HealthCheck_Http{Http: &configv1.HTTPProbe{Path: "/healthz"}}}}
+	done := make(chan []upstream.ProbeResult, 1)
+	go func() { done <- g.Node.ProbeClusters(context.Background(), []*configv1.Cluster{wide}, 2*time.Second) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for held.Load() < 8 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if again := g.Node.ProbeClusters(context.Background(), []*configv1.Cluster{wide}, time.Second); again != nil {
+		t.Errorf("a second probe while one runs: %v, want no answer", again)
+	}
+	hold <- struct{}{} // one health check answers 200
+	res := <-done
+	if len(res) != 1 || len(res[0].Endpoints) != 8 {
+		t.Fatalf("probe of a 20-endpoint cluster: %+v, want 8 endpoints checked", res)
+	}
+	if n := held.Load(); n != 8 {
+		t.Errorf("the backend saw %d health checks, want 8", n)
 	}
 }

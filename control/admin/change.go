@@ -239,6 +239,10 @@ func (s *Service) checkFleet(ctx context.Context, prev, next *adminv1.Config, re
 	cerr := &compile.Error{}
 	for _, p := range problems {
 		path := "team " + teamOf[p.Cluster] + ": clusters[" + p.Cluster + "]"
+		if p.Cluster == "" {
+			// The change as a whole: its clusters.
+			path = "team " + check[0].GetTeam() + ": clusters"
+		}
 		if p.Field != "" {
 			path += "." + p.Field
 		}

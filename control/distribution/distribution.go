@@ -76,8 +76,9 @@ type Server struct {
 	lane fastLane
 
 	// probes are the probes waiting for nodes' answers, by id; guarded
-	// by mu.
-	probes map[string]*pendingProbe
+	// by mu. probing holds one token while a fleet check runs.
+	probes  map[string]*pendingProbe
+	probing chan struct{}
 }
 
 // target is the version the fleet should run.
@@ -159,7 +160,7 @@ func New(st *store.Store, opts Options) *Server {
 		opts.Rollout = opts.Rollout.withDefaults()
 	}
 	s := &Server{store: st, log: opts.Logger, now: opts.Now, opts: opts, nodes: map[string]*node{}, changed: make(chan struct{}),
-		ranEverywhere: map[string]bool{}, probes: map[string]*pendingProbe{}}
+		ranEverywhere: map[string]bool{}, probes: map[string]*pendingProbe{}, probing: make(chan struct{}, 1)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
@@ -22,17 +23,42 @@ import (
 // identity a cluster names (nodes say which they hold in their hello), and
 // some node must find one of its endpoints healthy, trying it from its own
 // network (a probe on the stream).
+//
+// What a probe may cost is bounded, since any team may ask for one (a dry
+// run is enough): one probe at a time per control plane, at most
+// MaxProbeClusters clusters (a change with more is refused: split it), at
+// most ProbeEndpoints endpoints of each (one healthy is all the check
+// needs), checked at most ProbeParallel at a time by each node, which
+// runs one probe at a time.
 const (
 	// probeTimeout bounds each endpoint check on a node.
 	probeTimeout = 3 * time.Second
-	// probeWait is how long the control plane waits for the answers.
-	probeWait = probeTimeout + 2*time.Second
+	// MaxProbeClusters is how many new or changed clusters one change may
+	// bring while nodes are connected.
+	MaxProbeClusters = 256
+	// ProbeEndpoints is how many endpoints of a cluster are tried.
+	ProbeEndpoints = 8
+	// ProbeParallel is how many endpoint checks a node runs at once.
+	ProbeParallel = 256
+	// maxProbeWait bounds the wait for the nodes' answers.
+	maxProbeWait = 30 * time.Second
 	// maxProbeNodes is how many nodes are asked, spread over pools and
 	// regions.
 	maxProbeNodes = 8
 	// maxListed bounds the nodes or endpoints a problem lists.
 	maxListed = 5
 )
+
+// probeWait is how long the nodes may take to check clusters: a round of
+// ProbeParallel checks per probeTimeout, and a margin for the stream.
+func probeWait(clusters []*configv1.Cluster) time.Duration {
+	checks := 0
+	for _, c := range clusters {
+		checks += len(c.GetEndpoints())
+	}
+	rounds := (checks + ProbeParallel - 1) / ProbeParallel
+	return min(time.Duration(max(rounds, 1))*probeTimeout+2*time.Second, maxProbeWait)
+}
 
 // ClusterProblem is why a cluster cannot go to the fleet. Field is the
 // field at fault ("tls.identity", "endpoints"), empty for the cluster as
@@ -64,6 +90,14 @@ func (s *Server) CheckClusters(ctx context.Context, clusters []*configv1.Cluster
 	if len(clusters) == 0 {
 		return nil
 	}
+	// One probe at a time: a team's dry runs cannot pile probes onto the
+	// nodes, which serve traffic meanwhile.
+	select {
+	case s.probing <- struct{}{}:
+		defer func() { <-s.probing }()
+	case <-ctx.Done():
+		return []ClusterProblem{{Message: "the fleet check was cut short: " + ctx.Err().Error()}}
+	}
 	var problems []ClusterProblem
 	s.mu.Lock()
 	nodes := make([]NodeStatus, 0, len(s.nodes))
@@ -75,6 +109,10 @@ func (s *Server) CheckClusters(ctx context.Context, clusters []*configv1.Cluster
 		return nil
 	}
 	slices.SortFunc(nodes, func(a, b NodeStatus) int { return cmp.Compare(a.ID, b.ID) })
+	if len(clusters) > MaxProbeClusters {
+		return []ClusterProblem{{Message: fmt.Sprintf("the change adds or changes %d clusters; the fleet checks at most %d at once: split it into smaller changes",
+			len(clusters), MaxProbeClusters)}}
+	}
 	var probe []*configv1.Cluster
 	for _, c := range clusters {
 		if id := c.GetTls().GetIdentity(); id != "" {
@@ -89,6 +127,10 @@ func (s *Server) CheckClusters(ctx context.Context, clusters []*configv1.Cluster
 					Message: fmt.Sprintf("upstream identity %q is not on %s: each node needs -upstream-identity %s=CERT,KEY", id, listed("node", lacking), id)})
 				continue // it could not be built there: no probe
 			}
+		}
+		if len(c.GetEndpoints()) > ProbeEndpoints {
+			c = proto.CloneOf(c)
+			c.Endpoints = c.Endpoints[:ProbeEndpoints]
 		}
 		probe = append(probe, c)
 	}
@@ -134,7 +176,8 @@ func (s *Server) CheckClusters(ctx context.Context, clusters []*configv1.Cluster
 }
 
 // Probe asks nodes (connected node ids) to try clusters, and waits until
-// they have all answered, probeWait passes or ctx ends. It returns the
+// they have all answered, the time the checks may take passes, or ctx
+// ends. It returns the
 // answers, in the order of nodes, and the nodes that did not answer.
 func (s *Server) Probe(ctx context.Context, clusters []*configv1.Cluster, nodes []string) ([]NodeProbe, []string) {
 	var idb [12]byte
@@ -162,7 +205,7 @@ func (s *Server) Probe(ctx context.Context, clusters []*configv1.Cluster, nodes 
 	s.probes[id] = p
 	s.mu.Unlock()
 
-	t := time.NewTimer(probeWait)
+	t := time.NewTimer(probeWait(clusters))
 	defer t.Stop()
 	select {
 	case <-p.done:

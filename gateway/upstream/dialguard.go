@@ -34,8 +34,11 @@ type DialRefusedError struct {
 	Address  netip.Addr
 }
 
+// Error leaves the address out: the message may reach the team (a probe
+// refusing its change), and naming where any name resolves would make the
+// nodes' resolver the team's. The node's log names it.
 func (e *DialRefusedError) Error() string {
-	return fmt.Sprintf("endpoint %s resolved to %s, outside the networks its team may use", e.Endpoint, e.Address)
+	return fmt.Sprintf("endpoint %s resolved outside the networks its team may use", e.Endpoint)
 }
 
 func parseNetworks(list []string) ([]netip.Prefix, error) {
