@@ -38,6 +38,12 @@ type fixture struct {
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
+	return newFixtureWith(t, admin.Options{})
+}
+
+// newFixtureWith is newFixture with opts (OnCommit is the fixture's).
+func newFixtureWith(t *testing.T, opts admin.Options) *fixture {
+	t.Helper()
 	ctx := context.Background()
 	st, err := store.Open(ctx, "sqlite:"+filepath.Join(t.TempDir(), "control.db"))
 	if err != nil {
@@ -48,7 +54,8 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	f := &fixture{store: st, commits: make(chan int64, 100)}
-	svc := admin.New(st, admin.Options{OnCommit: func(v int64) { f.commits <- v }})
+	opts.OnCommit = func(v int64) { f.commits <- v }
+	svc := admin.New(st, opts)
 	mux := http.NewServeMux()
 	mux.Handle(svc.Handler())
 	srv := httptest.NewServer(mux)

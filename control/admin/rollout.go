@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"slices"
+	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -37,7 +40,11 @@ func (s *Service) fleet() (Fleet, error) {
 	return s.fleetOf, nil
 }
 
-// GetRollout describes the fleet.
+// GetRollout describes the fleet: all of it to a platform admin. A team
+// admin sees what concerns its own team only (teamView): NACKs as
+// nackProto shows them, the rollout's evidence when it is about the
+// team's objects, and of each node the unhealthy endpoints of the team's
+// clusters and the upstream identities given to the team.
 func (s *Service) GetRollout(ctx context.Context, req *connect.Request[adminv1.GetRolloutRequest]) (*connect.Response[adminv1.GetRolloutResponse], error) {
 	c, err := s.authenticate(ctx, req.Header())
 	if err != nil {
@@ -48,12 +55,27 @@ func (s *Service) GetRollout(ctx context.Context, req *connect.Request[adminv1.G
 		return nil, err
 	}
 	st := f.Status()
+	var tv *teamView
+	if !c.platform() {
+		if tv, err = s.teamView(ctx, c.team, st); err != nil {
+			return nil, s.storeFailed(ctx, "rollout.get", err)
+		}
+	}
 	out := &adminv1.GetRolloutResponse{TargetVersion: st.Version, Halted: nackProto(st.Halted, c), Rollout: rolloutProto(st.Rollout)}
+	if tv != nil && out.Rollout != nil {
+		out.Rollout.Evidence = tv.evidence(st)
+	}
 	for _, n := range st.Nodes {
 		node := &adminv1.Node{Id: n.ID, Pool: n.Pool, Region: n.Region, Labels: n.Labels,
 			Version: n.Version, Sha256: n.SHA256, ConnectedAt: timestamppb.New(n.ConnectedAt), LastNack: nackProto(n.LastNACK, c),
 			FastLaneVersion: n.LaneVersion, FastLaneError: n.LaneError, UpstreamIdentities: n.Identities}
+		if tv != nil {
+			node.UpstreamIdentities = slices.DeleteFunc(slices.Clone(n.Identities), func(id string) bool { return !tv.identities[id] })
+		}
 		for _, ch := range n.Clusters {
+			if tv != nil && !tv.clusters[ch.GetName()] {
+				continue
+			}
 			for _, e := range ch.GetEndpoints() {
 				if !e.GetHealthy() || e.GetEjected() {
 					node.UnhealthyEndpoints = append(node.UnhealthyEndpoints, ch.GetName()+"/"+e.GetAddress())
@@ -126,11 +148,119 @@ func nackProto(n *distribution.NACK, c caller) *adminv1.Nack {
 		}
 		out.Objects = append(out.Objects, &adminv1.NackObject{Team: o.Team, Kind: o.Kind, Name: o.Name, Error: o.Error})
 	}
-	if !c.platform() && (others > 0 || len(n.Objects) == 0) {
+	if !c.platform() && !refusedOnlyOf(n, c.team) {
 		out.Error = fmt.Sprintf("the node refused %d objects that are not team %s's", max(others, 1), c.team)
 		if len(n.Objects) == 0 {
 			out.Error = "the node refused the snapshot as a whole"
 		}
 	}
 	return out
+}
+
+// refusedOnlyOf reports whether every object n refused is team's: then
+// the node's message names nothing of another team's.
+func refusedOnlyOf(n *distribution.NACK, team string) bool {
+	for _, o := range n.Objects {
+		if o.Team != team {
+			return false
+		}
+	}
+	return len(n.Objects) > 0
+}
+
+// teamView is what a team owns, for filtering what the fleet reports: its
+// clusters and the identities the platform gave it (in the version the
+// fleet should run), and its routes and services (in the version the
+// rollout is about, which a revert has since left).
+type teamView struct {
+	team       string
+	clusters   map[string]bool
+	identities map[string]bool
+	// ownsRoute reports whether a route id of the rollout's version is
+	// the team's: a hand-written route, or one derived from a service
+	// ("<service id>.<method>").
+	ownsRoute func(id string) bool
+}
+
+// teamView reads team's objects from the versions st names.
+func (s *Service) teamView(ctx context.Context, team string, st distribution.Status) (*teamView, error) {
+	tv := &teamView{team: team, clusters: map[string]bool{}, identities: map[string]bool{}, ownsRoute: func(string) bool { return false }}
+	if st.Version > 0 {
+		cfg, err := s.versionConfig(ctx, st.Version)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range teamConfig(cfg, team, false).GetClusters() {
+			tv.clusters[c.GetName()] = true
+		}
+		for _, id := range cfg.GetPlatform().GetUpstreamIdentities() {
+			if slices.Contains(id.GetTeams(), team) {
+				tv.identities[id.GetName()] = true
+			}
+		}
+	}
+	if r := st.Rollout; r != nil && r.Version > 0 && regressionEvidence.MatchString(r.Evidence) {
+		cfg, err := s.versionConfig(ctx, r.Version)
+		if err != nil {
+			return nil, err
+		}
+		tc := teamConfig(cfg, team, false)
+		tv.ownsRoute = func(id string) bool {
+			for _, rt := range tc.GetRoutes() {
+				if rt.GetId() == id {
+					return true
+				}
+			}
+			for _, svc := range tc.GetServices() {
+				if strings.HasPrefix(id, svc.GetId()+".") {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	return tv, nil
+}
+
+// versionConfig returns the config of version n.
+func (s *Service) versionConfig(ctx context.Context, n int64) (*adminv1.Config, error) {
+	v, err := s.store.Get(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	return s.config(ctx, v)
+}
+
+// The shapes of a rollout's evidence (control/distribution): a stage
+// that did not settle in time names no object; a regression names the
+// route that regressed; a NACK quotes the node's refusal.
+var (
+	stalledEvidence    = regexp.MustCompile(`^stage [^ :]+: not every node ran it within [0-9.a-zµ]+$`)
+	regressionEvidence = regexp.MustCompile(`^stage [^ :]+: route (\S+) (failed|p99) `)
+)
+
+// evidence is what the team may read of the rollout's evidence: all of
+// it when it is about the team's objects only, or names none; else a
+// sentence that says another team's objects stopped it. Evidence of an
+// unknown shape is treated as another team's: the team is told too
+// little rather than too much.
+func (tv *teamView) evidence(st distribution.Status) string {
+	r := st.Rollout
+	ev := r.Evidence
+	switch {
+	case ev == "", ev == "aborted by an operator", stalledEvidence.MatchString(ev):
+		return ev
+	case strings.HasPrefix(ev, "node "):
+		if h := st.Halted; h != nil && h.Version == r.Version && ev == fmt.Sprintf("node %s refused it: %s", h.Node, h.Error) && refusedOnlyOf(h, tv.team) {
+			return ev
+		}
+		return fmt.Sprintf("a node refused another team's or the platform's objects in version %d, which stopped the rollout", r.Version)
+	}
+	if m := regressionEvidence.FindStringSubmatch(ev); m != nil {
+		if tv.ownsRoute(m[1]) {
+			return ev
+		}
+		return fmt.Sprintf("a regression on another team's routes in version %d stopped the rollout", r.Version)
+	}
+	return fmt.Sprintf("another team's objects in version %d stopped the rollout", r.Version)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/portico-gw/portico/control/store"
 	"github.com/portico-gw/portico/gateway"
 	gwdist "github.com/portico-gw/portico/gateway/distribution"
+	"github.com/portico-gw/portico/gateway/upstream"
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 	"github.com/portico-gw/portico/gen/portico/admin/v1/adminv1connect"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
@@ -75,6 +76,9 @@ type gatewayNode struct {
 	// refuse, when set, makes the node refuse snapshots of that version
 	// name: a node-side failure the control plane cannot foresee.
 	refuse atomic.Value
+	// refuseCluster, when set, makes that refusal one of the cluster of
+	// this name, as a node that cannot build it says.
+	refuseCluster atomic.Value
 	// lane records when the node applied fast-lane entries.
 	lane *laneRecorder
 	stop context.CancelFunc
@@ -102,6 +106,7 @@ func startNodeEdit(t *testing.T, url, id, cacheFile, region string, labels map[s
 	t.Helper()
 	n := &gatewayNode{done: make(chan struct{})}
 	n.refuse.Store("")
+	n.refuseCluster.Store("")
 	n.gw = gatewaytest.Start(t, nil, edit)
 	n.lane = &laneRecorder{lane: n.gw.Node.FastLane(), id: id}
 	n.client = gwdist.New(gwdist.Options{
@@ -111,7 +116,11 @@ func startNodeEdit(t *testing.T, url, id, cacheFile, region string, labels map[s
 		ReportInterval: 20 * time.Millisecond,
 		Apply: func(cfg *configv1.Snapshot) error {
 			if r := n.refuse.Load().(string); r != "" && cfg.GetVersion() == r {
-				return errors.New("refusing " + r + " (test)")
+				err := errors.New("refusing " + r + " (test)")
+				if c := n.refuseCluster.Load().(string); c != "" {
+					return &upstream.ClusterError{Cluster: c, Err: err}
+				}
+				return err
 			}
 			return n.gw.Node.Apply(cfg)
 		},

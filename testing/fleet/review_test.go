@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,15 +17,19 @@ import (
 
 	"github.com/portico-gw/portico/control/distribution"
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
+	"github.com/portico-gw/portico/gen/portico/admin/v1/adminv1connect"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	"github.com/portico-gw/portico/testing/admintest"
 )
 
-// TestReviewRolloutStatusShowsOtherTeams: GetRollout filters the NACKs a
-// team admin sees (nackProto), but not the rollout's evidence, which
-// quotes the node's whole refusal ("node X refused it: ..."), nor the
-// nodes' unhealthy endpoints, which list every team's clusters and
-// backend addresses. A team admin of search reads both about orders.
-func TestReviewRolloutStatusShowsOtherTeams(t *testing.T) {
+// TestRolloutStatusShowsATeamItsOwn: GetRollout tells a team admin
+// about its own team only. The rollout's evidence quotes a node's whole
+// refusal, which names other teams' objects and errors, and nodes report
+// every team's unhealthy backends: a team admin of search reads neither
+// about orders (the evidence becomes a sentence saying another team's
+// objects stopped the rollout), while orders reads both about its own
+// objects, and a platform admin everything.
+func TestRolloutStatusShowsATeamItsOwn(t *testing.T) {
 	// Not parallel: a staged fleet, like the rollout tests.
 	cp := startControlWith(t, "sqlite:"+filepath.Join(t.TempDir(), "control.db"), distribution.RolloutOptions{
 		Bake: 300 * time.Millisecond, AckTimeout: 10 * time.Second, MinRequests: 10,
@@ -50,8 +55,10 @@ func TestReviewRolloutStatusShowsOtherTeams(t *testing.T) {
 	}
 	waitFleet(t, cp, "the cluster rolled out", rolloutIs(distribution.RolloutDone))
 
-	// A node refuses orders' next change: the rollout halts.
+	// A node refuses orders' next change, naming orders' cluster: the
+	// rollout halts.
 	v := cp.Distribution.Status().Version
+	nodes[0].refuseCluster.Store("orders-hc")
 	nodes[0].refuse.Store(fmt.Sprintf("v%d", v+1))
 	putRoute(t, cp, "orders.get", "/v1/orders/{id}")
 	waitFleet(t, cp, "the rollout halted", rolloutIs(distribution.RolloutHalted))
@@ -69,19 +76,36 @@ func TestReviewRolloutStatusShowsOtherTeams(t *testing.T) {
 		return false
 	})
 
-	resp, err := search.GetRollout(ctx, connect.NewRequest(&adminv1.GetRolloutRequest{}))
-	if err != nil {
-		t.Fatal(err)
+	rollout := func(c adminv1connect.AdminServiceClient) (evidence string, unhealthy []string) {
+		t.Helper()
+		resp, err := c.GetRollout(ctx, connect.NewRequest(&adminv1.GetRolloutRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range resp.Msg.GetNodes() {
+			unhealthy = append(unhealthy, n.GetUnhealthyEndpoints()...)
+		}
+		return resp.Msg.GetRollout().GetEvidence(), unhealthy
 	}
-	if ev := resp.Msg.GetRollout().GetEvidence(); strings.Contains(ev, "refusing") {
-		t.Errorf("search's token reads the rollout evidence %q: the node's refusal of orders' change, which its NACK view hides (%q)",
-			ev, resp.Msg.GetHalted().GetError())
+	hasOrders := func(endpoints []string) bool {
+		return slices.ContainsFunc(endpoints, func(e string) bool { return strings.HasPrefix(e, "orders-hc/") })
 	}
-	for _, n := range resp.Msg.GetNodes() {
-		for _, e := range n.GetUnhealthyEndpoints() {
-			if strings.HasPrefix(e, "orders") {
-				t.Errorf("search's token reads node %s's unhealthy endpoint %q, another team's backend", n.GetId(), e)
-			}
+
+	ev, unhealthy := rollout(search)
+	if strings.Contains(ev, "refusing") || !strings.Contains(ev, "another team") {
+		t.Errorf("search's token reads the rollout evidence %q, want a sentence that another team's objects stopped it, not the node's refusal of orders' change", ev)
+	}
+	if hasOrders(unhealthy) {
+		t.Errorf("search's token reads the unhealthy endpoints %q, orders' backends among them", unhealthy)
+	}
+	orders := admintest.Client(cp.url, teamToken(t, cp, "orders"))
+	for who, c := range map[string]adminv1connect.AdminServiceClient{"orders' token": orders, "the platform's token": cp.admin} {
+		ev, unhealthy := rollout(c)
+		if !strings.Contains(ev, "refusing v") {
+			t.Errorf("%s reads the rollout evidence %q, want the node's refusal of orders' change", who, ev)
+		}
+		if !hasOrders(unhealthy) {
+			t.Errorf("%s reads the unhealthy endpoints %q, want orders-hc's", who, unhealthy)
 		}
 	}
 }

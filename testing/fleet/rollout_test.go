@@ -17,6 +17,7 @@ import (
 	"github.com/portico-gw/portico/control/distribution"
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	"github.com/portico-gw/portico/testing/admintest"
 )
 
 // stagedFleet is a control plane that stages versions (bake 300 ms) and
@@ -129,6 +130,17 @@ func TestRolloutRevertsRegression(t *testing.T) {
 	ro, err := cp.admin.GetRollout(context.Background(), connect.NewRequest(&adminv1.GetRolloutRequest{}))
 	if err != nil || ro.Msg.GetRollout().GetState() != "reverted" || ro.Msg.GetTargetVersion() != bad+1 || len(ro.Msg.GetNodes()) != 10 {
 		t.Errorf("GetRollout = %v, %v", ro.Msg, err)
+	}
+	// orders' token reads the evidence about its own route; another
+	// team's only that another team's route regressed.
+	for team, want := range map[string]string{"orders": "route orders.list failed", "search": "another team's routes"} {
+		ro, err := admintest.Client(cp.url, teamToken(t, cp, team)).GetRollout(context.Background(), connect.NewRequest(&adminv1.GetRolloutRequest{}))
+		if err != nil {
+			t.Fatalf("GetRollout with %s's token: %v", team, err)
+		}
+		if ev := ro.Msg.GetRollout().GetEvidence(); !strings.Contains(ev, want) {
+			t.Errorf("GetRollout with %s's token: evidence %q, want it to say %q", team, ev, want)
+		}
 	}
 	audit, err := cp.admin.ListAudit(context.Background(), connect.NewRequest(&adminv1.ListAuditRequest{Limit: 5}))
 	if err != nil {

@@ -3054,7 +3054,10 @@ type Rollout struct {
 	// State is running, paused, done, reverted, halted, aborted or
 	// replaced.
 	State string `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
-	// Evidence says why it was reverted or halted.
+	// Evidence says why it was reverted or halted. A team admin reads it
+	// when it is about the team's own objects only (a NACK of them, a
+	// regression on one of its routes) or names none; otherwise a sentence
+	// that another team's objects stopped the rollout.
 	Evidence string `protobuf:"bytes,5,opt,name=evidence,proto3" json:"evidence,omitempty"`
 	// Reached counts the nodes it was sent to.
 	Reached       int32 `protobuf:"varint,6,opt,name=reached,proto3" json:"reached,omitempty"`
@@ -3153,10 +3156,11 @@ type Node struct {
 	// FastLaneError is the node's last refusal of fast-lane entries, if any.
 	FastLaneError string `protobuf:"bytes,10,opt,name=fast_lane_error,json=fastLaneError,proto3" json:"fast_lane_error,omitempty"`
 	// UpstreamIdentities are the client certificates the node holds, by
-	// name.
+	// name; for a team admin, those given to its team.
 	UpstreamIdentities []string `protobuf:"bytes,11,rep,name=upstream_identities,json=upstreamIdentities,proto3" json:"upstream_identities,omitempty"`
 	// UnhealthyEndpoints are the endpoints the node cannot use now
-	// ("cluster/address"), as it last reported.
+	// ("cluster/address"), as it last reported; for a team admin, those of
+	// its own team's clusters.
 	UnhealthyEndpoints []string `protobuf:"bytes,12,rep,name=unhealthy_endpoints,json=unhealthyEndpoints,proto3" json:"unhealthy_endpoints,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache

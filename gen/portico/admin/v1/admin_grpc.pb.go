@@ -107,7 +107,8 @@ type AdminServiceClient interface {
 	RevokeToken(ctx context.Context, in *RevokeTokenRequest, opts ...grpc.CallOption) (*RevokeTokenResponse, error)
 	// GetRollout says what the fleet should run, how the newest staged
 	// rollout stands, and what every connected node runs (ACKs, NACKs with
-	// their errors). Any admin may read it.
+	// their errors). Any admin may read it; a team admin sees what concerns
+	// its own team only (see Nack, Rollout.evidence and Node).
 	GetRollout(ctx context.Context, in *GetRolloutRequest, opts ...grpc.CallOption) (*GetRolloutResponse, error)
 	// PauseRollout stops the rollout in progress at its current stage.
 	// Platform only, like ResumeRollout and AbortRollout.
@@ -484,7 +485,8 @@ type AdminServiceServer interface {
 	RevokeToken(context.Context, *RevokeTokenRequest) (*RevokeTokenResponse, error)
 	// GetRollout says what the fleet should run, how the newest staged
 	// rollout stands, and what every connected node runs (ACKs, NACKs with
-	// their errors). Any admin may read it.
+	// their errors). Any admin may read it; a team admin sees what concerns
+	// its own team only (see Nack, Rollout.evidence and Node).
 	GetRollout(context.Context, *GetRolloutRequest) (*GetRolloutResponse, error)
 	// PauseRollout stops the rollout in progress at its current stage.
 	// Platform only, like ResumeRollout and AbortRollout.

@@ -154,7 +154,8 @@ type AdminServiceClient interface {
 	RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error)
 	// GetRollout says what the fleet should run, how the newest staged
 	// rollout stands, and what every connected node runs (ACKs, NACKs with
-	// their errors). Any admin may read it.
+	// their errors). Any admin may read it; a team admin sees what concerns
+	// its own team only (see Nack, Rollout.evidence and Node).
 	GetRollout(context.Context, *connect.Request[v1.GetRolloutRequest]) (*connect.Response[v1.GetRolloutResponse], error)
 	// PauseRollout stops the rollout in progress at its current stage.
 	// Platform only, like ResumeRollout and AbortRollout.
@@ -604,7 +605,8 @@ type AdminServiceHandler interface {
 	RevokeToken(context.Context, *connect.Request[v1.RevokeTokenRequest]) (*connect.Response[v1.RevokeTokenResponse], error)
 	// GetRollout says what the fleet should run, how the newest staged
 	// rollout stands, and what every connected node runs (ACKs, NACKs with
-	// their errors). Any admin may read it.
+	// their errors). Any admin may read it; a team admin sees what concerns
+	// its own team only (see Nack, Rollout.evidence and Node).
 	GetRollout(context.Context, *connect.Request[v1.GetRolloutRequest]) (*connect.Response[v1.GetRolloutResponse], error)
 	// PauseRollout stops the rollout in progress at its current stage.
 	// Platform only, like ResumeRollout and AbortRollout.
