@@ -43,18 +43,20 @@ type Options struct {
 
 // Service implements adminv1connect.AdminServiceHandler over a store.
 type Service struct {
-	store    *store.Store
-	log      *slog.Logger
-	now      func() time.Time
-	onCommit func(int64)
-	fleetOf  Fleet
+	store *store.Store
+	// listVersions is store.List; tests count its calls.
+	listVersions func(ctx context.Context, before int64, limit int) ([]store.Version, error)
+	log          *slog.Logger
+	now          func() time.Time
+	onCommit     func(int64)
+	fleetOf      Fleet
 }
 
 var _ adminv1connect.AdminServiceHandler = (*Service)(nil)
 
 // New returns the admin service over st.
 func New(st *store.Store, opts Options) *Service {
-	s := &Service{store: st, log: opts.Logger, now: opts.Now, onCommit: opts.OnCommit, fleetOf: opts.Fleet}
+	s := &Service{store: st, listVersions: st.List, log: opts.Logger, now: opts.Now, onCommit: opts.OnCommit, fleetOf: opts.Fleet}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

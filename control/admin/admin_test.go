@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,6 +35,8 @@ type fixture struct {
 	store *store.Store
 	// commits receives the number of every version committed.
 	commits chan int64
+	// versionReads counts the pages of versions the service read.
+	versionReads *atomic.Int64
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -56,6 +59,7 @@ func newFixtureWith(t *testing.T, opts admin.Options) *fixture {
 	f := &fixture{store: st, commits: make(chan int64, 100)}
 	opts.OnCommit = func(v int64) { f.commits <- v }
 	svc := admin.New(st, opts)
+	f.versionReads = admin.CountVersionReads(svc)
 	mux := http.NewServeMux()
 	mux.Handle(svc.Handler())
 	srv := httptest.NewServer(mux)

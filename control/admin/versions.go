@@ -16,6 +16,10 @@ import (
 // ListVersions lists versions, newest first: every version for a
 // platform admin; for a team admin, the versions that changed its team's
 // objects, each with its team's part of the diff only (teamView).
+//
+// A page ends with its last version: the next page is the versions
+// before that one, for both kinds of caller, so a client that pages with
+// before = the last number it got neither skips nor repeats a version.
 func (s *Service) ListVersions(ctx context.Context, req *connect.Request[adminv1.ListVersionsRequest]) (*connect.Response[adminv1.ListVersionsResponse], error) {
 	c, err := s.authenticate(ctx, req.Header())
 	if err != nil {
@@ -27,25 +31,42 @@ func (s *Service) ListVersions(ctx context.Context, req *connect.Request[adminv1
 	}
 	out := &adminv1.ListVersionsResponse{}
 	before := req.Msg.GetBefore()
-	for len(out.Versions) < limit {
-		// A team's versions are found among everyone's: page through
-		// until the page is full or the history ends.
-		vs, err := s.store.List(ctx, before, limit)
+	if c.platform() {
+		vs, err := s.listVersions(ctx, before, limit)
 		if err != nil {
 			return nil, s.storeFailed(ctx, "versions.list", err)
 		}
 		for _, v := range vs {
-			if vp, ok := view(c, versionProto(v)); ok && len(out.Versions) < limit {
+			out.Versions = append(out.Versions, versionProto(v))
+		}
+		return connect.NewResponse(out), nil
+	}
+	// A team's versions are found among everyone's, which may be many
+	// more: read the history in large pages, whatever the caller's
+	// limit, until the caller's page is full or the history ends.
+	for {
+		vs, err := s.listVersions(ctx, before, teamScanPage)
+		if err != nil {
+			return nil, s.storeFailed(ctx, "versions.list", err)
+		}
+		for _, v := range vs {
+			if vp, ok := view(c, versionProto(v)); ok {
 				out.Versions = append(out.Versions, vp)
+				if len(out.Versions) == limit {
+					return connect.NewResponse(out), nil
+				}
 			}
 		}
-		if len(vs) < limit || c.platform() {
-			break
+		if len(vs) < teamScanPage {
+			return connect.NewResponse(out), nil
 		}
 		before = vs[len(vs)-1].Number
 	}
-	return connect.NewResponse(out), nil
 }
+
+// teamScanPage is how many versions a team's ListVersions reads from the
+// store at a time.
+const teamScanPage = 1000
 
 // GetVersion returns one version; a team admin gets only a version that
 // changed its team's objects, with its team's part of the diff.

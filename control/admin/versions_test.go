@@ -2,11 +2,14 @@ package admin_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
 
+	"github.com/portico-gw/portico/control/store"
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 )
 
@@ -98,5 +101,74 @@ func TestTeamReadsItsOwnVersions(t *testing.T) {
 	}
 	if d, err := p.DiffVersions(ctx, connect.NewRequest(&adminv1.DiffVersionsRequest{From: 0, To: vSearch})); err != nil || !strings.Contains(d.Msg.GetDiff(), "+ search route search.query") {
 		t.Errorf("platform diffs 0..%d: %q %v", vSearch, d.Msg.GetDiff(), err)
+	}
+}
+
+// TestTeamPagesVersionsInLargeReads: a team admin that pages through a
+// long history one version at a time costs a few reads of the store per
+// page, not one read per version of everyone's history between its own
+// versions, and pages that end mid-read go on from their last version:
+// with limit 1 and 7 the team sees each of its versions exactly once, in
+// order.
+func TestTeamPagesVersionsInLargeReads(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx := context.Background()
+	search := f.client(f.teamToken(t, "search"))
+	// 2,500 versions straight into the store (compiling each would take
+	// minutes): orders' changes, with one of search's every 300 and one
+	// of both teams' every 1,100.
+	const n = 2500
+	var want []int64 // search's, newest first
+	for i := int64(1); i <= n; i++ {
+		diff := fmt.Sprintf("~ orders route orders.r%d", i)
+		switch {
+		case i%1100 == 0:
+			diff += fmt.Sprintf("\n~ search route search.q%d", i)
+		case i%300 == 0:
+			diff = fmt.Sprintf("~ search route search.q%d", i)
+		}
+		if strings.Contains(diff, "search") {
+			want = append([]int64{i}, want...)
+		}
+		if _, err := f.store.Commit(ctx, i-1, store.Commit{Config: []byte("config"), Snapshot: []byte("snapshot"), CreatedBy: "test", Diff: diff,
+			Audit: store.AuditEntry{Actor: "test", Action: "routes.put"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	for _, limit := range []int32{1, 7} {
+		var got []int64
+		reads0 := f.versionReads.Load()
+		calls := int64(0)
+		for before := int64(0); ; {
+			calls++
+			resp, err := search.ListVersions(ctx, connect.NewRequest(&adminv1.ListVersionsRequest{Before: before, Limit: limit}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			vs := resp.Msg.GetVersions()
+			if len(vs) > int(limit) {
+				t.Fatalf("limit %d: a page of %d versions", limit, len(vs))
+			}
+			for _, v := range vs {
+				got = append(got, v.GetNumber())
+			}
+			if len(vs) < int(limit) {
+				break
+			}
+			before = vs[len(vs)-1].GetNumber()
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("limit %d: search paged through versions %v, want %v", limit, got, want)
+		}
+		// Each call reads until its page is full: together they read the
+		// history about once, in pages of 1,000, plus one read per call
+		// that its page ended in.
+		reads := f.versionReads.Load() - reads0
+		if most := calls + n/1000 + 1; reads > most {
+			t.Errorf("limit %d: %d calls read the store %d times, want at most %d", limit, calls, reads, most)
+		}
+		t.Logf("limit %d: %d calls, %d reads of the store for %d versions", limit, calls, reads, n)
 	}
 }
