@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"connectrpc.com/connect"
 
@@ -27,14 +28,25 @@ func (s *Service) PutTeam(ctx context.Context, req *connect.Request[adminv1.PutT
 	return respond(&adminv1.PutTeamResponse{Change: ch}, err)
 }
 
-// ListTeams lists the teams; any admin may see who owns what.
+// ListTeams lists the teams. Any admin may see who owns which hosts and
+// path prefixes; a team admin sees the upstreams (backend addresses) of
+// its own team only.
 func (s *Service) ListTeams(ctx context.Context, req *connect.Request[adminv1.ListTeamsRequest]) (*connect.Response[adminv1.ListTeamsResponse], error) {
-	if _, err := s.authenticate(ctx, req.Header()); err != nil {
+	c, err := s.authenticate(ctx, req.Header())
+	if err != nil {
 		return nil, err
 	}
 	_, cfg, err := s.current(ctx)
 	if err != nil {
 		return nil, s.storeFailed(ctx, "teams.list", err)
+	}
+	if !c.platform() {
+		// cfg is this call's own copy, decoded from the store.
+		for _, t := range cfg.GetTeams() {
+			if t.GetName() != c.team {
+				t.Upstreams = nil
+			}
+		}
 	}
 	return connect.NewResponse(&adminv1.ListTeamsResponse{Teams: cfg.GetTeams()}), nil
 }
@@ -100,14 +112,30 @@ func (s *Service) PutPlatform(ctx context.Context, req *connect.Request[adminv1.
 }
 
 // GetPlatform returns the platform's objects; any admin may read them
-// (teams need the plans and scopes their routes name).
+// (teams need the plans and scopes their routes name). A team admin sees
+// only the upstream identities given to its team, each with its team as
+// the only one: which backends other teams reach with which certificates
+// is not its to know.
 func (s *Service) GetPlatform(ctx context.Context, req *connect.Request[adminv1.GetPlatformRequest]) (*connect.Response[adminv1.GetPlatformResponse], error) {
-	if _, err := s.authenticate(ctx, req.Header()); err != nil {
+	c, err := s.authenticate(ctx, req.Header())
+	if err != nil {
 		return nil, err
 	}
 	_, cfg, err := s.current(ctx)
 	if err != nil {
 		return nil, s.storeFailed(ctx, "platform.get", err)
 	}
-	return connect.NewResponse(&adminv1.GetPlatformResponse{Platform: cfg.GetPlatform()}), nil
+	p := cfg.GetPlatform()
+	if !c.platform() && p != nil {
+		// cfg is this call's own copy, decoded from the store.
+		var ids []*adminv1.UpstreamIdentity
+		for _, id := range p.GetUpstreamIdentities() {
+			if slices.Contains(id.GetTeams(), c.team) {
+				id.Teams = []string{c.team}
+				ids = append(ids, id)
+			}
+		}
+		p.UpstreamIdentities = ids
+	}
+	return connect.NewResponse(&adminv1.GetPlatformResponse{Platform: p}), nil
 }

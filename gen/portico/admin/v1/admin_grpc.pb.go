@@ -86,11 +86,16 @@ type AdminServiceClient interface {
 	ApplyTeam(ctx context.Context, in *ApplyTeamRequest, opts ...grpc.CallOption) (*ApplyTeamResponse, error)
 	// PutTeam creates or replaces a team and what it owns. Platform only.
 	PutTeam(ctx context.Context, in *PutTeamRequest, opts ...grpc.CallOption) (*PutTeamResponse, error)
+	// ListTeams lists every team and what it owns; a team admin sees the
+	// upstreams of its own team only.
 	ListTeams(ctx context.Context, in *ListTeamsRequest, opts ...grpc.CallOption) (*ListTeamsResponse, error)
 	// DeleteTeam removes a team that has no objects left. Platform only.
 	DeleteTeam(ctx context.Context, in *DeleteTeamRequest, opts ...grpc.CallOption) (*DeleteTeamResponse, error)
 	// PutPlatform replaces the platform's objects. Platform only.
 	PutPlatform(ctx context.Context, in *PutPlatformRequest, opts ...grpc.CallOption) (*PutPlatformResponse, error)
+	// GetPlatform returns the platform's objects; a team admin sees only
+	// the upstream identities given to its team, each with its team as the
+	// only one.
 	GetPlatform(ctx context.Context, in *GetPlatformRequest, opts ...grpc.CallOption) (*GetPlatformResponse, error)
 	// ListVersions lists versions, newest first.
 	ListVersions(ctx context.Context, in *ListVersionsRequest, opts ...grpc.CallOption) (*ListVersionsResponse, error)
@@ -464,11 +469,16 @@ type AdminServiceServer interface {
 	ApplyTeam(context.Context, *ApplyTeamRequest) (*ApplyTeamResponse, error)
 	// PutTeam creates or replaces a team and what it owns. Platform only.
 	PutTeam(context.Context, *PutTeamRequest) (*PutTeamResponse, error)
+	// ListTeams lists every team and what it owns; a team admin sees the
+	// upstreams of its own team only.
 	ListTeams(context.Context, *ListTeamsRequest) (*ListTeamsResponse, error)
 	// DeleteTeam removes a team that has no objects left. Platform only.
 	DeleteTeam(context.Context, *DeleteTeamRequest) (*DeleteTeamResponse, error)
 	// PutPlatform replaces the platform's objects. Platform only.
 	PutPlatform(context.Context, *PutPlatformRequest) (*PutPlatformResponse, error)
+	// GetPlatform returns the platform's objects; a team admin sees only
+	// the upstream identities given to its team, each with its team as the
+	// only one.
 	GetPlatform(context.Context, *GetPlatformRequest) (*GetPlatformResponse, error)
 	// ListVersions lists versions, newest first.
 	ListVersions(context.Context, *ListVersionsRequest) (*ListVersionsResponse, error)

@@ -133,11 +133,16 @@ type AdminServiceClient interface {
 	ApplyTeam(context.Context, *connect.Request[v1.ApplyTeamRequest]) (*connect.Response[v1.ApplyTeamResponse], error)
 	// PutTeam creates or replaces a team and what it owns. Platform only.
 	PutTeam(context.Context, *connect.Request[v1.PutTeamRequest]) (*connect.Response[v1.PutTeamResponse], error)
+	// ListTeams lists every team and what it owns; a team admin sees the
+	// upstreams of its own team only.
 	ListTeams(context.Context, *connect.Request[v1.ListTeamsRequest]) (*connect.Response[v1.ListTeamsResponse], error)
 	// DeleteTeam removes a team that has no objects left. Platform only.
 	DeleteTeam(context.Context, *connect.Request[v1.DeleteTeamRequest]) (*connect.Response[v1.DeleteTeamResponse], error)
 	// PutPlatform replaces the platform's objects. Platform only.
 	PutPlatform(context.Context, *connect.Request[v1.PutPlatformRequest]) (*connect.Response[v1.PutPlatformResponse], error)
+	// GetPlatform returns the platform's objects; a team admin sees only
+	// the upstream identities given to its team, each with its team as the
+	// only one.
 	GetPlatform(context.Context, *connect.Request[v1.GetPlatformRequest]) (*connect.Response[v1.GetPlatformResponse], error)
 	// ListVersions lists versions, newest first.
 	ListVersions(context.Context, *connect.Request[v1.ListVersionsRequest]) (*connect.Response[v1.ListVersionsResponse], error)
@@ -584,11 +589,16 @@ type AdminServiceHandler interface {
 	ApplyTeam(context.Context, *connect.Request[v1.ApplyTeamRequest]) (*connect.Response[v1.ApplyTeamResponse], error)
 	// PutTeam creates or replaces a team and what it owns. Platform only.
 	PutTeam(context.Context, *connect.Request[v1.PutTeamRequest]) (*connect.Response[v1.PutTeamResponse], error)
+	// ListTeams lists every team and what it owns; a team admin sees the
+	// upstreams of its own team only.
 	ListTeams(context.Context, *connect.Request[v1.ListTeamsRequest]) (*connect.Response[v1.ListTeamsResponse], error)
 	// DeleteTeam removes a team that has no objects left. Platform only.
 	DeleteTeam(context.Context, *connect.Request[v1.DeleteTeamRequest]) (*connect.Response[v1.DeleteTeamResponse], error)
 	// PutPlatform replaces the platform's objects. Platform only.
 	PutPlatform(context.Context, *connect.Request[v1.PutPlatformRequest]) (*connect.Response[v1.PutPlatformResponse], error)
+	// GetPlatform returns the platform's objects; a team admin sees only
+	// the upstream identities given to its team, each with its team as the
+	// only one.
 	GetPlatform(context.Context, *connect.Request[v1.GetPlatformRequest]) (*connect.Response[v1.GetPlatformResponse], error)
 	// ListVersions lists versions, newest first.
 	ListVersions(context.Context, *connect.Request[v1.ListVersionsRequest]) (*connect.Response[v1.ListVersionsResponse], error)
