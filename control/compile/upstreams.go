@@ -25,6 +25,7 @@ import (
 type upstreamRule struct {
 	team  string
 	path  string // "teams[orders].upstreams[0]"
+	given string // an IPv4-mapped cidr as written, which cidr unmaps
 	host  string // lowercase exact name, or "" for a domain or a network
 	under string // lowercase domain of a "*." host, without the "*."
 	cidr  netip.Prefix
@@ -37,6 +38,9 @@ func (r *upstreamRule) what() string {
 		return fmt.Sprintf("host %q", r.host)
 	case r.under != "":
 		return fmt.Sprintf("host %q", "*."+r.under)
+	}
+	if r.given != "" {
+		return fmt.Sprintf("network %s (%q)", r.cidr, r.given)
 	}
 	return "network " + r.cidr.String()
 }
@@ -114,6 +118,13 @@ func compileUpstreams(cfg *adminv1.Config, errs *Error) map[string][]*upstreamRu
 				if err != nil {
 					continue // the schema says why
 				}
+				if p.Addr().Is4In6() {
+					r.given = u.GetCidr()
+				}
+				if p, err = unmapPrefix(p); err != nil {
+					errs.add(r.path+".cidr", "%v", err)
+					continue
+				}
 				r.cidr = p.Masked()
 			case strings.HasPrefix(u.GetHost(), "*."):
 				r.under = strings.ToLower(strings.TrimPrefix(u.GetHost(), "*."))
@@ -147,6 +158,24 @@ func compileUpstreams(cfg *adminv1.Config, errs *Error) map[string][]*upstreamRu
 		}
 	}
 	return byTeam
+}
+
+// unmapPrefix returns an IPv4-mapped IPv6 network ("::ffff:10.1.2.0/120")
+// as the IPv4 network it stands for ("10.1.2.0/24"), and any other as it
+// is. Endpoints and the addresses names resolve to are unmapped before
+// they are matched, here and on the nodes, so a mapped network would
+// match none of them, and would not overlap another team's IPv4 network
+// of the same addresses. A mapped network shorter than /96 is refused: it
+// also holds IPv6 addresses outside the mapped range, and no IPv4 network
+// says the same.
+func unmapPrefix(p netip.Prefix) (netip.Prefix, error) {
+	if !p.Addr().Is4In6() {
+		return p, nil
+	}
+	if p.Bits() < 96 {
+		return netip.Prefix{}, fmt.Errorf("%q is an IPv4-mapped network shorter than /96, which reaches past the mapped addresses: give an IPv4 network instead", p)
+	}
+	return netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96), nil
 }
 
 // parsePorts parses "443" or "8000-8099".

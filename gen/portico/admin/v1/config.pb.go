@@ -266,7 +266,9 @@ type Upstream_Cidr struct {
 	// endpoint given as a name no host covers may still be used when the
 	// team has networks: nodes then check, each time they connect, that
 	// the address it resolves to lies in one, and refuse the connection
-	// otherwise.
+	// otherwise. An IPv4-mapped IPv6 network ("::ffff:10.20.1.0/120") is
+	// the IPv4 network it stands for ("10.20.1.0/24"), since addresses are
+	// compared unmapped; one shorter than /96 is refused.
 	Cidr string `protobuf:"bytes,2,opt,name=cidr,proto3,oneof"`
 }
 
