@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/portico-gw/portico/gateway/apikey"
+	"github.com/portico-gw/portico/gateway/denyentry"
 	"github.com/portico-gw/portico/gateway/keysnapshot"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	keysv1 "github.com/portico-gw/portico/gen/portico/keys/v1"
@@ -74,7 +75,7 @@ func stateOf(t *testing.T, snap *configv1.KeySnapshot) snapshotState {
 		case e.GetKey() != nil:
 			st.keys[e.GetKey().GetKeyId()] = e.GetKey()
 		case e.GetDeny() != nil:
-			st.deny[e.GetDeny().GetJti()] = e.GetDeny()
+			st.deny[e.GetDeny().GetJti()+e.GetDeny().GetSubject()] = e.GetDeny()
 		case e.GetIssuerKeys() != nil:
 			st.issuers[e.GetIssuerKeys().GetIssuer()] = e.GetIssuerKeys()
 		default:
@@ -107,14 +108,13 @@ func TestSnapshot(t *testing.T) {
 	for _, k := range []*keysv1.CreateKeyResponse{live, test.Msg, revoked} {
 		raw[k.GetKey().GetKeyId()] = k.GetRawKey()
 	}
-	// jti-short names its token's exp, so it is kept only until then and
-	// the leeway; jti-long gets the time of the denial as its
-	// issued_before, and is kept a day.
-	for jti, d := range map[string]time.Duration{"jti-long": time.Hour, "jti-short": time.Minute} {
-		e := &configv1.DenyEntry{Match: &configv1.DenyEntry_Jti{Jti: jti}, Expires: timestamppb.New(epoch.Add(d))}
-		if jti == "jti-short" {
-			e.TokenExpires = e.Expires
-		}
+	// jti-long gets the time of the denial as its issued_before, and is
+	// kept a day; user-old's tokens were all issued a day ago, so it is
+	// kept only until its expires and the leeway.
+	for _, e := range []*configv1.DenyEntry{
+		{Match: &configv1.DenyEntry_Jti{Jti: "jti-long"}, Expires: timestamppb.New(epoch.Add(time.Hour))},
+		{Match: &configv1.DenyEntry_Subject{Subject: "user-old"}, IssuedBefore: timestamppb.New(epoch.Add(-24 * time.Hour)), Expires: timestamppb.New(epoch.Add(time.Minute))},
+	} {
 		if _, err := s.tokens.Deny(ctx, connect.NewRequest(&keysv1.DenyRequest{Entry: e})); err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +191,7 @@ func TestSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := stateOf(t, snap); st.deny["jti-short"] != nil || st.deny["jti-long"] == nil || snap.GetSeq() != seq {
+	if st := stateOf(t, snap); st.deny["user-old"] != nil || st.deny["jti-long"] == nil || snap.GetSeq() != seq {
 		t.Errorf("6 minutes later the snapshot at seq %d has deny entries %v; want only jti-long", snap.GetSeq(), st.deny)
 	}
 
@@ -265,8 +265,10 @@ func TestSnapshotAccess(t *testing.T) {
 // TestDenyKept: the key service keeps a deny entry, in ListDenyEntries
 // and in the signed snapshot a late node starts from, until every token
 // it covers is dead for any issuer (denyentry.KeepUntil), not until the
-// expires its caller asked for; a jti entry that does not name its
-// token's exp gets the time of the denial as its issued_before.
+// expires its caller asked for. Every jti entry gets the time of the
+// denial as its issued_before, whatever token_expires it names, so that
+// a node keeps it for the issuer's whole token lifetime even when the
+// caller's token_expires and expires are early.
 func TestDenyKept(t *testing.T) {
 	t.Parallel()
 	clock := testclock.New(epoch)
@@ -277,6 +279,8 @@ func TestDenyKept(t *testing.T) {
 	for _, e := range []*configv1.DenyEntry{
 		{Match: &configv1.DenyEntry_Jti{Jti: "no-exp"}, Expires: asked},
 		{Match: &configv1.DenyEntry_Jti{Jti: "exp"}, TokenExpires: timestamppb.New(epoch.Add(time.Hour)), Expires: asked},
+		{Match: &configv1.DenyEntry_Jti{Jti: "early-exp"}, TokenExpires: timestamppb.New(epoch.Add(time.Minute)), Expires: timestamppb.New(epoch.Add(time.Minute))},
+		{Match: &configv1.DenyEntry_Jti{Jti: "early-cut"}, IssuedBefore: timestamppb.New(epoch.Add(-time.Hour)), Expires: timestamppb.New(epoch.Add(time.Minute))},
 		{Match: &configv1.DenyEntry_Subject{Subject: "user-7"}, IssuedBefore: timestamppb.New(epoch), Expires: asked},
 	} {
 		if _, err := s.tokens.Deny(ctx, connect.NewRequest(&keysv1.DenyRequest{Entry: e})); err != nil {
@@ -311,22 +315,26 @@ func TestDenyKept(t *testing.T) {
 		return out
 	}
 	got := list()
-	if ib := got["no-exp"].GetIssuedBefore(); !ib.AsTime().Equal(epoch) {
-		t.Errorf("a jti entry without token_expires has issued_before %v, want the time of the denial %v", ib.AsTime(), epoch)
+	for _, jti := range []string{"no-exp", "exp", "early-exp", "early-cut"} {
+		if ib := got[jti].GetIssuedBefore(); !ib.AsTime().Equal(epoch) {
+			t.Errorf("jti entry %s has issued_before %v, want the time of the denial %v", jti, ib.AsTime(), epoch)
+		}
+		// A node with the default lifetime, 15 minutes, and 30 s of
+		// leeway keeps it until then at least.
+		if lapse, want := denyentry.Lapse(got[jti], 15*time.Minute, 30*time.Second), epoch.Add(15*time.Minute+30*time.Second); lapse.Before(want) {
+			t.Errorf("jti entry %s lapses on a node at %v, before a token issued at the denial dies (%v)", jti, lapse, want)
+		}
 	}
-	if ib := got["exp"].GetIssuedBefore(); ib != nil {
-		t.Errorf("a jti entry with token_expires has issued_before %v, want none", ib.AsTime())
-	}
+	all := []string{"early-cut", "early-exp", "exp", "no-exp", "user-7"}
 	for _, c := range []struct {
 		at   time.Duration
 		want []string
 	}{
-		{20 * time.Minute, []string{"exp", "no-exp", "user-7"}},
-		{time.Hour + 5*time.Minute - time.Second, []string{"exp", "no-exp", "user-7"}},
+		{20 * time.Minute, all},
 		// More than snapshotMaxAge apart, so that the snapshot is built
 		// again.
-		{time.Hour + 6*time.Minute, []string{"no-exp", "user-7"}},
-		{24*time.Hour + 5*time.Minute - time.Second, []string{"no-exp", "user-7"}},
+		{time.Hour + 6*time.Minute, all},
+		{24*time.Hour + 5*time.Minute - time.Second, all},
 		{24*time.Hour + 6*time.Minute, nil},
 	} {
 		clock.Set(epoch.Add(c.at))

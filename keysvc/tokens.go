@@ -27,12 +27,15 @@ func (a *tokenAPI) Deny(ctx context.Context, req *connect.Request[keysv1.DenyReq
 	if !e.GetExpires().AsTime().After(now) {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errExpired)
 	}
-	// A jti entry whose token's exp the caller does not know gets the time
-	// of the denial as its issued_before: the token was issued before it,
-	// so with iat it is dead by then plus its issuer's max_token_lifetime,
-	// which is how long the nodes keep the entry (gateway/denyentry). The
-	// expires asked for only ever lengthens that.
-	if e.GetJti() != "" && e.GetIssuedBefore() == nil && e.GetTokenExpires() == nil {
+	// A jti entry gets the time of the denial as its issued_before, unless
+	// it names a later one: its token was issued before now, so with iat
+	// it is dead by now plus its issuer's max_token_lifetime, which is how
+	// long the nodes then keep the entry at least (gateway/denyentry).
+	// What the caller says of the token (token_expires, an earlier
+	// issued_before) and the expires it asks for only ever lengthen that:
+	// an early token_expires with a short expires would otherwise make
+	// the entry lapse while the token still works.
+	if ib := e.GetIssuedBefore(); e.GetJti() != "" && (ib == nil || ib.AsTime().Before(now)) {
 		e = proto.CloneOf(e)
 		e.IssuedBefore = timestamppb.New(now)
 	}

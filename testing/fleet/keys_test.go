@@ -691,7 +691,9 @@ func TestTokenRevocation(t *testing.T) {
 // service keeps refusing its tokens on every node after the expires its
 // caller asked for, as long as the tokens live (an hour, which this
 // issuer allows), on the nodes that had it and on one that joins later;
-// the key service's signed snapshot still carries it.
+// the key service's signed snapshot still carries it. That holds for a
+// jti entry whose caller names a token_expires that is early too (a
+// minute, with an expires of a minute): the token still has its hour.
 func TestTokenRevocationOutlivesItsExpiry(t *testing.T) {
 	t.Parallel()
 	clk := testclock.New(time.Now())
@@ -716,6 +718,7 @@ func TestTokenRevocationOutlivesItsExpiry(t *testing.T) {
 	byJTI := hour(map[string]any{"jti": "hour-token"})
 	bySubject := hour(map[string]any{"sub": "user-9"})
 	other := hour(map[string]any{"jti": "another"})
+	earlyExp := hour(map[string]any{"jti": "early-exp"})
 	everyNodeToken(t, nodes, byJTI, 200, "an hour's token before any deny entry")
 
 	// porticoctl deny add's default expiry: 15 minutes.
@@ -725,6 +728,7 @@ func TestTokenRevocationOutlivesItsExpiry(t *testing.T) {
 	for _, e := range []*configv1.DenyEntry{
 		{Match: &configv1.DenyEntry_Jti{Jti: "hour-token"}, Expires: asked},
 		{Issuer: "idp", Match: &configv1.DenyEntry_Subject{Subject: "user-9"}, IssuedBefore: timestamppb.New(now), Expires: asked},
+		{Match: &configv1.DenyEntry_Jti{Jti: "early-exp"}, TokenExpires: timestamppb.New(now.Add(time.Minute)), Expires: timestamppb.New(now.Add(time.Minute))},
 	} {
 		d, err := tokens.Deny(context.Background(), connect.NewRequest(&keysv1.DenyRequest{Entry: e}))
 		if err != nil {
@@ -741,6 +745,7 @@ func TestTokenRevocationOutlivesItsExpiry(t *testing.T) {
 		clk.Set(now.Add(after))
 		everyNodeToken(t, nodes, byJTI, 401, fmt.Sprintf("a token denied by jti, %v later", after))
 		everyNodeToken(t, nodes, bySubject, 401, fmt.Sprintf("a token denied by subject, %v later", after))
+		everyNodeToken(t, nodes, earlyExp, 401, fmt.Sprintf("a token denied by jti with an early token_expires, %v later", after))
 		everyNodeToken(t, nodes, other, 200, fmt.Sprintf("a token not denied, %v later", after))
 	}
 
@@ -750,6 +755,7 @@ func TestTokenRevocationOutlivesItsExpiry(t *testing.T) {
 	waitLane(t, cp, len(nodes)+1, version)
 	everyNodeToken(t, []*gatewayNode{late}, byJTI, 401, "a token denied by jti, on a node that joined later")
 	everyNodeToken(t, []*gatewayNode{late}, bySubject, 401, "a token denied by subject, on a node that joined later")
+	everyNodeToken(t, []*gatewayNode{late}, earlyExp, 401, "a token denied by jti with an early token_expires, on a node that joined later")
 	everyNodeToken(t, []*gatewayNode{late}, other, 200, "a token not denied, on a node that joined later")
 
 	// And so would one that started from the signed snapshot.
@@ -772,7 +778,7 @@ func TestTokenRevocationOutlivesItsExpiry(t *testing.T) {
 			denied = append(denied, d.GetJti()+d.GetSubject())
 		}
 	}
-	if slices.Sort(denied); !slices.Equal(denied, []string{"hour-token", "user-9"}) {
-		t.Errorf("the signed snapshot at +%v, past the asked expiry, has deny entries %v; want hour-token and user-9", clk.Now().Sub(now), denied)
+	if slices.Sort(denied); !slices.Equal(denied, []string{"early-exp", "hour-token", "user-9"}) {
+		t.Errorf("the signed snapshot at +%v, past the asked expiry, has deny entries %v; want early-exp, hour-token and user-9", clk.Now().Sub(now), denied)
 	}
 }

@@ -1462,8 +1462,8 @@ type DenyEntry struct {
 	Match isDenyEntry_Match `protobuf_oneof:"match"`
 	// IssuedBefore: tokens whose iat is before it are denied. On a jti
 	// entry it only says that the token was issued before it (the key
-	// service sets it to the time of the Deny call when neither it nor
-	// token_expires is given), which bounds how long the entry must last.
+	// service sets it to the time of the Deny call unless it is later),
+	// which bounds how long the entry must last.
 	IssuedBefore *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=issued_before,json=issuedBefore,proto3" json:"issued_before,omitempty"`
 	// Expires is when the caller wants the entry to lapse. It is only ever
 	// raised (see above): a shorter one is not trusted.

@@ -355,8 +355,9 @@ type TokenServiceClient interface {
 	// Deny adds a deny entry: one token by jti, or every token of a subject
 	// or client issued before a time. The entry lasts until every token it
 	// covers is dead, however soon its expires (see DenyEntry); a jti entry
-	// with neither token_expires nor issued_before gets the time of the call
-	// as its issued_before.
+	// gets the time of the call as its issued_before unless it names a later
+	// one, so it lasts the issuer's whole token lifetime whatever
+	// token_expires it names.
 	Deny(ctx context.Context, in *DenyRequest, opts ...grpc.CallOption) (*DenyResponse, error)
 	ListDenyEntries(ctx context.Context, in *ListDenyEntriesRequest, opts ...grpc.CallOption) (*ListDenyEntriesResponse, error)
 	// PublishIssuerKeys sets an issuer's published signing keys.
@@ -412,8 +413,9 @@ type TokenServiceServer interface {
 	// Deny adds a deny entry: one token by jti, or every token of a subject
 	// or client issued before a time. The entry lasts until every token it
 	// covers is dead, however soon its expires (see DenyEntry); a jti entry
-	// with neither token_expires nor issued_before gets the time of the call
-	// as its issued_before.
+	// gets the time of the call as its issued_before unless it names a later
+	// one, so it lasts the issuer's whole token lifetime whatever
+	// token_expires it names.
 	Deny(context.Context, *DenyRequest) (*DenyResponse, error)
 	ListDenyEntries(context.Context, *ListDenyEntriesRequest) (*ListDenyEntriesResponse, error)
 	// PublishIssuerKeys sets an issuer's published signing keys.

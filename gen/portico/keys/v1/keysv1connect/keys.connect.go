@@ -286,8 +286,9 @@ type TokenServiceClient interface {
 	// Deny adds a deny entry: one token by jti, or every token of a subject
 	// or client issued before a time. The entry lasts until every token it
 	// covers is dead, however soon its expires (see DenyEntry); a jti entry
-	// with neither token_expires nor issued_before gets the time of the call
-	// as its issued_before.
+	// gets the time of the call as its issued_before unless it names a later
+	// one, so it lasts the issuer's whole token lifetime whatever
+	// token_expires it names.
 	Deny(context.Context, *connect.Request[v1.DenyRequest]) (*connect.Response[v1.DenyResponse], error)
 	ListDenyEntries(context.Context, *connect.Request[v1.ListDenyEntriesRequest]) (*connect.Response[v1.ListDenyEntriesResponse], error)
 	// PublishIssuerKeys sets an issuer's published signing keys.
@@ -354,8 +355,9 @@ type TokenServiceHandler interface {
 	// Deny adds a deny entry: one token by jti, or every token of a subject
 	// or client issued before a time. The entry lasts until every token it
 	// covers is dead, however soon its expires (see DenyEntry); a jti entry
-	// with neither token_expires nor issued_before gets the time of the call
-	// as its issued_before.
+	// gets the time of the call as its issued_before unless it names a later
+	// one, so it lasts the issuer's whole token lifetime whatever
+	// token_expires it names.
 	Deny(context.Context, *connect.Request[v1.DenyRequest]) (*connect.Response[v1.DenyResponse], error)
 	ListDenyEntries(context.Context, *connect.Request[v1.ListDenyEntriesRequest]) (*connect.Response[v1.ListDenyEntriesResponse], error)
 	// PublishIssuerKeys sets an issuer's published signing keys.
