@@ -48,6 +48,11 @@ func parseNetworks(list []string) ([]netip.Prefix, error) {
 		if err != nil {
 			return nil, err
 		}
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			// An IPv4-mapped network is its IPv4 network: the addresses
+			// checked against it are unmapped.
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
 		out[i] = p.Masked()
 	}
 	return out, nil

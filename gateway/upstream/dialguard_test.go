@@ -64,6 +64,7 @@ func TestDialGuard(t *testing.T) {
 			{"name resolving outside", "localhost:" + port, []string{"10.0.0.0/8"}, false},
 			{"address outside", "127.0.0.1:" + port, []string{"10.0.0.0/8", "fd00::/8"}, false},
 			{"no networks", "127.0.0.1:" + port, nil, true},
+			{"IPv4-mapped network", "127.0.0.1:" + port, []string{"::ffff:127.0.0.0/104"}, true},
 		}
 		for _, tt := range tests {
 			before := cl.accepted.Load()
