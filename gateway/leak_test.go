@@ -3,6 +3,8 @@ package gateway_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	gojwt "github.com/golang-jwt/jwt/v5"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -243,5 +246,53 @@ func TestProblemsRedactCredentials(t *testing.T) {
 	err := g.GRPCConn(t).Invoke(ctx, "/nowhere/"+key, &demov1.GetOrderRequest{}, &demov1.GetOrderResponse{})
 	if msg := status.Convert(err).Message(); strings.Contains(msg, key[8:]) || !strings.Contains(msg, problem.Redacted) {
 		t.Errorf("gRPC call of /nowhere/KEY: %v, want the key redacted", err)
+	}
+}
+
+// TestProblemsRedactSpacedJWT: a JWT whose header and payload JSON have
+// white space ("{ \"alg\": ...}", which gateway/auth/jwt accepts, so it
+// encodes to "eyAi…", not "eyJ…") is a credential the gateway takes, and
+// put in a path it is redacted from the 404 like a compact one.
+func TestProblemsRedactSpacedJWT(t *testing.T) {
+	t.Parallel()
+	d := gatewaytest.Demo(t)
+	f := newAuthFixture(t, d)
+	g := gatewaytest.Start(t, f.cfg, nil)
+	is := f.issuer
+	enc := base64.RawURLEncoding.EncodeToString
+	payload, err := json.Marshal(map[string]any{
+		"iss": is.URL, "aud": is.Audience, "sub": "user-1", "scope": "inventory:read", "plan": "pro",
+		"iat": time.Now().Unix(), "exp": time.Now().Add(10 * time.Minute).Unix(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload = append([]byte("{ "), payload[1:]...)
+	signing := enc([]byte(`{ "alg": "ES256", "kid": "`+is.KID+`", "typ": "JWT" }`)) + "." + enc(payload)
+	sig, err := gojwt.SigningMethodES256.Sign(signing, is.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := signing + "." + enc(sig)
+	if strings.HasPrefix(token, "eyJ") {
+		t.Fatalf("the token %q starts with eyJ: the test would prove nothing", token[:8])
+	}
+
+	hc := gatewaytest.H2CClient(t)
+	resp, body := gatewaytest.Do(t, hc, "GET", g.URL()+"/inventory/v1/items", "", map[string]string{"Authorization": "Bearer " + token})
+	if resp.StatusCode != 200 {
+		t.Fatalf("the spaced token is refused (%d %s): the gateway does not take it, so its echo would not matter", resp.StatusCode, body)
+	}
+	resp, body = gatewaytest.Do(t, hc, "GET", g.URL()+"/nowhere/"+token, "", nil)
+	if resp.StatusCode != 404 {
+		t.Fatalf("GET /nowhere/TOKEN = %d %s, want 404", resp.StatusCode, body)
+	}
+	for i, seg := range strings.Split(token, ".") {
+		if strings.Contains(string(body), seg) {
+			t.Errorf("the 404 echoes segment %d of a token the gateway accepts: %s", i, body)
+		}
+	}
+	if !strings.Contains(string(body), problem.Redacted) {
+		t.Errorf("the 404 says nothing of the token it redacted (the test would prove nothing): %s", body)
 	}
 }
