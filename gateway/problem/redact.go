@@ -6,10 +6,11 @@ import "strings"
 const Redacted = "[redacted]"
 
 // Redact returns s with everything in it that looks like a credential
-// replaced by Redacted: an API key (ak_live_ or ak_test_, in any case, and
-// the base62 that follows) and a JWT, recognised by its shape (see jwtAt)
-// rather than by the "eyJ" that only compact JSON encodes to, with every
-// base64url character and '.' that follows it. Percent-escapes are read
+// replaced by Redacted: an API key (ak_live_ or ak_test_, in any case) and
+// a JWT, recognised by its shape (see jwtAt) rather than by the "eyJ" that
+// only compact JSON encodes to, each with every base64url character and
+// '.' that follows it, so that what is glued to a credential (another
+// one, the rest of a token) goes with it. Percent-escapes are read
 // through, so a key spelled ak%5Flive%5F… in a raw query is found too. It
 // returns s itself, without allocating, when there is nothing to replace,
 // and its work is linear in len(s).
@@ -51,10 +52,10 @@ func Redact(s string) string {
 // if none does.
 func credentialAt(s string, i int) int {
 	if end := prefixAt(s, i, "ak_live_", true); end > i {
-		return runEnd(s, end, isBase62, i)
+		return runEnd(s, end, isTokenByte, i)
 	}
 	if end := prefixAt(s, i, "ak_test_", true); end > i {
-		return runEnd(s, end, isBase62, i)
+		return runEnd(s, end, isTokenByte, i)
 	}
 	return jwtAt(s, i)
 }
@@ -237,14 +238,10 @@ func base64URLValue(c byte) (byte, bool) {
 	return 0, false
 }
 
-func isBase62(c byte) bool {
-	return '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
-}
-
 func isBase64URL(c byte) bool { _, ok := base64URLValue(c); return ok }
 
-// isTokenByte reports whether c can be part of a JWT as Redact reads it:
-// base64url, and the dots between its segments.
+// isTokenByte reports whether c can be part of a key or a JWT as Redact
+// reads them: base64url, and the dots between a JWT's segments.
 func isTokenByte(c byte) bool { return c == '.' || isBase64URL(c) }
 
 // isJSONSpace reports whether c is white space to JSON (RFC 8259).

@@ -56,6 +56,11 @@ func TestRedact(t *testing.T) {
 		// Glued to something else, or to each other: all of it goes.
 		{"/t/x" + testJWT, "/t/x[redacted]"},
 		{"/t/" + testJWT + testKey, "/t/[redacted]"},
+		{"/t/" + testKey + "." + testJWT, "/t/[redacted]"},
+		// A key glued to a token took its header, and left a payload too
+		// short to be found on its own, with the signature.
+		{"/t/ak_live_eyJhbGciOiJFUzI1NiIsImtpZCI6ImsxIn0.eyJpc3MiOiJ4In0.MEUCIQDx_ab-cd", "/t/[redacted]"},
+		{"/t/ak_test_abc_def-" + testJWT, "/t/[redacted]"},
 		// Not credentials: left alone.
 		{"/v1/items/sku-1", "/v1/items/sku-1"},
 		{"keys look like ak_live_… or ak_test_…", "keys look like ak_live_… or ak_test_…"},
