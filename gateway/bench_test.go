@@ -106,8 +106,9 @@ func BenchmarkForward(b *testing.B) {
 // BenchmarkRPC is one unary call (GetOrder) to a connect-go server that
 // speaks Connect and gRPC over h2c, made directly and through the gateway,
 // which serves the service from its descriptor: the gateway's cost in the
-// same run. Through the gateway, Connect and REST are transcoded to gRPC
-// (and the request validated); gRPC passes through (validated too).
+// same run. Through the gateway, Connect, gRPC-Web and REST are
+// transcoded to gRPC (and the request validated); gRPC passes through
+// (validated too).
 func BenchmarkRPC(b *testing.B) {
 	addr := connectBackend(b, connectOrders{})
 
@@ -132,6 +133,7 @@ func BenchmarkRPC(b *testing.B) {
 	b.Run("connect/gateway", unary(g.URL()))
 	b.Run("grpc/direct", unary("http://"+addr, connect.WithGRPC()))
 	b.Run("grpc/gateway", unary(g.URL(), connect.WithGRPC()))
+	b.Run("grpcweb/gateway", unary(g.URL(), connect.WithGRPCWeb()))
 	b.Run("rest/gateway", func(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {

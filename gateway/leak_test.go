@@ -3,24 +3,33 @@ package gateway_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+	gojwt "github.com/golang-jwt/jwt/v5"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/portico-gw/portico/gateway"
 	"github.com/portico-gw/portico/gateway/problem"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	demov1 "github.com/portico-gw/portico/gen/portico/demo/v1"
+	"github.com/portico-gw/portico/gen/portico/demo/v1/demov1connect"
 	"github.com/portico-gw/portico/testing/gatewaytest"
 	"github.com/portico-gw/portico/testing/logbuf"
 )
@@ -243,5 +252,189 @@ func TestProblemsRedactCredentials(t *testing.T) {
 	err := g.GRPCConn(t).Invoke(ctx, "/nowhere/"+key, &demov1.GetOrderRequest{}, &demov1.GetOrderResponse{})
 	if msg := status.Convert(err).Message(); strings.Contains(msg, key[8:]) || !strings.Contains(msg, problem.Redacted) {
 		t.Errorf("gRPC call of /nowhere/KEY: %v, want the key redacted", err)
+	}
+}
+
+// TestProblemsRedactSpacedJWT: a JWT whose header and payload JSON have
+// white space ("{ \"alg\": ...}", which gateway/auth/jwt accepts, so it
+// encodes to "eyAi…", not "eyJ…") is a credential the gateway takes, and
+// put in a path it is redacted from the 404 like a compact one.
+func TestProblemsRedactSpacedJWT(t *testing.T) {
+	t.Parallel()
+	d := gatewaytest.Demo(t)
+	f := newAuthFixture(t, d)
+	g := gatewaytest.Start(t, f.cfg, nil)
+	is := f.issuer
+	enc := base64.RawURLEncoding.EncodeToString
+	payload, err := json.Marshal(map[string]any{
+		"iss": is.URL, "aud": is.Audience, "sub": "user-1", "scope": "inventory:read", "plan": "pro",
+		"iat": time.Now().Unix(), "exp": time.Now().Add(10 * time.Minute).Unix(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload = append([]byte("{ "), payload[1:]...)
+	signing := enc([]byte(`{ "alg": "ES256", "kid": "`+is.KID+`", "typ": "JWT" }`)) + "." + enc(payload)
+	sig, err := gojwt.SigningMethodES256.Sign(signing, is.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := signing + "." + enc(sig)
+	if strings.HasPrefix(token, "eyJ") {
+		t.Fatalf("the token %q starts with eyJ: the test would prove nothing", token[:8])
+	}
+
+	hc := gatewaytest.H2CClient(t)
+	resp, body := gatewaytest.Do(t, hc, "GET", g.URL()+"/inventory/v1/items", "", map[string]string{"Authorization": "Bearer " + token})
+	if resp.StatusCode != 200 {
+		t.Fatalf("the spaced token is refused (%d %s): the gateway does not take it, so its echo would not matter", resp.StatusCode, body)
+	}
+	resp, body = gatewaytest.Do(t, hc, "GET", g.URL()+"/nowhere/"+token, "", nil)
+	if resp.StatusCode != 404 {
+		t.Fatalf("GET /nowhere/TOKEN = %d %s, want 404", resp.StatusCode, body)
+	}
+	for i, seg := range strings.Split(token, ".") {
+		if strings.Contains(string(body), seg) {
+			t.Errorf("the 404 echoes segment %d of a token the gateway accepts: %s", i, body)
+		}
+	}
+	if !strings.Contains(string(body), problem.Redacted) {
+		t.Errorf("the 404 says nothing of the token it redacted (the test would prove nothing): %s", body)
+	}
+}
+
+// TestRPCErrorsRedactCredentials: an RPC call whose body or headers carry
+// an API key where the transcoder does not expect it (a client that
+// pasted its key into a JSON field name or value, or a timeout header) is
+// refused with the transcoder's own words, protojson's "unknown field
+// \"ak_live_…\"" or strconv's `parsing "ak_live_…"`: on every protocol
+// (Connect unary and streaming, gRPC-Web binary and text) the message
+// reaches the caller with the key redacted, where the protocol puts it,
+// and the answer keeps its protocol and code. The review found the first
+// of these echoing the whole key.
+func TestRPCErrorsRedactCredentials(t *testing.T) {
+	t.Parallel()
+	d := gatewaytest.Demo(t)
+	g := gatewaytest.Start(t, rpcSnapshot(t, d.OrdersAddr()), nil)
+	key, _ := gatewaytest.NewKey(t, "k-1", "app", "tenant", "plan")
+	hc := gatewaytest.H2CClient(t)
+	const getOrder, watch = "/portico.demo.v1.OrdersService/GetOrder", "/portico.demo.v1.OrdersService/WatchOrders"
+	fieldName := []byte(`{"` + key + `": 1}`)
+	value := []byte(`{"orderId": ` + key + `}`)
+	connectJSON := map[string]string{"Content-Type": "application/json", "Connect-Protocol-Version": "1"}
+	with := func(h map[string]string, k, v string) map[string]string {
+		h = maps.Clone(h)
+		h[k] = v
+		return h
+	}
+	// The codes the answer must keep: a Connect unary status and code, a
+	// Connect end of stream's code, or a gRPC status.
+	const connectUnary, connectStream, grpcStatus = 1, 2, 3
+	for _, tc := range []struct {
+		name, path string
+		header     map[string]string
+		body       []byte
+		kind       int
+	}{
+		{"connect unary field name", getOrder, connectJSON, fieldName, connectUnary},
+		{"connect unary field value", getOrder, connectJSON, value, connectUnary},
+		{"connect unary plain JSON POST", getOrder, map[string]string{"Content-Type": "application/json"}, fieldName, connectUnary},
+		{"connect unary timeout", getOrder, with(connectJSON, "Connect-Timeout-Ms", key), []byte(`{"orderId":"o-1001"}`), connectUnary},
+		{"connect stream field name", watch, map[string]string{"Content-Type": "application/connect+json"}, envelopes(fieldName), connectStream},
+		{"connect stream timeout", watch, map[string]string{"Content-Type": "application/connect+json", "Connect-Timeout-Ms": key}, envelopes([]byte(`{}`)), connectStream},
+		{"grpc-web field name", getOrder, map[string]string{"Content-Type": "application/grpc-web+json"}, envelopes(fieldName), grpcStatus},
+		{"grpc-web field value", getOrder, map[string]string{"Content-Type": "application/grpc-web+json"}, envelopes(value), grpcStatus},
+		{"grpc-web stream field name", watch, map[string]string{"Content-Type": "application/grpc-web+json"}, envelopes(fieldName), grpcStatus},
+		{"grpc-web timeout", getOrder, map[string]string{"Content-Type": "application/grpc-web+proto", "Grpc-Timeout": key}, envelopes(nil), grpcStatus},
+		{"grpc-web-text field name", getOrder, map[string]string{"Content-Type": "application/grpc-web-text+json"},
+			[]byte(base64.StdEncoding.EncodeToString(envelopes(fieldName))), grpcStatus},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest("POST", g.URL()+tc.path, bytes.NewReader(tc.body))
+			for k, v := range tc.header {
+				req.Header.Set(k, v)
+			}
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			all := fmt.Sprint(resp.Header, resp.Trailer, string(body))
+			if strings.Contains(all, key[8:]) {
+				t.Errorf("the answer echoes the key: %s", all)
+			}
+			if !strings.Contains(all, problem.Redacted) {
+				t.Errorf("the answer says nothing of the key it redacted (the test would prove nothing): %s", all)
+			}
+			var ok bool
+			switch tc.kind {
+			case connectUnary:
+				ok = resp.StatusCode == 400 && resp.Header.Get("Content-Type") == "application/json" &&
+					bytes.HasPrefix(body, []byte(`{"code":"invalid_argument"`))
+			case connectStream:
+				ok = resp.StatusCode == 200 && bytes.Contains(body, []byte(`{"error":{"code":"invalid_argument"`))
+			case grpcStatus:
+				st := resp.Header.Get("Grpc-Status") + resp.Trailer.Get("Grpc-Status")
+				ok = resp.StatusCode == 200 && st == "3"
+			}
+			if !ok {
+				t.Errorf("answer %s, want the protocol's invalid_argument", all)
+			}
+		})
+	}
+}
+
+// echoOrders is a backend whose errors echo what a caller sent: GetOrder
+// fails with a message naming the key it was given in a header.
+type echoOrders struct{ connectOrders }
+
+func (echoOrders) GetOrder(_ context.Context, r *connect.Request[demov1.GetOrderRequest]) (*connect.Response[demov1.GetOrderResponse], error) {
+	err := connect.NewError(connect.CodeFailedPrecondition, errors.New("order "+r.Msg.GetOrderId()+" is not "+r.Header().Get("X-Echo")+"'s"))
+	if d, derr := connect.NewErrorDetail(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)}); derr == nil {
+		// gRPC-Web then carries the status in grpc-status-details-bin too.
+		err.AddDetail(d)
+	}
+	return nil, err
+}
+
+// TestRPCUpstreamErrorsRedactCredentials: an upstream's error message
+// that echoes a key reaches a caller whose call the gateway transcodes
+// redacted, in Connect and gRPC-Web as REST callers' problems always
+// were, with its code kept. (A gRPC caller's call is not transcoded: it
+// is forwarded, and answered, as it is; TestGRPCStatusPassThrough.)
+func TestRPCUpstreamErrorsRedactCredentials(t *testing.T) {
+	t.Parallel()
+	key, _ := gatewaytest.NewKey(t, "k-1", "app", "tenant", "plan")
+	g := gatewaytest.Start(t, rpcSnapshot(t, connectBackend(t, echoOrders{})), nil)
+	hc := gatewaytest.H2CClient(t)
+	check := func(name string, code connect.Code, msg string) {
+		t.Helper()
+		if code != connect.CodeFailedPrecondition || strings.Contains(msg, key[8:]) || !strings.Contains(msg, problem.Redacted) {
+			t.Errorf("%s: %v %q, want failed_precondition with the key redacted", name, code, msg)
+		}
+	}
+	for name, opts := range map[string][]connect.ClientOption{
+		"connect-json":  {connect.WithProtoJSON()},
+		"connect-proto": nil,
+		"grpc-web":      {connect.WithGRPCWeb()},
+	} {
+		c := demov1connect.NewOrdersServiceClient(hc, g.URL(), opts...)
+		req := connect.NewRequest(&demov1.GetOrderRequest{OrderId: "o-1001"})
+		req.Header().Set("X-Echo", key)
+		_, err := c.GetOrder(context.Background(), req)
+		var ce *connect.Error
+		if !errors.As(err, &ce) {
+			t.Fatalf("%s: %v, want a Connect error", name, err)
+		}
+		check(name, ce.Code(), ce.Message())
+	}
+
+	resp, body := gatewaytest.Do(t, hc, "GET", g.URL()+"/v1/orders/o-1001", "", map[string]string{"X-Echo": key})
+	if resp.StatusCode != 400 || strings.Contains(string(body), key[8:]) || !strings.Contains(string(body), problem.Redacted) {
+		t.Errorf("REST: %d %s, want 400 with the key redacted", resp.StatusCode, body)
 	}
 }

@@ -25,6 +25,9 @@ type rpcCall struct {
 	refused *problem.Problem
 	// body is the caller's request body, which the transcoder reads.
 	body io.ReadCloser
+	// answer is the writer of an RPC caller's answer, kept here so that
+	// it costs no allocation of its own.
+	answer transcode.RPCAnswer
 }
 
 type rpcCallKey struct{}
@@ -86,17 +89,16 @@ func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, rout
 		r2.Header.Set("Connect-Protocol-Version", "1")
 		proto = problem.ProtocolOf(r2)
 	}
+	// RPC callers get the transcoder's answer with its error messages
+	// redacted, like the gateway's own.
 	if ct := headerValue(r.Header, "Content-Type"); transcode.IsGRPCWebText(ct) {
-		transcode.FromGRPCWebText(st.rpc.For(route.RPC.Service), w, r2)
+		transcode.FromGRPCWebText(st.rpc.For(route.RPC.Service), &call.answer, w, r2)
 		return
 	}
-	switch proto {
-	case problem.GRPCWeb:
-		st.rpc.For(route.RPC.Service).ServeHTTP(transcode.LowerWebTrailers(w), r2)
-		return
-	case problem.HTTP:
-	default:
-		st.rpc.For(route.RPC.Service).ServeHTTP(w, r2)
+	if proto != problem.HTTP {
+		call.answer.Reset(w, r, proto)
+		st.rpc.For(route.RPC.Service).ServeHTTP(&call.answer, r2)
+		call.answer.Finish()
 		return
 	}
 	// REST callers get errors as Problem Details, like the gateway's own.

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/portico-gw/portico/gateway/problem"
 )
 
 // gRPC-Web's text mode (application/grpc-web-text) is its binary mode in
@@ -23,8 +25,9 @@ func IsGRPCWebText(contentType string) bool {
 }
 
 // FromGRPCWebText turns a text-mode gRPC-Web request into a binary one for
-// h, and h's answer back into text mode.
-func FromGRPCWebText(h http.Handler, w http.ResponseWriter, r *http.Request) {
+// h, and h's answer back into text mode, through a (see RPCAnswer), which
+// it resets and finishes.
+func FromGRPCWebText(h http.Handler, a *RPCAnswer, w http.ResponseWriter, r *http.Request) {
 	ct := r.Header.Get("Content-Type")
 	r2 := r.Clone(r.Context())
 	r2.Header.Set("Content-Type", webBinary+ct[len(webText):])
@@ -34,8 +37,9 @@ func FromGRPCWebText(h http.Handler, w http.ResponseWriter, r *http.Request) {
 	r2.Body = &base64Body{r: r.Body}
 	r2.ContentLength = -1
 	r2.Header.Del("Content-Length")
-	tw := &textWriter{ResponseWriter: w}
-	h.ServeHTTP(LowerWebTrailers(tw), r2)
+	a.Reset(&textWriter{ResponseWriter: w}, r, problem.GRPCWeb)
+	h.ServeHTTP(a, r2)
+	a.Finish()
 }
 
 // base64Body decodes a base64 body that may be several padded segments,
