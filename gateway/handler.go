@@ -14,6 +14,7 @@ import (
 	"github.com/portico-gw/portico/gateway/router"
 	"github.com/portico-gw/portico/gateway/snapshot"
 	"github.com/portico-gw/portico/gateway/telemetry"
+	"github.com/portico-gw/portico/gateway/transcode"
 )
 
 // ServeHTTP runs the request chain for one pool. The order is fixed
@@ -158,7 +159,10 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		t.EditResponse = route.ResponseHeaders
 	}
 	if route.RPC != nil {
-		if problem.IsGRPC(headerValue(r.Header, "Content-Type")) {
+		if ct := headerValue(r.Header, "Content-Type"); problem.IsGRPC(ct) && (transcode.IsGRPCProto(ct) || !st.rpc.Validates(route)) {
+			// gRPC in proto: the frames are checked as they pass. (gRPC
+			// in JSON to a validated method goes through the transcoder,
+			// which hands the upstream proto frames to check.)
 			_ = n.forwardRPC(w, r, st, route, &t)
 			return
 		}

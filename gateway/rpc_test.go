@@ -194,8 +194,22 @@ func TestRPCValidation(t *testing.T) {
 	for name, opts := range map[string][]connect.ClientOption{
 		"connect-json": {connect.WithProtoJSON()}, "connect-proto": nil,
 		"grpc-web": {connect.WithGRPCWeb()}, "grpc": {connect.WithGRPC()},
+		"grpc-json": {connect.WithGRPC(), connect.WithProtoJSON()},
 	} {
 		c := demov1connect.NewOrdersServiceClient(hc, g.URL(), opts...)
+		if name == "grpc-json" {
+			// gRPC in JSON goes through the transcoder to reach the
+			// validation; the refusal's details do not survive it
+			// (vanguard v0.4.0): the code and the message do.
+			if _, err := c.GetOrder(context.Background(), connect.NewRequest(&demov1.GetOrderRequest{OrderId: "o-1001"})); err != nil {
+				t.Errorf("%s: a valid call: %v", name, err)
+			}
+			_, err := c.GetOrder(context.Background(), connect.NewRequest(&demov1.GetOrderRequest{OrderId: "bad id"}))
+			if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "order_id: does not match regex pattern") {
+				t.Errorf("%s: %v; want invalid_argument naming order_id's pattern", name, err)
+			}
+			continue
+		}
 		_, err := c.GetOrder(context.Background(), connect.NewRequest(&demov1.GetOrderRequest{OrderId: "bad id"}))
 		if connect.CodeOf(err) != connect.CodeInvalidArgument || !slices.Equal(badRequestOf(err), []string{"order_id string.pattern"}) {
 			t.Errorf("%s: %v, details %v; want invalid_argument with order_id string.pattern", name, err, badRequestOf(err))
@@ -212,6 +226,7 @@ func TestRPCValidation(t *testing.T) {
 	// fails with the refusal, the backend never sees the message.
 	for name, opts := range map[string][]connect.ClientOption{
 		"connect": nil, "grpc-web": {connect.WithGRPCWeb()}, "grpc": {connect.WithGRPC()},
+		"grpc-json": {connect.WithGRPC(), connect.WithProtoJSON()},
 	} {
 		c := demov1connect.NewOrdersServiceClient(hc, g.URL(), opts...)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -224,7 +239,11 @@ func TestRPCValidation(t *testing.T) {
 		}
 		_ = bidi.Send(&demov1.SyncOrdersRequest{OrderId: "o-1001"}) // status unspecified
 		_, err := bidi.Receive()
-		if connect.CodeOf(err) != connect.CodeInvalidArgument || !slices.Equal(badRequestOf(err), []string{"status enum.not_in"}) {
+		if name == "grpc-json" {
+			if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "status: must not be in list") {
+				t.Errorf("%s: bidi, second message invalid: %v; want invalid_argument naming status", name, err)
+			}
+		} else if connect.CodeOf(err) != connect.CodeInvalidArgument || !slices.Equal(badRequestOf(err), []string{"status enum.not_in"}) {
 			t.Errorf("%s: bidi, second message invalid: %v, details %v; want invalid_argument with status enum.not_in", name, err, badRequestOf(err))
 		}
 		_ = bidi.CloseResponse()
@@ -234,7 +253,11 @@ func TestRPCValidation(t *testing.T) {
 		_ = cs.Send(&demov1.ImportOrdersRequest{Order: &demov1.Order{CustomerId: "c-1", Items: []*demov1.LineItem{{Sku: "SKU-1", Quantity: 1}}}})
 		_ = cs.Send(&demov1.ImportOrdersRequest{})
 		_, err = cs.CloseAndReceive()
-		if connect.CodeOf(err) != connect.CodeInvalidArgument || !slices.Equal(badRequestOf(err), []string{"order required"}) {
+		if name == "grpc-json" {
+			if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "order: value is required") {
+				t.Errorf("%s: client stream, second message invalid: %v; want invalid_argument naming order", name, err)
+			}
+		} else if connect.CodeOf(err) != connect.CodeInvalidArgument || !slices.Equal(badRequestOf(err), []string{"order required"}) {
 			t.Errorf("%s: client stream, second message invalid: %v, details %v; want invalid_argument with order required", name, err, badRequestOf(err))
 		}
 		cancel()

@@ -112,3 +112,11 @@ func (b *upstreamBody) Close() error {
 	_ = b.client.Close()
 	return b.transcoded.Close()
 }
+
+// IsGRPCProto reports whether contentType, a gRPC one, carries proto
+// messages: application/grpc or application/grpc+proto.
+func IsGRPCProto(contentType string) bool {
+	ct, _, _ := strings.Cut(contentType, ";")
+	ct = strings.TrimSpace(ct)
+	return strings.EqualFold(ct, "application/grpc") || strings.EqualFold(ct, "application/grpc+proto")
+}
