@@ -17,6 +17,7 @@ import (
 	"github.com/portico-gw/portico/gateway/ratelimit"
 	"github.com/portico-gw/portico/gateway/ratelimit/redissync"
 	"github.com/portico-gw/portico/testing/redistest"
+	"github.com/portico-gw/portico/testing/testclock"
 )
 
 // fleet is n nodes, each a bucket table kept in step through Redis by a
@@ -302,6 +303,42 @@ func TestRunnerManyBuckets(t *testing.T) {
 		if res := tbl.Take(l, fmt.Sprint("app-", i)); res.Limit != 100 {
 			t.Fatalf("bucket %d after the sync: burst share %d, want 100", i, res.Limit)
 		}
+	}
+}
+
+// TestRunnerTableClock: the Runner reads its Table's clock, so a share is
+// dated on the clock the buckets run on. A FailClosed bucket refuses once
+// its share is older than StaleAfter by that clock; dated by another clock,
+// it would never be, or always be.
+func TestRunnerTableClock(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t)
+	// Years from the real time, as a test clock or a clock of another
+	// kind may be.
+	clk := testclock.New(time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC))
+	tbl := ratelimit.NewTable(ratelimit.Options{ExpectedNodes: 1, Now: clk.Now})
+	t.Cleanup(tbl.Close)
+	r := &redissync.Runner{
+		Table: tbl, Client: srv.Client(t), Node: "node-0", Logger: slog.New(slog.DiscardHandler),
+		Settings: func() (time.Duration, time.Duration) { return redissync.DefaultInterval, 5 * time.Second },
+	}
+	l := &ratelimit.Limit{ID: "plan/gold/default", Name: "default", Rate: 100, Burst: 100, Global: true, FailClosed: true, StaleAfter: time.Second}
+	if res := tbl.Take(l, "app-1"); !res.Allowed() {
+		t.Fatalf("first Take = %+v, want allowed (a new bucket counts as shared)", res)
+	}
+	clk.Add(900 * time.Millisecond)
+	if err := r.Once(t.Context()); err != nil {
+		t.Fatalf("Once: %v", err)
+	}
+	// 1.8 s after the bucket was made, 0.9 s after its share.
+	clk.Add(900 * time.Millisecond)
+	if res := tbl.Take(l, "app-1"); !res.Allowed() {
+		t.Errorf("Take 0.9 s after the share = %+v, want allowed (the share is fresh)", res)
+	}
+	// 1.1 s after the share, with no sync since: stale.
+	clk.Add(200 * time.Millisecond)
+	if res := tbl.Take(l, "app-1"); res.Allowed() || res.RetryAfter != ratelimit.StaleRetryAfter {
+		t.Errorf("Take 1.1 s after the share = %+v, want refused for a stale share (StaleAfter 1 s on the Table's clock)", res)
 	}
 }
 

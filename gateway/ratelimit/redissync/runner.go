@@ -15,6 +15,11 @@ import (
 // interval it collects what the table's global buckets admitted and saw,
 // syncs that through Redis, and applies the shares that come back. It is
 // the only caller of the table's Collect.
+//
+// A Runner reads the time from its Table's clock (Table.Now), the clock the
+// buckets run on: demand rates, the schedule of syncs and the dates of
+// shares are all measured on it. Only Run's pause between steps is real
+// time.
 type Runner struct {
 	Table  *ratelimit.Table
 	Client redis.UniversalClient
@@ -83,7 +88,7 @@ const errLogEvery = 10 * time.Second
 
 // Run syncs until ctx is done: every bucket every interval, and between
 // those, local re-estimates of the weights and early syncs of the buckets
-// whose demand moved.
+// whose demand moved. It takes a step every interval/adaptSteps.
 func (r *Runner) Run(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -93,13 +98,21 @@ func (r *Runner) Run(ctx context.Context) {
 			return
 		case <-timer.C:
 		}
-		if time.Since(r.syncedAt) >= r.interval*(adaptSteps-1)/adaptSteps {
-			_ = r.Once(ctx)
-			r.syncedAt = time.Now()
-		} else if moved := r.adapt(); len(moved) > 0 {
-			_ = r.syncSome(ctx, moved)
-		}
+		r.step(ctx)
 		timer.Reset(r.interval / adaptSteps)
+	}
+}
+
+// step is one turn of Run: a sync of every bucket once most of an interval
+// has passed on the Table's clock since the last one, otherwise a local
+// re-estimate of the weights and an early sync of the buckets whose demand
+// moved.
+func (r *Runner) step(ctx context.Context) {
+	if r.Table.Now().Sub(r.syncedAt) >= r.interval*(adaptSteps-1)/adaptSteps {
+		_ = r.Once(ctx)
+		r.syncedAt = r.Table.Now()
+	} else if moved := r.adapt(); len(moved) > 0 {
+		_ = r.syncSome(ctx, moved)
 	}
 }
 
@@ -119,7 +132,7 @@ func (r *Runner) Run(ctx context.Context) {
 // traffic never syncs early, and an early sync carries only these
 // buckets.
 func (r *Runner) adapt() []*ratelimit.Bucket {
-	now := time.Now()
+	now := r.Table.Now()
 	var early []*ratelimit.Bucket
 	for b, last := range r.others {
 		_, demand := b.Pending()
@@ -158,7 +171,7 @@ func (r *Runner) Once(ctx context.Context) error {
 	r.settings()
 	reports := r.Table.Collect()
 	prev := r.collectedAt
-	r.collectedAt = time.Now()
+	r.collectedAt = r.Table.Now()
 	if len(r.pending) > 0 {
 		in := make(map[*ratelimit.Bucket]bool, len(reports))
 		for _, rep := range reports {
@@ -180,7 +193,7 @@ func (r *Runner) syncSome(ctx context.Context, bs []*ratelimit.Bucket) error {
 	for i, b := range bs {
 		reports[i] = b.Collect()
 	}
-	return r.sync(ctx, reports, time.Now(), r.collectedAt, false)
+	return r.sync(ctx, reports, r.Table.Now(), r.collectedAt, false)
 }
 
 // settings reads the interval and timeout, and makes a Syncer for them
@@ -291,7 +304,7 @@ func (r *Runner) syncChunk(ctx context.Context, reports []ratelimit.Report, rr [
 	if err != nil {
 		return err
 	}
-	now := time.Now()
+	now := r.Table.Now()
 	for i, rep := range reports {
 		rep.Bucket.Apply(shares[i].Weight, shares[i].Tokens, now)
 		// Only busy buckets are re-estimated between syncs: a quiet one's
