@@ -342,6 +342,97 @@ func TestRunnerTableClock(t *testing.T) {
 	}
 }
 
+// TestRunnerReportsMeasuredDemand: every report a busy bucket makes tells
+// Redis the demand rate the Runner measured on its clock since the
+// bucket's last sync: never a rate from before that sync, and never
+// nothing, which would leave Redis to divide the demand by the time
+// between two script calls, as late as a loaded machine makes them.
+//
+// One node's demand falls from 2,100/s to 300/s 16 ms before a step, which
+// so measures some 920/s, less than half the rate of the last sync: demand
+// moved, and the bucket syncs at once and at each step of its follow-up.
+// At 300/s a step sees fewer calls than the Runner needs for a rate of its
+// own.
+func TestRunnerReportsMeasuredDemand(t *testing.T) {
+	t.Parallel()
+	client := redistest.Start(t).Client(t)
+	start := time.Now()
+	clk := testclock.New(start)
+	rl := &reportLog{now: func() time.Duration { return clk.Now().Sub(start) }}
+	client.AddHook(rl)
+	tbl := ratelimit.NewTable(ratelimit.Options{ExpectedNodes: 1, Now: clk.Now})
+	t.Cleanup(tbl.Close)
+	const interval, step = 500 * time.Millisecond, 25 * time.Millisecond // the Runner's steps: 20 an interval
+	r := &redissync.Runner{
+		Table: tbl, Client: client, Node: "node-0", Logger: slog.New(slog.DiscardHandler),
+		Settings: func() (time.Duration, time.Duration) { return interval, 5 * time.Second },
+	}
+	l := &ratelimit.Limit{ID: "plan/gold/default", Name: "default", Rate: 1e6, Burst: 1e6, Global: true}
+	const drop = 1009 * time.Millisecond
+	owed := 0.0
+	for el := time.Duration(0); el < 1500*time.Millisecond; el += time.Millisecond {
+		clk.Set(start.Add(el))
+		if el%step == 0 {
+			r.Step(t.Context())
+		}
+		if owed += 2.1; el >= drop {
+			owed -= 1.8
+		}
+		for ; owed >= 1; owed-- {
+			tbl.Take(l, "app-42")
+		}
+	}
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	after := 0
+	for _, r := range rl.reports {
+		if r.at <= drop+step {
+			continue // the step that saw the drop, and the steps before it
+		}
+		after++
+		if r.current < 150 || r.current > 600 {
+			t.Errorf("report at %v: current demand %v/s, want about 300/s (-1: none)", r.at, r.current)
+		}
+	}
+	if after < 5 {
+		t.Errorf("%d reports after the drop, want the four later follow-ups and a regular sync: %+v", after, rl.reports)
+	}
+}
+
+// reportLog is a go-redis hook that records the single-bucket reports of
+// script calls: when on the test's clock, and the Current they carry.
+type reportLog struct {
+	now     func() time.Duration
+	mu      sync.Mutex
+	reports []loggedReport
+}
+
+type loggedReport struct {
+	at      time.Duration
+	current float64
+}
+
+func (k *reportLog) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (k *reportLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+
+func (k *reportLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			a := c.Args()
+			if c.Name() != "evalsha" || len(a) < 3 || a[2] != 1 {
+				continue
+			}
+			cur, _ := a[len(a)-1].(float64)
+			k.mu.Lock()
+			k.reports = append(k.reports, loggedReport{k.now(), cur})
+			k.mu.Unlock()
+		}
+		return next(ctx, cmds)
+	}
+}
+
 // keyCounter is a go-redis hook that records how many buckets each script
 // call carries.
 type keyCounter struct {

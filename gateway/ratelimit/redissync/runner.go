@@ -58,7 +58,9 @@ type synced struct {
 	// at is when the bucket's counts were last collected for a sync.
 	at time.Time
 	// seen is the bucket's pending demand at the last adapt step, at
-	// seenAt; cur is its demand rate over that step, 0 before one.
+	// seenAt; cur is its demand rate over that step, 0 before the
+	// first step since the bucket's last sync: a rate from before it
+	// would go on being reported as current.
 	seen   uint64
 	seenAt time.Time
 	cur    float64
@@ -218,13 +220,22 @@ func (r *Runner) settings() {
 // reports holds every busy bucket: the buckets not in it stop being
 // re-estimated.
 func (r *Runner) sync(ctx context.Context, reports []ratelimit.Report, collectedAt, prev time.Time, all bool) error {
-	// The rates measured at the last adapt step, if recent, tell Redis
-	// what each bucket's demand is now.
+	// Each report of a busy bucket tells Redis the demand rate this node
+	// measured (Current): the rate at the last adapt step if that was
+	// recent, otherwise the demand since the bucket's last sync over the
+	// time since then. Left to itself Redis would divide the demand by
+	// the time between this node's script calls, which a round trip
+	// delayed on a busy node or network stretches or squeezes: a few
+	// milliseconds are a fifth or more of the 25 ms between the
+	// follow-ups of a bucket whose demand moved. For a bucket that is not busy, and for activity
+	// folded in from a failed sync (which began before the last sync),
+	// Redis's measure, since this node's last report, is the right one.
 	rr := make([]Report, len(reports))
 	spans := make([]float64, len(reports))
 	for i := range reports {
 		rep := &reports[i]
-		if p, ok := r.pending[rep.Bucket]; ok {
+		p, folded := r.pending[rep.Bucket]
+		if folded {
 			rep.Admitted += p.Admitted
 			rep.Demand += p.Demand
 			delete(r.pending, rep.Bucket)
@@ -240,8 +251,12 @@ func (r *Runner) sync(ctx context.Context, reports []ratelimit.Report, collected
 			Rate: rep.Limit.Rate, Burst: rep.Limit.Burst,
 			Admitted: rep.Admitted, Demand: rep.Demand,
 		}
-		if ok && last.cur > 0 && collectedAt.Sub(last.seenAt) <= 2*r.interval/adaptSteps {
+		switch {
+		case !ok:
+		case last.cur > 0 && collectedAt.Sub(last.seenAt) <= 2*r.interval/adaptSteps:
 			rr[i].Current = last.cur
+		case !folded && collectedAt.After(last.at):
+			rr[i].Current = float64(rep.Demand) / collectedAt.Sub(last.at).Seconds()
 		}
 	}
 	if all {
@@ -315,7 +330,7 @@ func (r *Runner) syncChunk(ctx context.Context, reports []ratelimit.Report, rr [
 		}
 		// Its counts were collected: Pending starts again from zero.
 		last.others, last.rate, last.at = shares[i].Others, float64(rep.Demand)/spans[i], collectedAt
-		last.seen, last.seenAt = 0, collectedAt
+		last.seen, last.seenAt, last.cur = 0, collectedAt, 0
 		r.others[rep.Bucket] = last
 	}
 	return nil
