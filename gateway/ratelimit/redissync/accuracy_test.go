@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,93 +19,90 @@ import (
 )
 
 // fleet is n nodes, each a bucket table kept in step through Redis by a
-// Runner, as gateway nodes are.
+// Runner, as gateway nodes are. Every table runs on one test clock, which
+// only drive moves; drive also takes the Runners' steps, so that what the
+// buckets and Runners see does not depend on how fast the machine is.
 type fleet struct {
-	tables  []*ratelimit.Table
-	runners []*redissync.Runner
+	clock    *testclock.Clock
+	tables   []*ratelimit.Table
+	runners  []*redissync.Runner
+	interval time.Duration
 }
 
 func startFleet(t *testing.T, client func(i int) redis.UniversalClient, n int, interval, timeout time.Duration) *fleet {
 	t.Helper()
-	f := &fleet{}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
+	f := &fleet{clock: testclock.New(time.Now()), interval: interval}
 	for i := range n {
-		tbl := ratelimit.NewTable(ratelimit.Options{ExpectedNodes: n})
-		r := &redissync.Runner{
+		tbl := ratelimit.NewTable(ratelimit.Options{ExpectedNodes: n, Now: f.clock.Now})
+		t.Cleanup(tbl.Close)
+		f.tables = append(f.tables, tbl)
+		f.runners = append(f.runners, &redissync.Runner{
 			Table: tbl, Client: client(i), Node: fmt.Sprint("node-", i),
 			Settings: func() (time.Duration, time.Duration) { return interval, timeout },
 			Logger:   slog.New(slog.DiscardHandler),
-		}
-		f.tables = append(f.tables, tbl)
-		f.runners = append(f.runners, r)
-		wg.Go(func() { r.Run(ctx) })
+		})
 	}
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-		for _, tbl := range f.tables {
-			tbl.Close()
-		}
-	})
 	return f
 }
 
-// call is one Take: when in the run it started, and how long it took.
-type call struct{ at, took time.Duration }
+// adaptSteps is the Runner's steps per sync interval.
+const adaptSteps = 20
 
-// drive sends demand to the fleet's nodes for d: rate(elapsed, node)
-// Take calls per second at each node, paced every millisecond. It returns
-// the calls admitted per node per second of the run, and every Take's
-// timing (to show that nothing on the request path waits for Redis).
-func drive(f *fleet, l *ratelimit.Limit, key string, d time.Duration, rate func(elapsed time.Duration, node int) float64) ([][]int64, []call) {
-	secs := int(d / time.Second)
-	admitted := make([][]int64, len(f.tables))
-	lat := make([][]call, len(f.tables))
-	start := time.Now()
-	var wg sync.WaitGroup
-	for i, tbl := range f.tables {
-		admitted[i] = make([]int64, secs)
-		wg.Go(func() {
-			tick := time.NewTicker(time.Millisecond)
-			defer tick.Stop()
-			owed := 0.0
-			last := start
-			for now := range tick.C {
-				el := now.Sub(start)
-				if el >= d {
-					return
-				}
-				owed += rate(el, i) * now.Sub(last).Seconds()
-				last = now
-				for ; owed >= 1; owed-- {
-					t0 := time.Now()
-					r := tbl.Take(l, key)
-					lat[i] = append(lat[i], call{t0.Sub(start), time.Since(t0)})
-					if r.Allowed() {
-						atomic.AddInt64(&admitted[i][int(el/time.Second)], 1)
-					}
+// drive offers demand to the fleet for d of its clock: rate(elapsed, node)
+// Take calls per second at each node, spread over every millisecond, and
+// takes each node's Runner step every interval/adaptSteps, as Run does
+// (node i a fraction i/n of a step after node 0, so that the nodes do not
+// sync in lockstep). at, if not nil, runs at the start of every
+// millisecond, for events such as a Redis outage. drive returns the calls
+// admitted per node per second of the clock.
+//
+// The clock moves here alone, one millisecond at a time, with the steps in
+// between: a slow machine runs the loop more slowly, but every bucket sees
+// the same calls at the same times and every Runner the same steps. Redis
+// alone keeps real time: it refills the fleet's bucket by its own clock,
+// and ages the demand averages. So the clock never runs ahead of real time
+// (drive waits when it is ahead), and after a delay it catches up by as
+// much as the time in which Redis refills a burst: catching up spends at
+// the limit's rate what Redis refilled while drive was held up, which is
+// at most a burst. Beyond that it goes on from where it is.
+func drive(t *testing.T, f *fleet, l *ratelimit.Limit, key string, d time.Duration, rate func(elapsed time.Duration, node int) float64, at func(elapsed time.Duration)) [][]int64 {
+	t.Helper()
+	n := len(f.tables)
+	step := f.interval / adaptSteps
+	offset := make([]time.Duration, n)
+	for i := range offset {
+		offset[i] = (step * time.Duration(i) / time.Duration(n)).Truncate(time.Millisecond)
+	}
+	admitted := make([][]int64, n)
+	owed := make([]float64, n)
+	for i := range admitted {
+		admitted[i] = make([]int64, int(d/time.Second))
+	}
+	catchUp := time.Duration(l.Burst / l.Rate * float64(time.Second))
+	start, wall := f.clock.Now(), time.Now()
+	for el := time.Duration(0); el < d; el += time.Millisecond {
+		if late := time.Since(wall) - el; late > catchUp {
+			wall = wall.Add(late - catchUp)
+		} else if late < 0 {
+			time.Sleep(-late)
+		}
+		f.clock.Set(start.Add(el))
+		if at != nil {
+			at(el)
+		}
+		for i, tbl := range f.tables {
+			if (el-offset[i])%step == 0 {
+				f.runners[i].Step(t.Context())
+			}
+			owed[i] += rate(el, i) / 1000
+			for ; owed[i] >= 1; owed[i]-- {
+				if tbl.Take(l, key).Allowed() {
+					admitted[i][el/time.Second]++
 				}
 			}
-		})
-	}
-	wg.Wait()
-	var all []call
-	for _, l := range lat {
-		all = append(all, l...)
-	}
-	return admitted, all
-}
-
-// p99Between is the 99th percentile of the Takes that started in [from, to).
-func p99Between(calls []call, from, to time.Duration) time.Duration {
-	var d []time.Duration
-	for _, c := range calls {
-		if c.at >= from && c.at < to {
-			d = append(d, c.took)
 		}
 	}
-	return p99(d)
+	return admitted
 }
 
 // windows sums the nodes' admissions per second.
@@ -119,15 +114,6 @@ func windows(admitted [][]int64) []int64 {
 		}
 	}
 	return total
-}
-
-func p99(d []time.Duration) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)*99/100]
 }
 
 func describe(admitted [][]int64) string {
@@ -153,9 +139,14 @@ func describe(admitted [][]int64) string {
 // hard ones: syncing every 500 ms alone left them at about 0.7 of the
 // limit. What holds them within 10 % (see Runner and the package
 // documentation): each node re-estimates its weight from its own demand
-// ten times per interval and syncs early, twice, when its demand moves;
-// and a node reads the others' averages as they have moved since their
-// last report, not as they stood then.
+// 20 times per interval and, when its demand moves, syncs that bucket at
+// once and at each of the next five steps; and a node reads the others'
+// averages as they have moved since their last report, not as they stood
+// then.
+//
+// The seconds are the fleet's clock, which drive moves, so a loaded
+// machine that runs the loop late changes neither the demand nor when the
+// Runners step.
 func TestAccuracy(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -169,9 +160,9 @@ func TestAccuracy(t *testing.T) {
 	// held to ±10 % with a burst no bigger than that.
 	l := &ratelimit.Limit{ID: "plan/gold/default", Name: "default", Rate: limit, Burst: limit / 10, Global: true}
 	splits := [][3]float64{{.7, .2, .1}, {.1, .2, .7}, {.2, .7, .1}}
-	admitted, _ := drive(f, l, "app-42", dur, func(el time.Duration, node int) float64 {
+	admitted := drive(t, f, l, "app-42", dur, func(el time.Duration, node int) float64 {
 		return 3 * limit * splits[int(el/(10*time.Second))%len(splits)][node]
-	})
+	}, nil)
 	w := windows(admitted)
 	t.Logf("admitted per second (nodes a b c = total), demand 70/20/10, then 10/20/70 at 10 s, 20/70/10 at 20 s:\n%s", describe(admitted))
 	var sum int64
@@ -191,32 +182,39 @@ func TestAccuracy(t *testing.T) {
 	}
 }
 
-// TestRedisOutage kills Redis mid-run and restarts it: no Take waits for
-// it, admission stays within 1.1 × limit × (1 + nodes that lost sync) —
-// here every node keeps its last share, so the limit holds — and the
-// fleet recovers once Redis is back.
+// TestRedisOutage kills Redis mid-run and restarts it: admission stays
+// within 1.1 × limit × (1 + nodes that lost sync) — here every node keeps
+// its last share, so the limit holds — and the fleet recovers once Redis
+// is back. Redis goes down at 4 s and comes back at 8 s of the fleet's
+// clock, so the outage covers the same demand however slow the machine.
 func TestRedisOutage(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("a 12 s run")
 	}
 	srv := redistest.Start(t)
-	f := startFleet(t, func(int) redis.UniversalClient { return srv.Client(t) }, 3, 200*time.Millisecond, 50*time.Millisecond)
+	// While Redis is down a sync fails at once (one dial, no retries):
+	// every sync the Runners try then is a failure, and none holds up
+	// drive's clock for its timeout. A slow Redis is TestSlowRedis.
+	f := startFleet(t, func(int) redis.UniversalClient {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialerRetries: 1})
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}, 3, 200*time.Millisecond, 200*time.Millisecond)
 	const limit, dur = 500.0, 12 * time.Second
 	l := &ratelimit.Limit{ID: "plan/gold/default", Name: "default", Rate: limit, Burst: limit, Global: true}
-	go func() {
-		time.Sleep(4 * time.Second)
-		srv.Kill()
-		time.Sleep(4 * time.Second)
-		srv.Restart(t)
-	}()
-	admitted, lat := drive(f, l, "app-42", dur, func(_ time.Duration, node int) float64 {
+	admitted := drive(t, f, l, "app-42", dur, func(_ time.Duration, node int) float64 {
 		return 3 * limit * [3]float64{.6, .3, .1}[node]
+	}, func(el time.Duration) {
+		switch el {
+		case 4 * time.Second:
+			srv.Kill()
+		case 8 * time.Second:
+			srv.Restart(t)
+		}
 	})
 	w := windows(admitted)
 	t.Logf("admitted per second (Redis down from 4 s to 8 s):\n%s", describe(admitted))
-	t.Logf("Take p99: %v before the outage (1–4 s), %v during it (4–8 s), %v after (8–12 s)",
-		p99Between(lat, time.Second, 4*time.Second), p99Between(lat, 4*time.Second, 8*time.Second), p99Between(lat, 8*time.Second, dur))
 	for s, n := range w {
 		if s == 0 {
 			continue
@@ -235,9 +233,9 @@ func TestRedisOutage(t *testing.T) {
 }
 
 // TestSlowRedis puts 300 ms of latency between the nodes and Redis, six
-// times the sync timeout: every sync fails, nothing on the request path
-// waits, and each node keeps enforcing the share it started with (the
-// limit ÷ expected nodes), so the fleet stays under the limit.
+// times the sync timeout: every sync fails, and each node keeps enforcing
+// the share it started with (the limit ÷ expected nodes), so the fleet
+// stays under the limit.
 func TestSlowRedis(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -253,11 +251,10 @@ func TestSlowRedis(t *testing.T) {
 	}, 3, 200*time.Millisecond, 50*time.Millisecond)
 	const limit, dur = 600.0, 5 * time.Second
 	l := &ratelimit.Limit{ID: "plan/gold/default", Name: "default", Rate: limit, Burst: limit / 10, Global: true}
-	admitted, lat := drive(f, l, "app-42", dur, func(_ time.Duration, node int) float64 {
+	admitted := drive(t, f, l, "app-42", dur, func(_ time.Duration, node int) float64 {
 		return 3 * limit * [3]float64{.6, .3, .1}[node]
-	})
+	}, nil)
 	t.Logf("admitted per second with Redis 300 ms away:\n%s", describe(admitted))
-	t.Logf("Take p99: %v over %d calls", p99Between(lat, 0, dur), len(lat))
 	for s, n := range windows(admitted) {
 		if s > 0 && float64(n) > 1.1*limit {
 			t.Errorf("second %d admitted %d, over 1.1 × the limit", s, n)
@@ -471,26 +468,38 @@ func (k *keyCounter) record(cmd redis.Cmder) {
 // TestEarlySyncCarriesMovedBuckets: with 100 busy buckets at steady
 // demand and one whose demand jumps tenfold, the runner syncs the jumped
 // bucket early, on its own, and the steady ones about twice a second.
+//
+// The test moves the Table's clock and takes the Runner's steps itself,
+// so the demand each step sees is exact: steady stays steady however late
+// the machine runs the loop. Nothing here depends on Redis's clock (the
+// limit is far above the demand), so the clock runs as fast as the loop.
 func TestEarlySyncCarriesMovedBuckets(t *testing.T) {
 	t.Parallel()
 	client := redistest.Start(t).Client(t)
 	kc := &keyCounter{}
 	client.AddHook(kc)
-	f := startFleet(t, func(int) redis.UniversalClient { return client }, 1, 500*time.Millisecond, 200*time.Millisecond)
+	// A generous timeout: a sync that timed out would be reported again.
+	f := startFleet(t, func(int) redis.UniversalClient { return client }, 1, 500*time.Millisecond, 5*time.Second)
 	tbl := f.tables[0]
 	l := &ratelimit.Limit{ID: "plan/gold/default", Name: "default", Rate: 1e6, Burst: 1e6, Global: true}
 	const steady, secs = 100, 3
-	start := time.Now()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for now := range tick.C {
-		el := now.Sub(start)
-		if el >= secs*time.Second {
-			break
+	keys := make([]string, steady)
+	for i := range keys {
+		keys[i] = fmt.Sprint("steady-", i)
+	}
+	start := f.clock.Now()
+	step := f.interval / adaptSteps
+	for el := time.Duration(0); el < secs*time.Second; el += 5 * time.Millisecond {
+		f.clock.Set(start.Add(el))
+		if el%step == 0 {
+			f.runners[0].Step(t.Context())
 		}
-		for i := range steady { // 300/s each
+		if el%(10*time.Millisecond) != 0 {
+			continue
+		}
+		for _, k := range keys { // 300/s each
 			for range 3 {
-				tbl.Take(l, fmt.Sprint("steady-", i))
+				tbl.Take(l, k)
 			}
 		}
 		jumper := 3 // 300/s, then 3,000/s from 1.5 s on
