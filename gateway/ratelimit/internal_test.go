@@ -12,12 +12,16 @@ import (
 	"github.com/portico-gw/portico/testing/testclock"
 )
 
+// newTestTable returns a Table on a hand-driven clock whose evictor is
+// stopped: the test sweeps by hand. The evictor's ticker runs on real
+// time, and on a slow machine it would sweep in the middle of a test at
+// whatever time the test's clock has been moved to.
 func newTestTable(t *testing.T, opts Options) (*Table, *testclock.Clock) {
 	t.Helper()
 	c := testclock.New(time.Unix(1e9, 0))
 	opts.Now = c.Now
 	tbl := NewTable(opts)
-	t.Cleanup(tbl.Close)
+	tbl.Close()
 	return tbl, c
 }
 

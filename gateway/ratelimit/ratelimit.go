@@ -314,6 +314,15 @@ func (t *Table) TakeAt(l *Limit, key string, now time.Time) Result {
 	return t.take(l, key, int64(now.Sub(t.epoch)))
 }
 
+// Now reads the Table's clock: Options.Now, or time.Now. What a syncer
+// passes to Bucket.Apply, and a caller to TakeAt, must come from it.
+func (t *Table) Now() time.Time {
+	if t.clock == nil {
+		return time.Now()
+	}
+	return t.clock()
+}
+
 // nanos reads the Table's clock: nanoseconds since the Table was made.
 func (t *Table) nanos() int64 {
 	if t.clock == nil {

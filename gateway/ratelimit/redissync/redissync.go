@@ -69,7 +69,7 @@
 // current share, so the weights track the offered load: the fixed point is
 // Weight_n = D_n / ΣD, the split in which every node's share matches its
 // traffic. A node's own weight uses its demand as it is now (D/Δ, or the
-// Current rate the Runner measured over its last step) against the
+// Current rate the Runner measured) against the
 // others' averages, so a node whose traffic jumps gets its share at that
 // report; the others see the move through its average, which closes
 // 1 − e^(−Δ/τ) of the gap per report, τ = I/8. A node reads each other
@@ -140,11 +140,14 @@ type Report struct {
 	// Demand is how many requests this node saw for Key since then,
 	// admitted or refused.
 	Demand uint64
-	// Current, when positive, is the node's demand rate for Key right now
-	// (requests per second over its most recent moments), which weighs
-	// more than Demand spread over the whole time since the last report:
-	// after traffic moves, a report made early would otherwise mix the
-	// rates before and after. Zero or negative means unknown.
+	// Current, when positive, is the node's own measure of its demand rate
+	// for Key, in requests per second, and replaces Demand/Δ. The Runner
+	// gives its rate over its most recent moments when it has one (after
+	// traffic moves, Demand spread over the whole time since the last
+	// report would mix the rates before and after), and otherwise Demand
+	// over the time the report covers on the node's clock: Redis measures
+	// Δ between the node's script calls, which a delayed round trip
+	// stretches or squeezes. Zero or negative means unknown.
 	Current float64
 }
 

@@ -15,6 +15,11 @@ import (
 // interval it collects what the table's global buckets admitted and saw,
 // syncs that through Redis, and applies the shares that come back. It is
 // the only caller of the table's Collect.
+//
+// A Runner reads the time from its Table's clock (Table.Now), the clock the
+// buckets run on: demand rates, the schedule of syncs and the dates of
+// shares are all measured on it. Only Run's pause between steps is real
+// time.
 type Runner struct {
 	Table  *ratelimit.Table
 	Client redis.UniversalClient
@@ -53,7 +58,9 @@ type synced struct {
 	// at is when the bucket's counts were last collected for a sync.
 	at time.Time
 	// seen is the bucket's pending demand at the last adapt step, at
-	// seenAt; cur is its demand rate over that step, 0 before one.
+	// seenAt; cur is its demand rate over that step, 0 before the
+	// first step since the bucket's last sync: a rate from before it
+	// would go on being reported as current.
 	seen   uint64
 	seenAt time.Time
 	cur    float64
@@ -83,7 +90,7 @@ const errLogEvery = 10 * time.Second
 
 // Run syncs until ctx is done: every bucket every interval, and between
 // those, local re-estimates of the weights and early syncs of the buckets
-// whose demand moved.
+// whose demand moved. It takes a step every interval/adaptSteps.
 func (r *Runner) Run(ctx context.Context) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -93,13 +100,21 @@ func (r *Runner) Run(ctx context.Context) {
 			return
 		case <-timer.C:
 		}
-		if time.Since(r.syncedAt) >= r.interval*(adaptSteps-1)/adaptSteps {
-			_ = r.Once(ctx)
-			r.syncedAt = time.Now()
-		} else if moved := r.adapt(); len(moved) > 0 {
-			_ = r.syncSome(ctx, moved)
-		}
+		r.step(ctx)
 		timer.Reset(r.interval / adaptSteps)
+	}
+}
+
+// step is one turn of Run: a sync of every bucket once most of an interval
+// has passed on the Table's clock since the last one, otherwise a local
+// re-estimate of the weights and an early sync of the buckets whose demand
+// moved.
+func (r *Runner) step(ctx context.Context) {
+	if r.Table.Now().Sub(r.syncedAt) >= r.interval*(adaptSteps-1)/adaptSteps {
+		_ = r.Once(ctx)
+		r.syncedAt = r.Table.Now()
+	} else if moved := r.adapt(); len(moved) > 0 {
+		_ = r.syncSome(ctx, moved)
 	}
 }
 
@@ -119,7 +134,7 @@ func (r *Runner) Run(ctx context.Context) {
 // traffic never syncs early, and an early sync carries only these
 // buckets.
 func (r *Runner) adapt() []*ratelimit.Bucket {
-	now := time.Now()
+	now := r.Table.Now()
 	var early []*ratelimit.Bucket
 	for b, last := range r.others {
 		_, demand := b.Pending()
@@ -158,7 +173,7 @@ func (r *Runner) Once(ctx context.Context) error {
 	r.settings()
 	reports := r.Table.Collect()
 	prev := r.collectedAt
-	r.collectedAt = time.Now()
+	r.collectedAt = r.Table.Now()
 	if len(r.pending) > 0 {
 		in := make(map[*ratelimit.Bucket]bool, len(reports))
 		for _, rep := range reports {
@@ -180,7 +195,7 @@ func (r *Runner) syncSome(ctx context.Context, bs []*ratelimit.Bucket) error {
 	for i, b := range bs {
 		reports[i] = b.Collect()
 	}
-	return r.sync(ctx, reports, time.Now(), r.collectedAt, false)
+	return r.sync(ctx, reports, r.Table.Now(), r.collectedAt, false)
 }
 
 // settings reads the interval and timeout, and makes a Syncer for them
@@ -205,13 +220,22 @@ func (r *Runner) settings() {
 // reports holds every busy bucket: the buckets not in it stop being
 // re-estimated.
 func (r *Runner) sync(ctx context.Context, reports []ratelimit.Report, collectedAt, prev time.Time, all bool) error {
-	// The rates measured at the last adapt step, if recent, tell Redis
-	// what each bucket's demand is now.
+	// Each report of a busy bucket tells Redis the demand rate this node
+	// measured (Current): the rate at the last adapt step if that was
+	// recent, otherwise the demand since the bucket's last sync over the
+	// time since then. Left to itself Redis would divide the demand by
+	// the time between this node's script calls, which a round trip
+	// delayed on a busy node or network stretches or squeezes: a few
+	// milliseconds are a fifth or more of the 25 ms between the
+	// follow-ups of a bucket whose demand moved. For a bucket that is not busy, and for activity
+	// folded in from a failed sync (which began before the last sync),
+	// Redis's measure, since this node's last report, is the right one.
 	rr := make([]Report, len(reports))
 	spans := make([]float64, len(reports))
 	for i := range reports {
 		rep := &reports[i]
-		if p, ok := r.pending[rep.Bucket]; ok {
+		p, folded := r.pending[rep.Bucket]
+		if folded {
 			rep.Admitted += p.Admitted
 			rep.Demand += p.Demand
 			delete(r.pending, rep.Bucket)
@@ -227,8 +251,12 @@ func (r *Runner) sync(ctx context.Context, reports []ratelimit.Report, collected
 			Rate: rep.Limit.Rate, Burst: rep.Limit.Burst,
 			Admitted: rep.Admitted, Demand: rep.Demand,
 		}
-		if ok && last.cur > 0 && collectedAt.Sub(last.seenAt) <= 2*r.interval/adaptSteps {
+		switch {
+		case !ok:
+		case last.cur > 0 && collectedAt.Sub(last.seenAt) <= 2*r.interval/adaptSteps:
 			rr[i].Current = last.cur
+		case !folded && collectedAt.After(last.at):
+			rr[i].Current = float64(rep.Demand) / collectedAt.Sub(last.at).Seconds()
 		}
 	}
 	if all {
@@ -291,7 +319,7 @@ func (r *Runner) syncChunk(ctx context.Context, reports []ratelimit.Report, rr [
 	if err != nil {
 		return err
 	}
-	now := time.Now()
+	now := r.Table.Now()
 	for i, rep := range reports {
 		rep.Bucket.Apply(shares[i].Weight, shares[i].Tokens, now)
 		// Only busy buckets are re-estimated between syncs: a quiet one's
@@ -302,7 +330,7 @@ func (r *Runner) syncChunk(ctx context.Context, reports []ratelimit.Report, rr [
 		}
 		// Its counts were collected: Pending starts again from zero.
 		last.others, last.rate, last.at = shares[i].Others, float64(rep.Demand)/spans[i], collectedAt
-		last.seen, last.seenAt = 0, collectedAt
+		last.seen, last.seenAt, last.cur = 0, collectedAt, 0
 		r.others[rep.Bucket] = last
 	}
 	return nil
