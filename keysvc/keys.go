@@ -133,11 +133,13 @@ func (s *Service) confirm(ctx context.Context, k store.Key, timeout time.Duratio
 	if err == nil && resp.GetComplete() {
 		return nil
 	}
-	if published && err != nil && ctx.Err() != nil {
-		// Our deadline passed before the control plane's answer came (a
-		// loaded control plane, a slow network): ask it once more, at
-		// once, which nodes lack the key, so that the answer is the
-		// timeout it is and names them.
+	// The wait ran out before an answer came: our own deadline passed, or
+	// the control plane saw the deadline we sent pass first (its clock
+	// and ours read the same time differently under load).
+	late := err != nil && (ctx.Err() != nil || connect.CodeOf(err) == connect.CodeDeadlineExceeded)
+	if published && late {
+		// Ask the control plane once more, at once, which nodes lack the
+		// key, so that the answer is the timeout it is and names them.
 		qctx, qcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		resp, err = s.pub.wait(qctx, version, time.Millisecond)
 		qcancel()
@@ -148,6 +150,11 @@ func (s *Service) confirm(ctx context.Context, k store.Key, timeout time.Duratio
 	s.pub.kick()
 	if err != nil {
 		s.log.Warn("a new key could not be published", "key", k.ID, "err", err)
+		if late && !published {
+			// The control plane was reached, or may have been, and did
+			// not take the key in time: a timeout, not an outage.
+			return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("%w: the control plane did not take the key within the %s wait; the key was withdrawn, try again", ErrNotConfirmed, timeout))
+		}
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w: the control plane could not be reached; the key was withdrawn, try again", ErrNotConfirmed))
 	}
 	if resp.GetComplete() {

@@ -353,11 +353,12 @@ func TestRevokeKeyWithUnresponsiveControlPlane(t *testing.T) {
 		t.Errorf("RevokeKey with a control plane that does not answer = %v, want revoked at version 0", rv.Msg)
 	}
 
-	// A new key cannot be confirmed: refused within its wait timeout.
+	// A new key cannot be confirmed: refused within its wait timeout, as
+	// the timeout it is.
 	start = time.Now()
 	_, err = s.keys.CreateKey(ctx, connect.NewRequest(&keysv1.CreateKeyRequest{AppId: "app-hang", TenantId: "t-1", Plan: "gold", Env: keysv1.Environment_ENVIRONMENT_LIVE}))
-	if connect.CodeOf(err) != connect.CodeUnavailable {
-		t.Errorf("CreateKey with a control plane that does not answer: %v after %s, want Unavailable", err, time.Since(start).Round(time.Millisecond))
+	if connect.CodeOf(err) != connect.CodeDeadlineExceeded || !strings.Contains(err.Error(), "withdrawn") {
+		t.Errorf("CreateKey with a control plane that does not answer: %v after %s, want DeadlineExceeded, the key withdrawn", err, time.Since(start).Round(time.Millisecond))
 	}
 }
 
@@ -397,17 +398,23 @@ func TestPublishAfterStoreRestore(t *testing.T) {
 	}
 }
 
-// slowWait is a control plane whose Wait answers after the caller's
-// deadline (a loaded control plane), except when asked for an immediate
-// answer.
+// slowWait is a control plane whose Wait does not answer a waiting call
+// in time (a loaded control plane), except when asked for an immediate
+// answer: it answers after the caller's deadline (late), or with its
+// own deadline_exceeded a moment before the caller's deadline passes
+// (early).
 type slowWait struct {
 	distributionv1connect.FastLaneServiceHandler
+	early bool
 	asked atomic.Int32
 }
 
 func (s *slowWait) Wait(ctx context.Context, req *connect.Request[distributionv1.WaitRequest]) (*connect.Response[distributionv1.WaitResponse], error) {
 	s.asked.Add(1)
 	if d := req.Msg.GetTimeout().AsDuration(); d > 10*time.Millisecond {
+		if s.early {
+			return nil, connect.NewError(connect.CodeDeadlineExceeded, errors.New("the wait's deadline passed"))
+		}
 		select {
 		case <-time.After(d + time.Second): // well past the caller's deadline
 		case <-ctx.Done():
@@ -418,24 +425,77 @@ func (s *slowWait) Wait(ctx context.Context, req *connect.Request[distributionv1
 }
 
 // TestCreateKeyNamesLaggingNodesAfterALateWait: when the control plane's
-// answer to Wait comes after the caller's deadline, the key service asks
-// again at once, so the answer is the timeout it is, naming the nodes that
-// lack the key, not "could not be reached".
+// answer to Wait comes after the caller's deadline, or is its own
+// deadline_exceeded, the key service asks again at once, so the answer
+// is the timeout it is, naming the nodes that lack the key, not "could
+// not be reached".
 func TestCreateKeyNamesLaggingNodesAfterALateWait(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		early bool
+	}{{"late_answer", false}, {"early_deadline_exceeded", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cp := newControl(t)
+			slow := &slowWait{FastLaneServiceHandler: cp.Distribution.Publisher(), early: tc.early}
+			mux := http.NewServeMux()
+			mux.Handle("/", cp.Handler)
+			path, h := distributionv1connect.NewFastLaneServiceHandler(slow)
+			mux.Handle(path, h)
+			url := serve(t, mux, nil)
+			s := startService(t, keysvc.Options{ControlURL: url, ControlToken: publisherToken, WaitTimeout: 300 * time.Millisecond})
+			_, err := s.keys.CreateKey(context.Background(), connect.NewRequest(&keysv1.CreateKeyRequest{AppId: "app-late", TenantId: "t-1", Plan: "gold", Env: keysv1.Environment_ENVIRONMENT_LIVE}))
+			if connect.CodeOf(err) != connect.CodeDeadlineExceeded || !strings.Contains(err.Error(), "slow-node") {
+				t.Fatalf("CreateKey whose Wait answers late: %v, want DeadlineExceeded naming slow-node", err)
+			}
+			if n := slow.asked.Load(); n != 2 {
+				t.Errorf("Wait asked %d times, want 2 (the wait, then at once)", n)
+			}
+		})
+	}
+}
+
+// slowPublish is a control plane that takes a publish only after the
+// caller's deadline has passed (a loaded control plane).
+type slowPublish struct {
+	distributionv1connect.FastLaneServiceHandler
+	hold time.Duration
+}
+
+func (s *slowPublish) Publish(ctx context.Context, req *connect.Request[distributionv1.PublishRequest]) (*connect.Response[distributionv1.PublishResponse], error) {
+	select {
+	case <-time.After(s.hold):
+	case <-ctx.Done():
+		return nil, connect.NewError(connect.CodeDeadlineExceeded, ctx.Err())
+	}
+	return s.FastLaneServiceHandler.Publish(ctx, req)
+}
+
+// TestCreateKeyTimesOutWhenTheControlPlaneTakesItLate: a control plane
+// that is reached but takes the new key only after the wait has run out
+// makes CreateKey a DeadlineExceeded, the key withdrawn, not an
+// Unavailable "could not be reached".
+func TestCreateKeyTimesOutWhenTheControlPlaneTakesItLate(t *testing.T) {
+	t.Parallel()
 	cp := newControl(t)
-	slow := &slowWait{FastLaneServiceHandler: cp.Distribution.Publisher()}
+	const wait = 300 * time.Millisecond
+	slow := &slowPublish{FastLaneServiceHandler: cp.Distribution.Publisher(), hold: 2 * wait}
 	mux := http.NewServeMux()
 	mux.Handle("/", cp.Handler)
 	path, h := distributionv1connect.NewFastLaneServiceHandler(slow)
 	mux.Handle(path, h)
 	url := serve(t, mux, nil)
-	s := startService(t, keysvc.Options{ControlURL: url, ControlToken: publisherToken, WaitTimeout: 300 * time.Millisecond})
-	_, err := s.keys.CreateKey(context.Background(), connect.NewRequest(&keysv1.CreateKeyRequest{AppId: "app-late", TenantId: "t-1", Plan: "gold", Env: keysv1.Environment_ENVIRONMENT_LIVE}))
-	if connect.CodeOf(err) != connect.CodeDeadlineExceeded || !strings.Contains(err.Error(), "slow-node") {
-		t.Fatalf("CreateKey whose Wait answers late: %v, want DeadlineExceeded naming slow-node", err)
+	s := startService(t, keysvc.Options{ControlURL: url, ControlToken: publisherToken, WaitTimeout: wait})
+	_, err := s.keys.CreateKey(context.Background(), connect.NewRequest(&keysv1.CreateKeyRequest{AppId: "app-slow", TenantId: "t-1", Plan: "gold", Env: keysv1.Environment_ENVIRONMENT_LIVE}))
+	if connect.CodeOf(err) != connect.CodeDeadlineExceeded || !strings.Contains(err.Error(), "withdrawn") {
+		t.Fatalf("CreateKey whose publish is taken late: %v, want DeadlineExceeded, the key withdrawn", err)
 	}
-	if n := slow.asked.Load(); n != 2 {
-		t.Errorf("Wait asked %d times, want 2 (the wait, then at once)", n)
+	list, err := s.keys.ListKeys(context.Background(), connect.NewRequest(&keysv1.ListKeysRequest{AppId: "app-slow"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keys := list.Msg.GetKeys(); len(keys) != 1 || keys[0].GetStatus() != configv1.KeyStatus_KEY_STATUS_REVOKED {
+		t.Errorf("the key taken late: %v, want one, revoked", keys)
 	}
 }
