@@ -28,6 +28,7 @@ import (
 	"github.com/portico-gw/portico/gen/portico/keys/v1/keysv1connect"
 	"github.com/portico-gw/portico/testing/admintest"
 	"github.com/portico-gw/portico/testing/ghscan"
+	"github.com/portico-gw/portico/testing/gobuild"
 	"github.com/portico-gw/portico/testing/srcdeps"
 )
 
@@ -38,7 +39,7 @@ var buildPortico = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, "portico")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	out, err := gobuild.Command(context.Background(), ".", "-o", bin, ".").CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("go build: %v\n%s", err, out)
 	}

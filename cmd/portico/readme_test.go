@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portico-gw/portico/testing/gobuild"
 	"github.com/portico-gw/portico/testing/logbuf"
 )
 
@@ -266,18 +267,17 @@ func wantStatuses(block string) []string {
 func readmeBinaries(t *testing.T) string {
 	t.Helper()
 	dir := filepath.Dir(portico(t))
-	for name, args := range map[string][]string{
-		"porticoctl": {"build", "-o", filepath.Join(dir, "porticoctl"), "./cmd/porticoctl"},
-		"backend":    {"build", "-o", filepath.Join(dir, "backend"), "./docs/examples/backend"},
-		"buf":        {"build", "-modfile=tools/go.mod", "-o", filepath.Join(dir, "buf"), "github.com/bufbuild/buf/cmd/buf"},
-	} {
+	for name, pkg := range map[string]string{"porticoctl": "./cmd/porticoctl", "backend": "./docs/examples/backend"} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
 			continue
 		}
-		cmd := exec.Command("go", args...)
-		cmd.Dir = "../.."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		if out, err := gobuild.Command(context.Background(), "../..", "-o", filepath.Join(dir, name), pkg).CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "buf")); err != nil {
+		if err := gobuild.BufBinary("../..", filepath.Join(dir, "buf")); err != nil {
+			t.Fatal(err)
 		}
 	}
 	return dir

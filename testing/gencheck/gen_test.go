@@ -7,18 +7,16 @@ import (
 	"bytes"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
+	"github.com/portico-gw/portico/testing/gobuild"
 	"github.com/portico-gw/portico/testing/srcdeps"
 )
 
 func buf(t *testing.T, root string, args ...string) {
 	t.Helper()
-	cmd := exec.Command("go", append([]string{"tool", "-modfile=tools/go.mod", "buf"}, args...)...)
-	cmd.Dir = root
-	out, err := cmd.CombinedOutput()
+	out, err := gobuild.Buf(root, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("buf %v: %v\n%s", args, err, out)
 	}

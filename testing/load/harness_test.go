@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/portico-gw/portico/testing/gobuild"
 	"github.com/portico-gw/portico/testing/load"
 	"github.com/portico-gw/portico/testing/srcdeps"
 )
@@ -28,7 +29,15 @@ func TestHarnessSmoke(t *testing.T) {
 	// on what it builds from.
 	srcdeps.Touch(t, "../..", ".go", "go.mod", "go.sum")
 	const idle, slow = 1000, 50
+	// The gateway is built as this test is (testing/gobuild): under the
+	// race detector it runs several times slower, so it gets fewer routes
+	// to compile and more time.
+	routes, timeout := 5000, 45*time.Second
+	if gobuild.Race {
+		routes, timeout = 500, 3*time.Minute
+	}
 	rep, err := load.Run(t.Context(), load.Options{
+		Routes:      routes,
 		Rounds:      1,
 		Duration:    time.Second,
 		Warmup:      200 * time.Millisecond,
@@ -38,7 +47,7 @@ func TestHarnessSmoke(t *testing.T) {
 		SlowClients: slow,
 		SlowRate:    200,
 		AuthKeys:    1000,
-		Timeout:     45 * time.Second,
+		Timeout:     timeout,
 		Nginx:       "none",
 		Log:         tlog{t},
 	})

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/portico-gw/portico/testing/gobuild"
 )
 
 // process is a child the harness started: the backend, a proxy, a build. It
@@ -290,8 +292,7 @@ func (t *tail) lastLines(n int) []string {
 
 // buildGateway builds ./cmd/portico of the module in dir into out.
 func buildGateway(ctx context.Context, dir, out string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/portico")
-	cmd.Dir = dir
+	cmd := gobuild.Command(ctx, dir, "-o", out, "./cmd/portico")
 	cmd.WaitDelay = 5 * time.Second
 	output, err := cmd.CombinedOutput()
 	if err != nil {

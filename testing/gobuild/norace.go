@@ -1,0 +1,5 @@
+//go:build !race
+
+package gobuild
+
+const race = false
