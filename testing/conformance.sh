@@ -9,11 +9,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# CONFORMANCE_BIN names a directory that already holds connectconformance
+# and referenceserver (testing/test.sh builds them beside go vet).
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
-go build -modfile=tools/go.mod -o "$bin/" \
-	connectrpc.com/conformance/cmd/connectconformance \
-	connectrpc.com/conformance/cmd/referenceserver
+if [ -n "${CONFORMANCE_BIN:-}" ]; then
+	cp "$CONFORMANCE_BIN/connectconformance" "$CONFORMANCE_BIN/referenceserver" "$bin/"
+else
+	go build -modfile=tools/go.mod -o "$bin/" \
+		connectrpc.com/conformance/cmd/connectconformance \
+		connectrpc.com/conformance/cmd/referenceserver
+fi
 go build -race -o "$bin/conformance-gateway" ./testing/cmd/conformance-gateway
 protos="$(go list -modfile=tools/go.mod -m -f '{{.Dir}}' connectrpc.com/conformance)/proto"
 
