@@ -13,11 +13,13 @@
 # piece of work once (docs/operations.md, "The test suite"):
 #   - every package is compiled once, with the race detector: go vet and
 #     go test build with -race, staticcheck reads what they compiled, and
-#     the binaries tests build are built with -race too (testing/gobuild);
+#     the binaries tests build (portico, the protoc plugins, the
+#     conformance suite's runner) are built with -race too
+#     (testing/gobuild);
 #   - buf is Buf's release binary of the version tools/go.mod pins,
 #     checked against tools/buf.sum, not a 2-minute build from source;
-#   - apt and the tools that share nothing with the module (staticcheck,
-#     the conformance suite's runner) build beside go vet.
+#   - apt, and staticcheck's build, which shares nothing with the
+#     module, go on beside go vet.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -119,18 +121,12 @@ if [ -n "$unformatted" ]; then
 	exit 1
 fi
 
-# The tools that share no compiled package with the module, built
-# beside go vet: staticcheck, and the conformance suite's runner and
-# reference server (tools/go.mod).
+# staticcheck shares no compiled package with the module (it is not built
+# with the race detector): it builds beside go vet.
 mkdir -p "$work/bin"
 GOBIN="$work/bin" go install honnef.co/go/tools/cmd/staticcheck@v0.8.2 >"$work/staticcheck-build.log" 2>&1 &
 staticcheck_pid=$!
 bg+=("$staticcheck_pid")
-go build -modfile=tools/go.mod -o "$work/bin/" \
-	connectrpc.com/conformance/cmd/connectconformance \
-	connectrpc.com/conformance/cmd/referenceserver >"$work/conformance-build.log" 2>&1 &
-conformance_pid=$!
-bg+=("$conformance_pid")
 
 phase "go vet -race"
 go vet -race ./...
@@ -159,12 +155,11 @@ go test -race -vet=off -timeout 20m "${first[@]}" ./...
 
 phase "staticcheck and the Connect conformance suite through the gateway"
 wait_job "$staticcheck_pid" "building staticcheck" "$work/staticcheck-build.log"
-wait_job "$conformance_pid" "building the conformance suite" "$work/conformance-build.log"
 # staticcheck loads the packages as go test -race compiled them.
 GOFLAGS="$GOFLAGS -race" "$work/bin/staticcheck" ./... >"$work/staticcheck.log" 2>&1 &
 staticcheck_pid=$!
 bg+=("$staticcheck_pid")
-CONFORMANCE_BIN="$work/bin" ./testing/conformance.sh
+./testing/conformance.sh
 wait_job "$staticcheck_pid" "staticcheck" "$work/staticcheck.log"
 cat "$work/staticcheck.log"
 phase "passed"

@@ -8,14 +8,13 @@
 //
 // Flags: -protos, the conformance module's proto directory;
 // -referenceserver, the reference server binary. testing/conformance.sh
-// builds the suite's runner and reference server (pinned in tools/go.mod)
-// and this command, and runs the suite; testing/test.sh runs that script.
+// builds the suite's runner and reference server (tools of go.mod) and
+// this command, and runs the suite; testing/test.sh runs that script.
 // By hand, one suite:
 //
-//	go build -modfile=tools/go.mod -o /tmp/cbin/ connectrpc.com/conformance/cmd/connectconformance connectrpc.com/conformance/cmd/referenceserver
-//	go build -o /tmp/cgw ./testing/cmd/conformance-gateway
+//	go build -o /tmp/cbin/ connectrpc.com/conformance/cmd/connectconformance connectrpc.com/conformance/cmd/referenceserver ./testing/cmd/conformance-gateway
 //	/tmp/cbin/connectconformance --mode server --conf testing/cmd/conformance-gateway/config.yaml --run 'Errors/**' -- \
-//	    /tmp/cgw -protos $(go list -modfile=tools/go.mod -m -f '{{.Dir}}' connectrpc.com/conformance)/proto -referenceserver /tmp/cbin/referenceserver
+//	    /tmp/cbin/conformance-gateway -protos $(go list -m -f '{{.Dir}}' connectrpc.com/conformance)/proto -referenceserver /tmp/cbin/referenceserver
 package main
 
 import (
