@@ -40,11 +40,19 @@ const BufEnv = "PORTICO_TEST_BUF"
 
 // Buf returns the buf command with args, to be run in root (the module's
 // root): the binary BufEnv names, or `go tool -modfile=tools/go.mod buf`.
+// The protoc plugins buf.gen.yaml runs (`go tool protoc-gen-go`, tools of
+// the module's go.mod) are built as this binary was, with the race
+// detector under it, so that they share go test's compiled protobuf.
 func Buf(root string, args ...string) *exec.Cmd {
 	var cmd *exec.Cmd
 	if bin := os.Getenv(BufEnv); bin != "" {
 		cmd = exec.Command(bin, args...)
+		if Race {
+			cmd.Env = append(os.Environ(), "GOFLAGS="+os.Getenv("GOFLAGS")+" -race")
+		}
 	} else {
+		// buf is built by this go command: not with the race detector,
+		// and so neither are the plugins.
 		cmd = tool(append([]string{"tool", "-modfile=tools/go.mod", "buf"}, args...)...)
 	}
 	cmd.Dir = root
