@@ -18,7 +18,7 @@ import (
 	keysv1 "github.com/portico-gw/portico/gen/portico/keys/v1"
 )
 
-var revocations = flag.Int("revocations", 0, "keys TestRevocationLatency revokes (0: 1,000, or 150 under the race detector)")
+var revocations = flag.Int("revocations", 0, "keys TestRevocationLatency revokes (0: 1,000, or 50 under the race detector)")
 
 // TestRevocationLatency revokes keys one by one on a fleet of ten nodes
 // while every node serves calls with the keys being revoked, and reports
@@ -31,7 +31,7 @@ func TestRevocationLatency(t *testing.T) {
 	if n == 0 {
 		n = 1000
 		if raceEnabled {
-			n = 150
+			n = 50
 		}
 	}
 	const nodesN = 10
