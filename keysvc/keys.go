@@ -124,25 +124,10 @@ func (s *Service) confirm(ctx context.Context, k store.Key, timeout time.Duratio
 	published := err == nil
 	var resp *distributionv1.WaitResponse
 	if published {
-		// The control plane answers at its timeout with the nodes that
-		// lack the key: ask it to answer a little before ours.
-		deadline, _ := ctx.Deadline()
-		left := time.Until(deadline)
-		resp, err = s.pub.wait(ctx, version, left-min(left/10, 100*time.Millisecond))
-	}
-	if err == nil && resp.GetComplete() {
-		return nil
-	}
-	// The wait ran out before an answer came: our own deadline passed, or
-	// the control plane saw the deadline we sent pass first (its clock
-	// and ours read the same time differently under load).
-	late := err != nil && (ctx.Err() != nil || connect.CodeOf(err) == connect.CodeDeadlineExceeded)
-	if published && late {
-		// Ask the control plane once more, at once, which nodes lack the
-		// key, so that the answer is the timeout it is and names them.
-		qctx, qcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		resp, err = s.pub.wait(qctx, version, time.Millisecond)
-		qcancel()
+		resp, err = s.waitNodes(ctx, version)
+		if err == nil && resp.GetComplete() {
+			return nil
+		}
 	}
 	if rerr := withdraw(context.WithoutCancel(ctx)); rerr != nil {
 		s.log.Error("withdrawing an unconfirmed key failed", "key", k.ID, "err", rerr)
@@ -150,7 +135,7 @@ func (s *Service) confirm(ctx context.Context, k store.Key, timeout time.Duratio
 	s.pub.kick()
 	if err != nil {
 		s.log.Warn("a new key could not be published", "key", k.ID, "err", err)
-		if late && !published {
+		if !published && late(ctx, err) {
 			// The control plane was reached, or may have been, and did
 			// not take the key in time: a timeout, not an outage.
 			return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("%w: the control plane did not take the key within the %s wait; the key was withdrawn, try again", ErrNotConfirmed, timeout))
@@ -164,7 +149,7 @@ func (s *Service) confirm(ctx context.Context, k store.Key, timeout time.Duratio
 		return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("%w: the nodes acknowledged the key only after the %s wait; the key was withdrawn, try again", ErrNotConfirmed, timeout))
 	}
 	var behind []string
-	for _, n := range resp.GetBehind() {
+	for _, n := range lagging(resp) {
 		b := fmt.Sprintf("%s (at version %d", n.GetNodeId(), n.GetVersion())
 		if n.GetError() != "" {
 			b += ", refused: " + n.GetError()
@@ -173,6 +158,60 @@ func (s *Service) confirm(ctx context.Context, k store.Key, timeout time.Duratio
 	}
 	return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("%w: %d of %d nodes had not acknowledged fast-lane version %d after %s: %s; the key was withdrawn, try again",
 		ErrNotConfirmed, len(behind), resp.GetNodes(), version, timeout, strings.Join(behind, ", ")))
+}
+
+// waitNodes waits, until ctx's deadline, for every node connected to the
+// fast lane to have version. The control plane answers at the timeout it
+// is given with the nodes that lack it: it is asked to answer a little
+// before ctx's deadline. When its answer comes late all the same (a loaded
+// control plane, a slow network), it is asked once more, at once, so that
+// the answer is the timeout it is and names the nodes.
+func (s *Service) waitNodes(ctx context.Context, version uint64) (*distributionv1.WaitResponse, error) {
+	deadline, _ := ctx.Deadline()
+	left := time.Until(deadline)
+	resp, err := s.pub.wait(ctx, version, left-min(left/10, 100*time.Millisecond))
+	if err != nil && late(ctx, err) {
+		qctx, qcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer qcancel()
+		resp, err = s.pub.wait(qctx, version, time.Millisecond)
+	}
+	return resp, err
+}
+
+// late reports whether err ends a wait that ran out: ctx's deadline
+// passed, or the control plane saw the deadline it was sent pass first
+// (its clock and ours read the same moment differently under load).
+func late(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || connect.CodeOf(err) == connect.CodeDeadlineExceeded
+}
+
+// lagging is the nodes a Wait answer names as lacking the version.
+func lagging(resp *distributionv1.WaitResponse) []*keysv1.LaggingNode {
+	var out []*keysv1.LaggingNode
+	for _, n := range resp.GetBehind() {
+		out = append(out, &keysv1.LaggingNode{NodeId: n.GetNodeId(), Version: n.GetVersion(), Error: n.GetError()})
+	}
+	return out
+}
+
+// propagation waits up to wait (unset: not at all, nil) for every node
+// connected to the fast lane to have version, and says which did. The
+// change is committed whatever it finds.
+func (s *Service) propagation(ctx context.Context, version uint64, wait *durationpb.Duration) *keysv1.Propagation {
+	if wait == nil {
+		return nil
+	}
+	if s.pub.client == nil || version == 0 {
+		return &keysv1.Propagation{Unreached: true}
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait.AsDuration())
+	defer cancel()
+	resp, err := s.waitNodes(ctx, version)
+	if err != nil {
+		s.log.Warn("asking the control plane which nodes have a change failed", "version", version, "err", err)
+		return &keysv1.Propagation{Unreached: true}
+	}
+	return &keysv1.Propagation{Complete: resp.GetComplete(), Nodes: resp.GetNodes(), Behind: lagging(resp)}
 }
 
 func waitTimeout(d *durationpb.Duration, def time.Duration) time.Duration {
@@ -191,7 +230,8 @@ func (a *keyAPI) RevokeKey(ctx context.Context, req *connect.Request[keysv1.Revo
 	if changed {
 		s.log.Info("key revoked", "key", k.ID, "by", callerOf(ctx).Name, "reason", req.Msg.GetReason(), "rev", k.Rev)
 	}
-	return connect.NewResponse(&keysv1.RevokeKeyResponse{Key: toAPI(k), Version: s.publishNow(ctx)}), nil
+	v := s.publishNow(ctx)
+	return connect.NewResponse(&keysv1.RevokeKeyResponse{Key: toAPI(k), Version: v, Propagation: s.propagation(ctx, v, req.Msg.GetWaitTimeout())}), nil
 }
 
 func (a *keyAPI) RevokeApp(ctx context.Context, req *connect.Request[keysv1.RevokeAppRequest]) (*connect.Response[keysv1.RevokeAppResponse], error) {
@@ -201,7 +241,8 @@ func (a *keyAPI) RevokeApp(ctx context.Context, req *connect.Request[keysv1.Revo
 		return nil, s.storeError(err, "app "+req.Msg.GetAppId())
 	}
 	s.log.Info("app revoked", "app", req.Msg.GetAppId(), "keys", len(keys), "by", callerOf(ctx).Name, "reason", req.Msg.GetReason())
-	resp := &keysv1.RevokeAppResponse{Version: s.publishNow(ctx)}
+	v := s.publishNow(ctx)
+	resp := &keysv1.RevokeAppResponse{Version: v, Propagation: s.propagation(ctx, v, req.Msg.GetWaitTimeout())}
 	for _, k := range keys {
 		resp.Keys = append(resp.Keys, toAPI(k))
 	}

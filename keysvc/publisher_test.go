@@ -15,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/portico-gw/portico/control"
 	cstore "github.com/portico-gw/portico/control/store"
@@ -172,12 +173,14 @@ func TestPublishAfterControlPlaneReturns(t *testing.T) {
 	}
 	s.run(t)
 
-	rv, err := s.keys.RevokeKey(ctx, connect.NewRequest(&keysv1.RevokeKeyRequest{KeyId: seeded.ID, Reason: "leaked"}))
+	// It asks to wait for the nodes: there is no one to ask, and the
+	// answer says so.
+	rv, err := s.keys.RevokeKey(ctx, connect.NewRequest(&keysv1.RevokeKeyRequest{KeyId: seeded.ID, Reason: "leaked", WaitTimeout: durationpb.New(time.Second)}))
 	if err != nil {
 		t.Fatalf("RevokeKey with the control plane down: %v", err)
 	}
-	if rv.Msg.GetVersion() != 0 || rv.Msg.GetKey().GetStatus() != configv1.KeyStatus_KEY_STATUS_REVOKED {
-		t.Errorf("RevokeKey with the control plane down = %v, want revoked at version 0", rv.Msg)
+	if rv.Msg.GetVersion() != 0 || rv.Msg.GetKey().GetStatus() != configv1.KeyStatus_KEY_STATUS_REVOKED || !rv.Msg.GetPropagation().GetUnreached() {
+		t.Errorf("RevokeKey with the control plane down = %v, want revoked at version 0, the nodes unreached", rv.Msg)
 	}
 	if k := s.storedKey(t, seeded.ID); k.Status != store.StatusRevoked {
 		t.Errorf("after RevokeKey the stored key is %v, want revoked", k.Status)

@@ -782,3 +782,52 @@ func TestTokenRevocationOutlivesItsExpiry(t *testing.T) {
 		t.Errorf("the signed snapshot at +%v, past the asked expiry, has deny entries %v; want early-exp, hour-token and user-9", clk.Now().Sub(now), denied)
 	}
 }
+
+// TestRevokeKeyWaitsForEveryNode: a revocation that asks to wait answers
+// once every node has it, so the next call with the key is a 401 on
+// every node at once, with no wait of the caller's own; a node that never
+// acknowledges is named in the answer, and the revocation is committed
+// all the same.
+func TestRevokeKeyWaitsForEveryNode(t *testing.T) {
+	t.Parallel()
+	cp, ks, nodes := keyFleet(t, 3)
+	first, second := createKey(t, ks, "app-first"), createKey(t, ks, "app-second")
+	resp, err := ks.keys.RevokeKey(context.Background(), connect.NewRequest(&keysv1.RevokeKeyRequest{
+		KeyId: first.GetKey().GetKeyId(), Reason: "leaked", WaitTimeout: durationpb.New(10 * time.Second)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := resp.Msg.GetPropagation(); !p.GetComplete() || p.GetNodes() != 3 || len(p.GetBehind()) != 0 {
+		t.Errorf("RevokeKey waiting for every node: propagation %v, want complete on 3 nodes", p)
+	}
+	everyNode(t, nodes, first.GetRawKey(), 401, "the key revoked with a wait, at once")
+
+	// A node that says hello and never acknowledges.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dc := distributionv1connect.NewDistributionServiceClient(&http.Client{Transport: admintest.Bearer(nodeToken, gatewaytest.H2CClient(t).Transport)}, cp.url)
+	stream := dc.FastLane(ctx)
+	if err := stream.Send(&distributionv1.FastLaneRequest{Message: &distributionv1.FastLaneRequest_Hello{Hello: &distributionv1.FastLaneHello{NodeId: "stuck-node"}}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stream.CloseRequest(); _ = stream.CloseResponse() })
+	waitLane(t, cp, 4, 0)
+	resp, err = ks.keys.RevokeKey(context.Background(), connect.NewRequest(&keysv1.RevokeKeyRequest{
+		KeyId: second.GetKey().GetKeyId(), Reason: "leaked", WaitTimeout: durationpb.New(time.Second)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := resp.Msg.GetPropagation()
+	if p.GetComplete() || p.GetNodes() != 4 || len(p.GetBehind()) != 1 || p.GetBehind()[0].GetNodeId() != "stuck-node" {
+		t.Errorf("RevokeKey with a node that does not acknowledge: propagation %v, want stuck-node behind, of 4", p)
+	}
+	if resp.Msg.GetKey().GetStatus() != configv1.KeyStatus_KEY_STATUS_REVOKED {
+		t.Errorf("the key revoked with a node behind is %v, want revoked", resp.Msg.GetKey().GetStatus())
+	}
+	// The three live nodes have it (the stuck one gone).
+	_ = stream.CloseRequest()
+	_ = stream.CloseResponse()
+	cancel()
+	waitLaneRev(t, cp, nodes, resp.Msg.GetKey().GetRev())
+	everyNode(t, nodes, second.GetRawKey(), 401, "the key revoked with a node behind")
+}

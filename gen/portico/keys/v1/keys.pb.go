@@ -535,9 +535,14 @@ func (x *RotateKeyResponse) GetPrevious() *Key {
 }
 
 type RevokeKeyRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	KeyId         string                 `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	KeyId  string                 `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
+	Reason string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// WaitTimeout, if set, makes the answer wait up to that long for every
+	// node connected to the fast lane to have the revocation, and say in
+	// propagation which did. Unset, the answer comes once the revocation is
+	// committed and handed to the control plane.
+	WaitTimeout   *durationpb.Duration `protobuf:"bytes,3,opt,name=wait_timeout,json=waitTimeout,proto3" json:"wait_timeout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -586,13 +591,22 @@ func (x *RevokeKeyRequest) GetReason() string {
 	return ""
 }
 
+func (x *RevokeKeyRequest) GetWaitTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.WaitTimeout
+	}
+	return nil
+}
+
 type RevokeKeyResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   *Key                   `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// Version is the fast-lane version that carries the revocation; 0 if
 	// the control plane could not be reached (the revocation is committed
 	// and reaches nodes through the signed snapshot and, later, the lane).
-	Version       uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Version uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// Propagation is what the wait found, when the request asked to wait.
+	Propagation   *Propagation `protobuf:"bytes,3,opt,name=propagation,proto3" json:"propagation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -641,10 +655,19 @@ func (x *RevokeKeyResponse) GetVersion() uint64 {
 	return 0
 }
 
+func (x *RevokeKeyResponse) GetPropagation() *Propagation {
+	if x != nil {
+		return x.Propagation
+	}
+	return nil
+}
+
 type RevokeAppRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AppId         string                 `protobuf:"bytes,1,opt,name=app_id,json=appId,proto3" json:"app_id,omitempty"`
-	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	AppId  string                 `protobuf:"bytes,1,opt,name=app_id,json=appId,proto3" json:"app_id,omitempty"`
+	Reason string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// WaitTimeout: as in RevokeKeyRequest.
+	WaitTimeout   *durationpb.Duration `protobuf:"bytes,3,opt,name=wait_timeout,json=waitTimeout,proto3" json:"wait_timeout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -693,10 +716,18 @@ func (x *RevokeAppRequest) GetReason() string {
 	return ""
 }
 
+func (x *RevokeAppRequest) GetWaitTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.WaitTimeout
+	}
+	return nil
+}
+
 type RevokeAppResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Keys          []*Key                 `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
 	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Propagation   *Propagation           `protobuf:"bytes,3,opt,name=propagation,proto3" json:"propagation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -745,6 +776,151 @@ func (x *RevokeAppResponse) GetVersion() uint64 {
 	return 0
 }
 
+func (x *RevokeAppResponse) GetPropagation() *Propagation {
+	if x != nil {
+		return x.Propagation
+	}
+	return nil
+}
+
+// Propagation says which nodes connected to the fast lane have a change.
+type Propagation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Complete: every connected node has it (or no node is connected).
+	Complete bool `protobuf:"varint,1,opt,name=complete,proto3" json:"complete,omitempty"`
+	// Nodes is how many nodes were connected.
+	Nodes int32 `protobuf:"varint,2,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	// Behind lists the connected nodes that did not have it in time.
+	Behind []*LaggingNode `protobuf:"bytes,3,rep,name=behind,proto3" json:"behind,omitempty"`
+	// Unreached: the control plane could not be asked (it was down, or
+	// did not answer); the change reaches nodes through the signed snapshot
+	// and, once the control plane is back, the lane.
+	Unreached     bool `protobuf:"varint,4,opt,name=unreached,proto3" json:"unreached,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Propagation) Reset() {
+	*x = Propagation{}
+	mi := &file_portico_keys_v1_keys_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Propagation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Propagation) ProtoMessage() {}
+
+func (x *Propagation) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_keys_v1_keys_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Propagation.ProtoReflect.Descriptor instead.
+func (*Propagation) Descriptor() ([]byte, []int) {
+	return file_portico_keys_v1_keys_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Propagation) GetComplete() bool {
+	if x != nil {
+		return x.Complete
+	}
+	return false
+}
+
+func (x *Propagation) GetNodes() int32 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *Propagation) GetBehind() []*LaggingNode {
+	if x != nil {
+		return x.Behind
+	}
+	return nil
+}
+
+func (x *Propagation) GetUnreached() bool {
+	if x != nil {
+		return x.Unreached
+	}
+	return false
+}
+
+// LaggingNode is a node that did not have a change in time.
+type LaggingNode struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Version is the fast-lane version the node had.
+	Version uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// Error is the node's last refusal of the lane's entries, if any.
+	Error         string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LaggingNode) Reset() {
+	*x = LaggingNode{}
+	mi := &file_portico_keys_v1_keys_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LaggingNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LaggingNode) ProtoMessage() {}
+
+func (x *LaggingNode) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_keys_v1_keys_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LaggingNode.ProtoReflect.Descriptor instead.
+func (*LaggingNode) Descriptor() ([]byte, []int) {
+	return file_portico_keys_v1_keys_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *LaggingNode) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *LaggingNode) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *LaggingNode) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type GetKeyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	KeyId         string                 `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
@@ -754,7 +930,7 @@ type GetKeyRequest struct {
 
 func (x *GetKeyRequest) Reset() {
 	*x = GetKeyRequest{}
-	mi := &file_portico_keys_v1_keys_proto_msgTypes[9]
+	mi := &file_portico_keys_v1_keys_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +942,7 @@ func (x *GetKeyRequest) String() string {
 func (*GetKeyRequest) ProtoMessage() {}
 
 func (x *GetKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_keys_v1_keys_proto_msgTypes[9]
+	mi := &file_portico_keys_v1_keys_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +955,7 @@ func (x *GetKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyRequest.ProtoReflect.Descriptor instead.
 func (*GetKeyRequest) Descriptor() ([]byte, []int) {
-	return file_portico_keys_v1_keys_proto_rawDescGZIP(), []int{9}
+	return file_portico_keys_v1_keys_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetKeyRequest) GetKeyId() string {
@@ -798,7 +974,7 @@ type GetKeyResponse struct {
 
 func (x *GetKeyResponse) Reset() {
 	*x = GetKeyResponse{}
-	mi := &file_portico_keys_v1_keys_proto_msgTypes[10]
+	mi := &file_portico_keys_v1_keys_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -810,7 +986,7 @@ func (x *GetKeyResponse) String() string {
 func (*GetKeyResponse) ProtoMessage() {}
 
 func (x *GetKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_keys_v1_keys_proto_msgTypes[10]
+	mi := &file_portico_keys_v1_keys_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -823,7 +999,7 @@ func (x *GetKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetKeyResponse.ProtoReflect.Descriptor instead.
 func (*GetKeyResponse) Descriptor() ([]byte, []int) {
-	return file_portico_keys_v1_keys_proto_rawDescGZIP(), []int{10}
+	return file_portico_keys_v1_keys_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetKeyResponse) GetKey() *Key {
@@ -847,7 +1023,7 @@ type ListKeysRequest struct {
 
 func (x *ListKeysRequest) Reset() {
 	*x = ListKeysRequest{}
-	mi := &file_portico_keys_v1_keys_proto_msgTypes[11]
+	mi := &file_portico_keys_v1_keys_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -859,7 +1035,7 @@ func (x *ListKeysRequest) String() string {
 func (*ListKeysRequest) ProtoMessage() {}
 
 func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_keys_v1_keys_proto_msgTypes[11]
+	mi := &file_portico_keys_v1_keys_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,7 +1048,7 @@ func (x *ListKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListKeysRequest) Descriptor() ([]byte, []int) {
-	return file_portico_keys_v1_keys_proto_rawDescGZIP(), []int{11}
+	return file_portico_keys_v1_keys_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListKeysRequest) GetAppId() string {
@@ -913,7 +1089,7 @@ type ListKeysResponse struct {
 
 func (x *ListKeysResponse) Reset() {
 	*x = ListKeysResponse{}
-	mi := &file_portico_keys_v1_keys_proto_msgTypes[12]
+	mi := &file_portico_keys_v1_keys_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1101,7 @@ func (x *ListKeysResponse) String() string {
 func (*ListKeysResponse) ProtoMessage() {}
 
 func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_keys_v1_keys_proto_msgTypes[12]
+	mi := &file_portico_keys_v1_keys_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1114,7 @@ func (x *ListKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListKeysResponse) Descriptor() ([]byte, []int) {
-	return file_portico_keys_v1_keys_proto_rawDescGZIP(), []int{12}
+	return file_portico_keys_v1_keys_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListKeysResponse) GetKeys() []*Key {
@@ -964,7 +1140,7 @@ type DenyRequest struct {
 
 func (x *DenyRequest) Reset() {
 	*x = DenyRequest{}
-	mi := &file_portico_keys_v1_keys_proto_msgTypes[13]
+	mi := &file_portico_keys_v1_keys_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -976,7 +1152,7 @@ func (x *DenyRequest) String() string {
 func (*DenyRequest) ProtoMessage() {}
 
 func (x *DenyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_keys_v1_keys_proto_msgTypes[13]
+	mi := &file_portico_keys_v1_keys_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -989,7 +1165,7 @@ func (x *DenyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyRequest.ProtoReflect.Descriptor instead.
 func (*DenyRequest) Descriptor() ([]byte, []int) {
-	return file_portico_keys_v1_keys_proto_rawDescGZIP(), []int{13}
+	return file_portico_keys_v1_keys_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DenyRequest) GetEntry() *v1.DenyEntry {
@@ -1009,7 +1185,7 @@ type DenyResponse struct {
 
 func (x *DenyResponse) Reset() {
 	*x = DenyResponse{}
-	mi := &file_portico_keys_v1_keys_proto_msgTypes[14]
+	mi := &file_portico_keys_v1_keys_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1021,7 +1197,7 @@ func (x *DenyResponse) String() string {
 func (*DenyResponse) ProtoMessage() {}
 
 func (x *DenyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_keys_v1_keys_proto_msgTypes[14]
+	mi := &file_portico_keys_v1_keys_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1034,7 +1210,7 @@ func (x *DenyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyResponse.ProtoReflect.Descriptor instead.
 func (*DenyResponse) Descriptor() ([]byte, []int) {
-	return file_portico_keys_v1_keys_proto_rawDescGZIP(), []int{14}
+	return file_portico_keys_v1_keys_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DenyResponse) GetRev() uint64 {
@@ -1059,7 +1235,7 @@ type ListDenyEntriesRequest struct {
 
 func (x *ListDenyEntriesRequest) Reset() {
 	*x = ListDenyEntriesRequest{}
-	mi := &file_portico_keys_v1_keys_proto_msgTypes[15]
+	mi := &file_portico_keys_v1_keys_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1247,7 @@ func (x *ListDenyEntriesRequest) String() string {
 func (*ListDenyEntriesRequest) ProtoMessage() {}
 
 func (x *ListDenyEntriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_keys_v1_keys_proto_msgTypes[15]
+	mi := &file_portico_keys_v1_keys_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1260,7 @@ func (x *ListDenyEntriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDenyEntriesRequest.ProtoReflect.Descriptor instead.
 func (*ListDenyEntriesRequest) Descriptor() ([]byte, []int) {
-	return file_portico_keys_v1_keys_proto_rawDescGZIP(), []int{15}
+	return file_portico_keys_v1_keys_proto_rawDescGZIP(), []int{17}
 }
 
 type ListDenyEntriesResponse struct {
@@ -1096,7 +1272,7 @@ type ListDenyEntriesResponse struct {
 
 func (x *ListDenyEntriesResponse) Reset() {
 	*x = ListDenyEntriesResponse{}
-	mi := &file_portico_keys_v1_keys_proto_msgTypes[16]
+	mi := &file_portico_keys_v1_keys_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1284,7 @@ func (x *ListDenyEntriesResponse) String() string {
 func (*ListDenyEntriesResponse) ProtoMessage() {}
 
 func (x *ListDenyEntriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_keys_v1_keys_proto_msgTypes[16]
+	mi := &file_portico_keys_v1_keys_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1297,7 @@ func (x *ListDenyEntriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDenyEntriesResponse.ProtoReflect.Descriptor instead.
 func (*ListDenyEntriesResponse) Descriptor() ([]byte, []int) {
-	return file_portico_keys_v1_keys_proto_rawDescGZIP(), []int{16}
+	return file_portico_keys_v1_keys_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListDenyEntriesResponse) GetEntries() []*v1.DenyEntry {
@@ -1140,7 +1316,7 @@ type PublishIssuerKeysRequest struct {
 
 func (x *PublishIssuerKeysRequest) Reset() {
 	*x = PublishIssuerKeysRequest{}
-	mi := &file_portico_keys_v1_keys_proto_msgTypes[17]
+	mi := &file_portico_keys_v1_keys_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1152,7 +1328,7 @@ func (x *PublishIssuerKeysRequest) String() string {
 func (*PublishIssuerKeysRequest) ProtoMessage() {}
 
 func (x *PublishIssuerKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_keys_v1_keys_proto_msgTypes[17]
+	mi := &file_portico_keys_v1_keys_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1165,7 +1341,7 @@ func (x *PublishIssuerKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishIssuerKeysRequest.ProtoReflect.Descriptor instead.
 func (*PublishIssuerKeysRequest) Descriptor() ([]byte, []int) {
-	return file_portico_keys_v1_keys_proto_rawDescGZIP(), []int{17}
+	return file_portico_keys_v1_keys_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PublishIssuerKeysRequest) GetKeys() *v1.IssuerKeys {
@@ -1185,7 +1361,7 @@ type PublishIssuerKeysResponse struct {
 
 func (x *PublishIssuerKeysResponse) Reset() {
 	*x = PublishIssuerKeysResponse{}
-	mi := &file_portico_keys_v1_keys_proto_msgTypes[18]
+	mi := &file_portico_keys_v1_keys_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1373,7 @@ func (x *PublishIssuerKeysResponse) String() string {
 func (*PublishIssuerKeysResponse) ProtoMessage() {}
 
 func (x *PublishIssuerKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_keys_v1_keys_proto_msgTypes[18]
+	mi := &file_portico_keys_v1_keys_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1386,7 @@ func (x *PublishIssuerKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishIssuerKeysResponse.ProtoReflect.Descriptor instead.
 func (*PublishIssuerKeysResponse) Descriptor() ([]byte, []int) {
-	return file_portico_keys_v1_keys_proto_rawDescGZIP(), []int{18}
+	return file_portico_keys_v1_keys_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PublishIssuerKeysResponse) GetRev() uint64 {
@@ -1272,19 +1448,32 @@ const file_portico_keys_v1_keys_proto_rawDesc = "" +
 	"\x11RotateKeyResponse\x12&\n" +
 	"\x03key\x18\x01 \x01(\v2\x14.portico.keys.v1.KeyR\x03key\x12\x17\n" +
 	"\araw_key\x18\x02 \x01(\tR\x06rawKey\x120\n" +
-	"\bprevious\x18\x03 \x01(\v2\x14.portico.keys.v1.KeyR\bprevious\"T\n" +
+	"\bprevious\x18\x03 \x01(\v2\x14.portico.keys.v1.KeyR\bprevious\"\xa0\x01\n" +
 	"\x10RevokeKeyRequest\x12\x1e\n" +
 	"\x06key_id\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\x05keyId\x12 \n" +
-	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\x06reason\"U\n" +
+	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\x06reason\x12J\n" +
+	"\fwait_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationB\f\xbaH\t\xaa\x01\x06\"\x02\bx*\x00R\vwaitTimeout\"\x95\x01\n" +
 	"\x11RevokeKeyResponse\x12&\n" +
 	"\x03key\x18\x01 \x01(\v2\x14.portico.keys.v1.KeyR\x03key\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"T\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12>\n" +
+	"\vpropagation\x18\x03 \x01(\v2\x1c.portico.keys.v1.PropagationR\vpropagation\"\xa0\x01\n" +
 	"\x10RevokeAppRequest\x12\x1e\n" +
 	"\x06app_id\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\x05appId\x12 \n" +
-	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\x06reason\"W\n" +
+	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\x06reason\x12J\n" +
+	"\fwait_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationB\f\xbaH\t\xaa\x01\x06\"\x02\bx*\x00R\vwaitTimeout\"\x97\x01\n" +
 	"\x11RevokeAppResponse\x12(\n" +
 	"\x04keys\x18\x01 \x03(\v2\x14.portico.keys.v1.KeyR\x04keys\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"/\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12>\n" +
+	"\vpropagation\x18\x03 \x01(\v2\x1c.portico.keys.v1.PropagationR\vpropagation\"\x93\x01\n" +
+	"\vPropagation\x12\x1a\n" +
+	"\bcomplete\x18\x01 \x01(\bR\bcomplete\x12\x14\n" +
+	"\x05nodes\x18\x02 \x01(\x05R\x05nodes\x124\n" +
+	"\x06behind\x18\x03 \x03(\v2\x1c.portico.keys.v1.LaggingNodeR\x06behind\x12\x1c\n" +
+	"\tunreached\x18\x04 \x01(\bR\tunreached\"V\n" +
+	"\vLaggingNode\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"/\n" +
 	"\rGetKeyRequest\x12\x1e\n" +
 	"\x06key_id\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\x05keyId\"8\n" +
 	"\x0eGetKeyResponse\x12&\n" +
@@ -1342,7 +1531,7 @@ func file_portico_keys_v1_keys_proto_rawDescGZIP() []byte {
 }
 
 var file_portico_keys_v1_keys_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_portico_keys_v1_keys_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_portico_keys_v1_keys_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_portico_keys_v1_keys_proto_goTypes = []any{
 	(Environment)(0),                  // 0: portico.keys.v1.Environment
 	(*Key)(nil),                       // 1: portico.keys.v1.Key
@@ -1354,69 +1543,76 @@ var file_portico_keys_v1_keys_proto_goTypes = []any{
 	(*RevokeKeyResponse)(nil),         // 7: portico.keys.v1.RevokeKeyResponse
 	(*RevokeAppRequest)(nil),          // 8: portico.keys.v1.RevokeAppRequest
 	(*RevokeAppResponse)(nil),         // 9: portico.keys.v1.RevokeAppResponse
-	(*GetKeyRequest)(nil),             // 10: portico.keys.v1.GetKeyRequest
-	(*GetKeyResponse)(nil),            // 11: portico.keys.v1.GetKeyResponse
-	(*ListKeysRequest)(nil),           // 12: portico.keys.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),          // 13: portico.keys.v1.ListKeysResponse
-	(*DenyRequest)(nil),               // 14: portico.keys.v1.DenyRequest
-	(*DenyResponse)(nil),              // 15: portico.keys.v1.DenyResponse
-	(*ListDenyEntriesRequest)(nil),    // 16: portico.keys.v1.ListDenyEntriesRequest
-	(*ListDenyEntriesResponse)(nil),   // 17: portico.keys.v1.ListDenyEntriesResponse
-	(*PublishIssuerKeysRequest)(nil),  // 18: portico.keys.v1.PublishIssuerKeysRequest
-	(*PublishIssuerKeysResponse)(nil), // 19: portico.keys.v1.PublishIssuerKeysResponse
-	(v1.Priority)(0),                  // 20: portico.config.v1.Priority
-	(v1.KeyStatus)(0),                 // 21: portico.config.v1.KeyStatus
-	(*timestamppb.Timestamp)(nil),     // 22: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 23: google.protobuf.Duration
-	(*v1.DenyEntry)(nil),              // 24: portico.config.v1.DenyEntry
-	(*v1.IssuerKeys)(nil),             // 25: portico.config.v1.IssuerKeys
+	(*Propagation)(nil),               // 10: portico.keys.v1.Propagation
+	(*LaggingNode)(nil),               // 11: portico.keys.v1.LaggingNode
+	(*GetKeyRequest)(nil),             // 12: portico.keys.v1.GetKeyRequest
+	(*GetKeyResponse)(nil),            // 13: portico.keys.v1.GetKeyResponse
+	(*ListKeysRequest)(nil),           // 14: portico.keys.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),          // 15: portico.keys.v1.ListKeysResponse
+	(*DenyRequest)(nil),               // 16: portico.keys.v1.DenyRequest
+	(*DenyResponse)(nil),              // 17: portico.keys.v1.DenyResponse
+	(*ListDenyEntriesRequest)(nil),    // 18: portico.keys.v1.ListDenyEntriesRequest
+	(*ListDenyEntriesResponse)(nil),   // 19: portico.keys.v1.ListDenyEntriesResponse
+	(*PublishIssuerKeysRequest)(nil),  // 20: portico.keys.v1.PublishIssuerKeysRequest
+	(*PublishIssuerKeysResponse)(nil), // 21: portico.keys.v1.PublishIssuerKeysResponse
+	(v1.Priority)(0),                  // 22: portico.config.v1.Priority
+	(v1.KeyStatus)(0),                 // 23: portico.config.v1.KeyStatus
+	(*timestamppb.Timestamp)(nil),     // 24: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 25: google.protobuf.Duration
+	(*v1.DenyEntry)(nil),              // 26: portico.config.v1.DenyEntry
+	(*v1.IssuerKeys)(nil),             // 27: portico.config.v1.IssuerKeys
 }
 var file_portico_keys_v1_keys_proto_depIdxs = []int32{
 	0,  // 0: portico.keys.v1.Key.env:type_name -> portico.keys.v1.Environment
-	20, // 1: portico.keys.v1.Key.priority:type_name -> portico.config.v1.Priority
-	21, // 2: portico.keys.v1.Key.status:type_name -> portico.config.v1.KeyStatus
-	22, // 3: portico.keys.v1.Key.created:type_name -> google.protobuf.Timestamp
-	22, // 4: portico.keys.v1.Key.not_after:type_name -> google.protobuf.Timestamp
-	22, // 5: portico.keys.v1.Key.revoked:type_name -> google.protobuf.Timestamp
+	22, // 1: portico.keys.v1.Key.priority:type_name -> portico.config.v1.Priority
+	23, // 2: portico.keys.v1.Key.status:type_name -> portico.config.v1.KeyStatus
+	24, // 3: portico.keys.v1.Key.created:type_name -> google.protobuf.Timestamp
+	24, // 4: portico.keys.v1.Key.not_after:type_name -> google.protobuf.Timestamp
+	24, // 5: portico.keys.v1.Key.revoked:type_name -> google.protobuf.Timestamp
 	0,  // 6: portico.keys.v1.CreateKeyRequest.env:type_name -> portico.keys.v1.Environment
-	20, // 7: portico.keys.v1.CreateKeyRequest.priority:type_name -> portico.config.v1.Priority
-	22, // 8: portico.keys.v1.CreateKeyRequest.not_after:type_name -> google.protobuf.Timestamp
-	23, // 9: portico.keys.v1.CreateKeyRequest.wait_timeout:type_name -> google.protobuf.Duration
+	22, // 7: portico.keys.v1.CreateKeyRequest.priority:type_name -> portico.config.v1.Priority
+	24, // 8: portico.keys.v1.CreateKeyRequest.not_after:type_name -> google.protobuf.Timestamp
+	25, // 9: portico.keys.v1.CreateKeyRequest.wait_timeout:type_name -> google.protobuf.Duration
 	1,  // 10: portico.keys.v1.CreateKeyResponse.key:type_name -> portico.keys.v1.Key
-	23, // 11: portico.keys.v1.RotateKeyRequest.overlap:type_name -> google.protobuf.Duration
-	23, // 12: portico.keys.v1.RotateKeyRequest.wait_timeout:type_name -> google.protobuf.Duration
+	25, // 11: portico.keys.v1.RotateKeyRequest.overlap:type_name -> google.protobuf.Duration
+	25, // 12: portico.keys.v1.RotateKeyRequest.wait_timeout:type_name -> google.protobuf.Duration
 	1,  // 13: portico.keys.v1.RotateKeyResponse.key:type_name -> portico.keys.v1.Key
 	1,  // 14: portico.keys.v1.RotateKeyResponse.previous:type_name -> portico.keys.v1.Key
-	1,  // 15: portico.keys.v1.RevokeKeyResponse.key:type_name -> portico.keys.v1.Key
-	1,  // 16: portico.keys.v1.RevokeAppResponse.keys:type_name -> portico.keys.v1.Key
-	1,  // 17: portico.keys.v1.GetKeyResponse.key:type_name -> portico.keys.v1.Key
-	1,  // 18: portico.keys.v1.ListKeysResponse.keys:type_name -> portico.keys.v1.Key
-	24, // 19: portico.keys.v1.DenyRequest.entry:type_name -> portico.config.v1.DenyEntry
-	24, // 20: portico.keys.v1.ListDenyEntriesResponse.entries:type_name -> portico.config.v1.DenyEntry
-	25, // 21: portico.keys.v1.PublishIssuerKeysRequest.keys:type_name -> portico.config.v1.IssuerKeys
-	2,  // 22: portico.keys.v1.KeyService.CreateKey:input_type -> portico.keys.v1.CreateKeyRequest
-	4,  // 23: portico.keys.v1.KeyService.RotateKey:input_type -> portico.keys.v1.RotateKeyRequest
-	6,  // 24: portico.keys.v1.KeyService.RevokeKey:input_type -> portico.keys.v1.RevokeKeyRequest
-	8,  // 25: portico.keys.v1.KeyService.RevokeApp:input_type -> portico.keys.v1.RevokeAppRequest
-	10, // 26: portico.keys.v1.KeyService.GetKey:input_type -> portico.keys.v1.GetKeyRequest
-	12, // 27: portico.keys.v1.KeyService.ListKeys:input_type -> portico.keys.v1.ListKeysRequest
-	14, // 28: portico.keys.v1.TokenService.Deny:input_type -> portico.keys.v1.DenyRequest
-	16, // 29: portico.keys.v1.TokenService.ListDenyEntries:input_type -> portico.keys.v1.ListDenyEntriesRequest
-	18, // 30: portico.keys.v1.TokenService.PublishIssuerKeys:input_type -> portico.keys.v1.PublishIssuerKeysRequest
-	3,  // 31: portico.keys.v1.KeyService.CreateKey:output_type -> portico.keys.v1.CreateKeyResponse
-	5,  // 32: portico.keys.v1.KeyService.RotateKey:output_type -> portico.keys.v1.RotateKeyResponse
-	7,  // 33: portico.keys.v1.KeyService.RevokeKey:output_type -> portico.keys.v1.RevokeKeyResponse
-	9,  // 34: portico.keys.v1.KeyService.RevokeApp:output_type -> portico.keys.v1.RevokeAppResponse
-	11, // 35: portico.keys.v1.KeyService.GetKey:output_type -> portico.keys.v1.GetKeyResponse
-	13, // 36: portico.keys.v1.KeyService.ListKeys:output_type -> portico.keys.v1.ListKeysResponse
-	15, // 37: portico.keys.v1.TokenService.Deny:output_type -> portico.keys.v1.DenyResponse
-	17, // 38: portico.keys.v1.TokenService.ListDenyEntries:output_type -> portico.keys.v1.ListDenyEntriesResponse
-	19, // 39: portico.keys.v1.TokenService.PublishIssuerKeys:output_type -> portico.keys.v1.PublishIssuerKeysResponse
-	31, // [31:40] is the sub-list for method output_type
-	22, // [22:31] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	25, // 15: portico.keys.v1.RevokeKeyRequest.wait_timeout:type_name -> google.protobuf.Duration
+	1,  // 16: portico.keys.v1.RevokeKeyResponse.key:type_name -> portico.keys.v1.Key
+	10, // 17: portico.keys.v1.RevokeKeyResponse.propagation:type_name -> portico.keys.v1.Propagation
+	25, // 18: portico.keys.v1.RevokeAppRequest.wait_timeout:type_name -> google.protobuf.Duration
+	1,  // 19: portico.keys.v1.RevokeAppResponse.keys:type_name -> portico.keys.v1.Key
+	10, // 20: portico.keys.v1.RevokeAppResponse.propagation:type_name -> portico.keys.v1.Propagation
+	11, // 21: portico.keys.v1.Propagation.behind:type_name -> portico.keys.v1.LaggingNode
+	1,  // 22: portico.keys.v1.GetKeyResponse.key:type_name -> portico.keys.v1.Key
+	1,  // 23: portico.keys.v1.ListKeysResponse.keys:type_name -> portico.keys.v1.Key
+	26, // 24: portico.keys.v1.DenyRequest.entry:type_name -> portico.config.v1.DenyEntry
+	26, // 25: portico.keys.v1.ListDenyEntriesResponse.entries:type_name -> portico.config.v1.DenyEntry
+	27, // 26: portico.keys.v1.PublishIssuerKeysRequest.keys:type_name -> portico.config.v1.IssuerKeys
+	2,  // 27: portico.keys.v1.KeyService.CreateKey:input_type -> portico.keys.v1.CreateKeyRequest
+	4,  // 28: portico.keys.v1.KeyService.RotateKey:input_type -> portico.keys.v1.RotateKeyRequest
+	6,  // 29: portico.keys.v1.KeyService.RevokeKey:input_type -> portico.keys.v1.RevokeKeyRequest
+	8,  // 30: portico.keys.v1.KeyService.RevokeApp:input_type -> portico.keys.v1.RevokeAppRequest
+	12, // 31: portico.keys.v1.KeyService.GetKey:input_type -> portico.keys.v1.GetKeyRequest
+	14, // 32: portico.keys.v1.KeyService.ListKeys:input_type -> portico.keys.v1.ListKeysRequest
+	16, // 33: portico.keys.v1.TokenService.Deny:input_type -> portico.keys.v1.DenyRequest
+	18, // 34: portico.keys.v1.TokenService.ListDenyEntries:input_type -> portico.keys.v1.ListDenyEntriesRequest
+	20, // 35: portico.keys.v1.TokenService.PublishIssuerKeys:input_type -> portico.keys.v1.PublishIssuerKeysRequest
+	3,  // 36: portico.keys.v1.KeyService.CreateKey:output_type -> portico.keys.v1.CreateKeyResponse
+	5,  // 37: portico.keys.v1.KeyService.RotateKey:output_type -> portico.keys.v1.RotateKeyResponse
+	7,  // 38: portico.keys.v1.KeyService.RevokeKey:output_type -> portico.keys.v1.RevokeKeyResponse
+	9,  // 39: portico.keys.v1.KeyService.RevokeApp:output_type -> portico.keys.v1.RevokeAppResponse
+	13, // 40: portico.keys.v1.KeyService.GetKey:output_type -> portico.keys.v1.GetKeyResponse
+	15, // 41: portico.keys.v1.KeyService.ListKeys:output_type -> portico.keys.v1.ListKeysResponse
+	17, // 42: portico.keys.v1.TokenService.Deny:output_type -> portico.keys.v1.DenyResponse
+	19, // 43: portico.keys.v1.TokenService.ListDenyEntries:output_type -> portico.keys.v1.ListDenyEntriesResponse
+	21, // 44: portico.keys.v1.TokenService.PublishIssuerKeys:output_type -> portico.keys.v1.PublishIssuerKeysResponse
+	36, // [36:45] is the sub-list for method output_type
+	27, // [27:36] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_portico_keys_v1_keys_proto_init() }
@@ -1430,7 +1626,7 @@ func file_portico_keys_v1_keys_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_portico_keys_v1_keys_proto_rawDesc), len(file_portico_keys_v1_keys_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
