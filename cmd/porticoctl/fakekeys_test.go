@@ -39,6 +39,8 @@ type fakeKeys struct {
 	// hold, if set, makes CreateKey and RotateKey send on it once called
 	// and then answer nothing until the caller gives up.
 	hold chan struct{}
+	// propagation answers a revocation that asks to wait.
+	propagation *keysv1.Propagation
 }
 
 type fakeCall struct {
@@ -132,9 +134,13 @@ func (f *fakeKeys) RevokeKey(_ context.Context, req *connect.Request[keysv1.Revo
 	if err := record(f, keysv1connect.KeyServiceRevokeKeyProcedure, req); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&keysv1.RevokeKeyResponse{Version: f.version, Key: &keysv1.Key{
+	resp := &keysv1.RevokeKeyResponse{Version: f.version, Key: &keysv1.Key{
 		KeyId: req.Msg.GetKeyId(), Prefix: "ak_live_Old1", AppId: "shop", Status: configv1.KeyStatus_KEY_STATUS_REVOKED, RevokeReason: req.Msg.GetReason(),
-	}}), nil
+	}}
+	if req.Msg.GetWaitTimeout() != nil {
+		resp.Propagation = f.propagation
+	}
+	return connect.NewResponse(resp), nil
 }
 
 func (f *fakeKeys) RevokeApp(_ context.Context, req *connect.Request[keysv1.RevokeAppRequest]) (*connect.Response[keysv1.RevokeAppResponse], error) {
@@ -142,6 +148,9 @@ func (f *fakeKeys) RevokeApp(_ context.Context, req *connect.Request[keysv1.Revo
 		return nil, err
 	}
 	resp := &keysv1.RevokeAppResponse{Version: f.version}
+	if req.Msg.GetWaitTimeout() != nil {
+		resp.Propagation = f.propagation
+	}
 	for _, k := range f.keys {
 		if k.GetAppId() == req.Msg.GetAppId() && k.GetStatus() == configv1.KeyStatus_KEY_STATUS_ACTIVE {
 			resp.Keys = append(resp.Keys, k)

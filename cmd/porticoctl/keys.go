@@ -182,6 +182,7 @@ func (c *cli) revokeKey(ctx context.Context, args []string) int {
 	fs := c.flags(cmd)
 	app := fs.String("app", "", "revoke every active key of this app instead of one key")
 	reason := fs.String("reason", "", "why, kept with the key")
+	wait := fs.Duration("wait", 10*time.Second, "how long to wait for every node to have the revocation (0: do not wait; at most 2m)")
 	const forms = "KEY_ID [-reason TEXT], or -app APP [-reason TEXT]"
 	id, ok := c.parseWithID(cmd, fs, args, "")
 	switch {
@@ -190,8 +191,17 @@ func (c *cli) revokeKey(ctx context.Context, args []string) int {
 	case (id == "") == (*app == ""):
 		fmt.Fprintf(c.stderr, "porticoctl %s: one key or one app: porticoctl %s %s\n", cmd, cmd, forms)
 		return exitUsage
+	case *wait < 0 || *wait > maxWait:
+		fmt.Fprintf(c.stderr, "porticoctl %s: -wait is at least 0 and at most %s, not %s\n", cmd, maxWait, *wait)
+		return exitUsage
+	}
+	var waitTimeout *durationpb.Duration
+	if *wait > 0 {
+		waitTimeout = durationpb.New(*wait)
+	}
+	switch {
 	case id != "":
-		resp, err := c.keys.RevokeKey(ctx, connect.NewRequest(&keysv1.RevokeKeyRequest{KeyId: id, Reason: *reason}))
+		resp, err := c.keys.RevokeKey(ctx, connect.NewRequest(&keysv1.RevokeKeyRequest{KeyId: id, Reason: *reason, WaitTimeout: waitTimeout}))
 		if err != nil {
 			return c.failed(cmd, err)
 		}
@@ -201,9 +211,10 @@ func (c *cli) revokeKey(ctx context.Context, args []string) int {
 		k := resp.Msg.GetKey()
 		fmt.Fprintf(c.stdout, "revoked key %s (%s) of app %s\n", k.GetKeyId(), k.GetPrefix(), k.GetAppId())
 		c.printLane(cmd, resp.Msg.GetVersion())
+		c.printPropagation(cmd, resp.Msg.GetVersion(), resp.Msg.GetPropagation(), *wait)
 		return exitOK
 	default:
-		resp, err := c.keys.RevokeApp(ctx, connect.NewRequest(&keysv1.RevokeAppRequest{AppId: *app, Reason: *reason}))
+		resp, err := c.keys.RevokeApp(ctx, connect.NewRequest(&keysv1.RevokeAppRequest{AppId: *app, Reason: *reason, WaitTimeout: waitTimeout}))
 		if err != nil {
 			return c.failed(cmd, err)
 		}
@@ -220,7 +231,34 @@ func (c *cli) revokeKey(ctx context.Context, args []string) int {
 			fmt.Fprintf(c.stdout, "  %s (%s)\n", k.GetKeyId(), k.GetPrefix())
 		}
 		c.printLane(cmd, resp.Msg.GetVersion())
+		c.printPropagation(cmd, resp.Msg.GetVersion(), resp.Msg.GetPropagation(), *wait)
 		return exitOK
+	}
+}
+
+// printPropagation says whether every node has a revocation, when the
+// command waited for that. The revocation is committed either way: nodes
+// that lag get it when they catch up, or with the next signed snapshot.
+func (c *cli) printPropagation(cmd string, version uint64, p *keysv1.Propagation, wait time.Duration) {
+	switch {
+	case p == nil:
+	case p.GetUnreached():
+		if version != 0 { // printLane has said so already otherwise
+			fmt.Fprintf(c.stderr, "porticoctl %s: the control plane could not say which nodes have it; the change is committed\n", cmd)
+		}
+	case p.GetComplete():
+		fmt.Fprintf(c.stdout, "every node has it (%d connected)\n", p.GetNodes())
+	default:
+		var behind []string
+		for _, n := range p.GetBehind() {
+			b := fmt.Sprintf("%s (at version %d", n.GetNodeId(), n.GetVersion())
+			if n.GetError() != "" {
+				b += ", refused: " + n.GetError()
+			}
+			behind = append(behind, b+")")
+		}
+		fmt.Fprintf(c.stderr, "porticoctl %s: %d of %d nodes did not have it after %s: %s; the change is committed and reaches them when they catch up\n",
+			cmd, len(behind), p.GetNodes(), wait, strings.Join(behind, ", "))
 	}
 }
 

@@ -259,6 +259,54 @@ func TestKeysRevoke(t *testing.T) {
 	}
 }
 
+// TestKeysRevokeWaits: keys revoke waits (10 s unless -wait says
+// otherwise, -wait 0 not at all) for every node to have the revocation,
+// and says whether they all do; a revocation some nodes lack is still
+// committed, so the command succeeds and names them.
+func TestKeysRevokeWaits(t *testing.T) {
+	t.Parallel()
+	f, url := keyService(t)
+	f.propagation = &keysv1.Propagation{Complete: true, Nodes: 3}
+	code, out, errOut := ctl(t, keysEnv(url), "keys", "revoke", "key_00")
+	if code != 0 || out != "revoked key key_00 (ak_live_Old1) of app shop\non the fast lane as version 42\nevery node has it (3 connected)\n" || errOut != "" {
+		t.Errorf("keys revoke, every node = %d %q %q", code, out, errOut)
+	}
+	if req := only[*keysv1.RevokeKeyRequest](t, f, keysv1connect.KeyServiceRevokeKeyProcedure); req.GetWaitTimeout().AsDuration() != 10*time.Second {
+		t.Errorf("RevokeKey(%v), want a 10 s wait", req)
+	}
+
+	f, url = keyService(t)
+	f.keys = testKeys()
+	f.propagation = &keysv1.Propagation{Nodes: 5, Behind: []*keysv1.LaggingNode{{NodeId: "gw-eu-1", Version: 41}, {NodeId: "gw-us-3", Version: 40, Error: "bad entry"}}}
+	code, out, errOut = ctl(t, keysEnv(url), "keys", "revoke", "-app", "shop", "-wait", "3s")
+	if code != 0 || !strings.HasSuffix(out, "on the fast lane as version 42\n") ||
+		errOut != "porticoctl keys revoke: 2 of 5 nodes did not have it after 3s: gw-eu-1 (at version 41), gw-us-3 (at version 40, refused: bad entry); the change is committed and reaches them when they catch up\n" {
+		t.Errorf("keys revoke -app, nodes behind = %d %q %q", code, out, errOut)
+	}
+	if req := only[*keysv1.RevokeAppRequest](t, f, keysv1connect.KeyServiceRevokeAppProcedure); req.GetWaitTimeout().AsDuration() != 3*time.Second {
+		t.Errorf("RevokeApp(%v), want a 3 s wait", req)
+	}
+
+	f, url = keyService(t)
+	f.propagation = &keysv1.Propagation{Unreached: true}
+	if code, out, errOut = ctl(t, keysEnv(url), "keys", "revoke", "key_00"); code != 0 || strings.Contains(out, "every node") || !strings.Contains(errOut, "could not say which nodes have it") {
+		t.Errorf("keys revoke, control plane not asked = %d %q %q", code, out, errOut)
+	}
+
+	f, url = keyService(t)
+	if code, _, errOut = ctl(t, keysEnv(url), "keys", "revoke", "key_00", "-wait", "0"); code != 0 || errOut != "" {
+		t.Errorf("keys revoke -wait 0 = %d %q", code, errOut)
+	}
+	if req := only[*keysv1.RevokeKeyRequest](t, f, keysv1connect.KeyServiceRevokeKeyProcedure); req.GetWaitTimeout() != nil {
+		t.Errorf("RevokeKey(%v) with -wait 0, want no wait", req)
+	}
+	for _, wait := range []string{"3m", "-1s"} {
+		if code, _, errOut = ctl(t, keysEnv(url), "keys", "revoke", "key_00", "-wait", wait); code != 2 || !strings.Contains(errOut, "-wait is at least 0 and at most 2m0s") {
+			t.Errorf("keys revoke -wait %s = %d %q, want a usage error", wait, code, errOut)
+		}
+	}
+}
+
 // testKeys are app shop's keys: two active (one a test key), one revoked,
 // one expired, and one of app other.
 func testKeys() []*keysv1.Key {
