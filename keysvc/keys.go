@@ -134,11 +134,15 @@ func (s *Service) confirm(ctx context.Context, k store.Key, timeout time.Duratio
 	}
 	s.pub.kick()
 	if err != nil {
-		s.log.Warn("a new key could not be published", "key", k.ID, "err", err)
-		if !published && late(ctx, err) {
+		s.log.Warn("a new key could not be published", "key", k.ID, "taken_by_the_control_plane", published, "err", err)
+		if late(ctx, err) {
 			// The control plane was reached, or may have been, and did
-			// not take the key in time: a timeout, not an outage.
-			return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("%w: the control plane did not take the key within the %s wait; the key was withdrawn, try again", ErrNotConfirmed, timeout))
+			// not answer in time: a timeout, not an outage.
+			what := "did not take the key"
+			if published {
+				what = "did not say which nodes have the key"
+			}
+			return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("%w: the control plane %s within the %s wait; the key was withdrawn, try again", ErrNotConfirmed, what, timeout))
 		}
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%w: the control plane could not be reached; the key was withdrawn, try again", ErrNotConfirmed))
 	}
@@ -171,18 +175,24 @@ func (s *Service) waitNodes(ctx context.Context, version uint64) (*distributionv
 	left := time.Until(deadline)
 	resp, err := s.pub.wait(ctx, version, left-min(left/10, 100*time.Millisecond))
 	if err != nil && late(ctx, err) {
-		qctx, qcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		qctx, qcancel := context.WithTimeout(context.WithoutCancel(ctx), reaskTimeout)
 		defer qcancel()
 		resp, err = s.pub.wait(qctx, version, time.Millisecond)
 	}
 	return resp, err
 }
 
+// reaskTimeout bounds waitNodes' second question, past the caller's
+// deadline: a control plane that does not answer a question it can
+// answer at once is not waited for long.
+const reaskTimeout = time.Second
+
 // late reports whether err ends a wait that ran out: ctx's deadline
-// passed, or the control plane saw the deadline it was sent pass first
-// (its clock and ours read the same moment differently under load).
+// passed (its timer may not have fired yet when the answer was given up
+// on), or the control plane saw the deadline it was sent pass first (its
+// clock and ours read the same moment differently under load).
 func late(ctx context.Context, err error) bool {
-	return ctx.Err() != nil || connect.CodeOf(err) == connect.CodeDeadlineExceeded
+	return ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || connect.CodeOf(err) == connect.CodeDeadlineExceeded
 }
 
 // lagging is the nodes a Wait answer names as lacking the version.
@@ -198,20 +208,26 @@ func lagging(resp *distributionv1.WaitResponse) []*keysv1.LaggingNode {
 // connected to the fast lane to have version, and says which did. The
 // change is committed whatever it finds.
 func (s *Service) propagation(ctx context.Context, version uint64, wait *durationpb.Duration) *keysv1.Propagation {
-	if wait == nil {
+	switch {
+	case wait == nil:
 		return nil
-	}
-	if s.pub.client == nil || version == 0 {
-		return &keysv1.Propagation{Unreached: true}
+	case s.pub.client == nil:
+		return &keysv1.Propagation{State: keysv1.Propagation_STATE_NO_FAST_LANE}
+	case version == 0:
+		return &keysv1.Propagation{State: keysv1.Propagation_STATE_UNREACHED}
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait.AsDuration())
 	defer cancel()
 	resp, err := s.waitNodes(ctx, version)
 	if err != nil {
 		s.log.Warn("asking the control plane which nodes have a change failed", "version", version, "err", err)
-		return &keysv1.Propagation{Unreached: true}
+		return &keysv1.Propagation{State: keysv1.Propagation_STATE_UNREACHED}
 	}
-	return &keysv1.Propagation{Complete: resp.GetComplete(), Nodes: resp.GetNodes(), Behind: lagging(resp)}
+	p := &keysv1.Propagation{State: keysv1.Propagation_STATE_INCOMPLETE, Nodes: resp.GetNodes(), Behind: lagging(resp)}
+	if resp.GetComplete() {
+		p.State = keysv1.Propagation_STATE_COMPLETE
+	}
+	return p
 }
 
 func waitTimeout(d *durationpb.Duration, def time.Duration) time.Duration {
@@ -231,7 +247,7 @@ func (a *keyAPI) RevokeKey(ctx context.Context, req *connect.Request[keysv1.Revo
 		s.log.Info("key revoked", "key", k.ID, "by", callerOf(ctx).Name, "reason", req.Msg.GetReason(), "rev", k.Rev)
 	}
 	v := s.publishNow(ctx)
-	return connect.NewResponse(&keysv1.RevokeKeyResponse{Key: toAPI(k), Version: v, Propagation: s.propagation(ctx, v, req.Msg.GetWaitTimeout())}), nil
+	return connect.NewResponse(&keysv1.RevokeKeyResponse{Key: toAPI(k), Version: v, Propagation: s.propagation(ctx, v, req.Msg.GetWaitForNodes())}), nil
 }
 
 func (a *keyAPI) RevokeApp(ctx context.Context, req *connect.Request[keysv1.RevokeAppRequest]) (*connect.Response[keysv1.RevokeAppResponse], error) {
@@ -242,7 +258,7 @@ func (a *keyAPI) RevokeApp(ctx context.Context, req *connect.Request[keysv1.Revo
 	}
 	s.log.Info("app revoked", "app", req.Msg.GetAppId(), "keys", len(keys), "by", callerOf(ctx).Name, "reason", req.Msg.GetReason())
 	v := s.publishNow(ctx)
-	resp := &keysv1.RevokeAppResponse{Version: v, Propagation: s.propagation(ctx, v, req.Msg.GetWaitTimeout())}
+	resp := &keysv1.RevokeAppResponse{Version: v, Propagation: s.propagation(ctx, v, req.Msg.GetWaitForNodes())}
 	for _, k := range keys {
 		resp.Keys = append(resp.Keys, toAPI(k))
 	}

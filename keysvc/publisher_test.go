@@ -175,11 +175,11 @@ func TestPublishAfterControlPlaneReturns(t *testing.T) {
 
 	// It asks to wait for the nodes: there is no one to ask, and the
 	// answer says so.
-	rv, err := s.keys.RevokeKey(ctx, connect.NewRequest(&keysv1.RevokeKeyRequest{KeyId: seeded.ID, Reason: "leaked", WaitTimeout: durationpb.New(time.Second)}))
+	rv, err := s.keys.RevokeKey(ctx, connect.NewRequest(&keysv1.RevokeKeyRequest{KeyId: seeded.ID, Reason: "leaked", WaitForNodes: durationpb.New(time.Second)}))
 	if err != nil {
 		t.Fatalf("RevokeKey with the control plane down: %v", err)
 	}
-	if rv.Msg.GetVersion() != 0 || rv.Msg.GetKey().GetStatus() != configv1.KeyStatus_KEY_STATUS_REVOKED || !rv.Msg.GetPropagation().GetUnreached() {
+	if rv.Msg.GetVersion() != 0 || rv.Msg.GetKey().GetStatus() != configv1.KeyStatus_KEY_STATUS_REVOKED || rv.Msg.GetPropagation().GetState() != keysv1.Propagation_STATE_UNREACHED {
 		t.Errorf("RevokeKey with the control plane down = %v, want revoked at version 0, the nodes unreached", rv.Msg)
 	}
 	if k := s.storedKey(t, seeded.ID); k.Status != store.StatusRevoked {
@@ -408,12 +408,16 @@ func TestPublishAfterStoreRestore(t *testing.T) {
 // (early).
 type slowWait struct {
 	distributionv1connect.FastLaneServiceHandler
-	early bool
-	asked atomic.Int32
+	early, never bool
+	asked        atomic.Int32
 }
 
 func (s *slowWait) Wait(ctx context.Context, req *connect.Request[distributionv1.WaitRequest]) (*connect.Response[distributionv1.WaitResponse], error) {
 	s.asked.Add(1)
+	if s.never {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
 	if d := req.Msg.GetTimeout().AsDuration(); d > 10*time.Millisecond {
 		if s.early {
 			return nil, connect.NewError(connect.CodeDeadlineExceeded, errors.New("the wait's deadline passed"))
@@ -435,13 +439,20 @@ func (s *slowWait) Wait(ctx context.Context, req *connect.Request[distributionv1
 func TestCreateKeyNamesLaggingNodesAfterALateWait(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name  string
-		early bool
-	}{{"late_answer", false}, {"early_deadline_exceeded", true}} {
+		name         string
+		early, never bool
+		want         string
+	}{
+		{"late_answer", false, false, "slow-node"},
+		{"early_deadline_exceeded", true, false, "slow-node"},
+		// A control plane that took the key and never answers, even at
+		// once: still the timeout it is.
+		{"never_answers", false, true, "did not say which nodes have the key"},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			cp := newControl(t)
-			slow := &slowWait{FastLaneServiceHandler: cp.Distribution.Publisher(), early: tc.early}
+			slow := &slowWait{FastLaneServiceHandler: cp.Distribution.Publisher(), early: tc.early, never: tc.never}
 			mux := http.NewServeMux()
 			mux.Handle("/", cp.Handler)
 			path, h := distributionv1connect.NewFastLaneServiceHandler(slow)
@@ -449,8 +460,8 @@ func TestCreateKeyNamesLaggingNodesAfterALateWait(t *testing.T) {
 			url := serve(t, mux, nil)
 			s := startService(t, keysvc.Options{ControlURL: url, ControlToken: publisherToken, WaitTimeout: 300 * time.Millisecond})
 			_, err := s.keys.CreateKey(context.Background(), connect.NewRequest(&keysv1.CreateKeyRequest{AppId: "app-late", TenantId: "t-1", Plan: "gold", Env: keysv1.Environment_ENVIRONMENT_LIVE}))
-			if connect.CodeOf(err) != connect.CodeDeadlineExceeded || !strings.Contains(err.Error(), "slow-node") {
-				t.Fatalf("CreateKey whose Wait answers late: %v, want DeadlineExceeded naming slow-node", err)
+			if connect.CodeOf(err) != connect.CodeDeadlineExceeded || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("CreateKey whose Wait answers late: %v, want DeadlineExceeded saying %q", err, tc.want)
 			}
 			if n := slow.asked.Load(); n != 2 {
 				t.Errorf("Wait asked %d times, want 2 (the wait, then at once)", n)

@@ -137,7 +137,7 @@ func (f *fakeKeys) RevokeKey(_ context.Context, req *connect.Request[keysv1.Revo
 	resp := &keysv1.RevokeKeyResponse{Version: f.version, Key: &keysv1.Key{
 		KeyId: req.Msg.GetKeyId(), Prefix: "ak_live_Old1", AppId: "shop", Status: configv1.KeyStatus_KEY_STATUS_REVOKED, RevokeReason: req.Msg.GetReason(),
 	}}
-	if req.Msg.GetWaitTimeout() != nil {
+	if req.Msg.GetWaitForNodes() != nil {
 		resp.Propagation = f.propagation
 	}
 	return connect.NewResponse(resp), nil
@@ -148,7 +148,7 @@ func (f *fakeKeys) RevokeApp(_ context.Context, req *connect.Request[keysv1.Revo
 		return nil, err
 	}
 	resp := &keysv1.RevokeAppResponse{Version: f.version}
-	if req.Msg.GetWaitTimeout() != nil {
+	if req.Msg.GetWaitForNodes() != nil {
 		resp.Propagation = f.propagation
 	}
 	for _, k := range f.keys {

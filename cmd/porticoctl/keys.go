@@ -183,7 +183,7 @@ func (c *cli) revokeKey(ctx context.Context, args []string) int {
 	app := fs.String("app", "", "revoke every active key of this app instead of one key")
 	reason := fs.String("reason", "", "why, kept with the key")
 	wait := fs.Duration("wait", 10*time.Second, "how long to wait for every node to have the revocation (0: do not wait; at most 2m)")
-	const forms = "KEY_ID [-reason TEXT], or -app APP [-reason TEXT]"
+	const forms = "KEY_ID [-reason TEXT] [-wait 10s], or -app APP [-reason TEXT] [-wait 10s]"
 	id, ok := c.parseWithID(cmd, fs, args, "")
 	switch {
 	case !ok:
@@ -195,13 +195,13 @@ func (c *cli) revokeKey(ctx context.Context, args []string) int {
 		fmt.Fprintf(c.stderr, "porticoctl %s: -wait is at least 0 and at most %s, not %s\n", cmd, maxWait, *wait)
 		return exitUsage
 	}
-	var waitTimeout *durationpb.Duration
+	var waitForNodes *durationpb.Duration
 	if *wait > 0 {
-		waitTimeout = durationpb.New(*wait)
+		waitForNodes = durationpb.New(*wait)
 	}
 	switch {
 	case id != "":
-		resp, err := c.keys.RevokeKey(ctx, connect.NewRequest(&keysv1.RevokeKeyRequest{KeyId: id, Reason: *reason, WaitTimeout: waitTimeout}))
+		resp, err := c.keys.RevokeKey(ctx, connect.NewRequest(&keysv1.RevokeKeyRequest{KeyId: id, Reason: *reason, WaitForNodes: waitForNodes}))
 		if err != nil {
 			return c.failed(cmd, err)
 		}
@@ -214,7 +214,7 @@ func (c *cli) revokeKey(ctx context.Context, args []string) int {
 		c.printPropagation(cmd, resp.Msg.GetVersion(), resp.Msg.GetPropagation(), *wait)
 		return exitOK
 	default:
-		resp, err := c.keys.RevokeApp(ctx, connect.NewRequest(&keysv1.RevokeAppRequest{AppId: *app, Reason: *reason, WaitTimeout: waitTimeout}))
+		resp, err := c.keys.RevokeApp(ctx, connect.NewRequest(&keysv1.RevokeAppRequest{AppId: *app, Reason: *reason, WaitForNodes: waitForNodes}))
 		if err != nil {
 			return c.failed(cmd, err)
 		}
@@ -240,15 +240,15 @@ func (c *cli) revokeKey(ctx context.Context, args []string) int {
 // command waited for that. The revocation is committed either way: nodes
 // that lag get it when they catch up, or with the next signed snapshot.
 func (c *cli) printPropagation(cmd string, version uint64, p *keysv1.Propagation, wait time.Duration) {
-	switch {
-	case p == nil:
-	case p.GetUnreached():
-		if version != 0 { // printLane has said so already otherwise
-			fmt.Fprintf(c.stderr, "porticoctl %s: the control plane could not say which nodes have it; the change is committed\n", cmd)
+	switch p.GetState() {
+	case keysv1.Propagation_STATE_UNSPECIFIED: // no wait asked for
+	case keysv1.Propagation_STATE_COMPLETE:
+		if p.GetNodes() == 0 {
+			fmt.Fprintln(c.stdout, "no node is connected to the fast lane")
+			return
 		}
-	case p.GetComplete():
 		fmt.Fprintf(c.stdout, "every node has it (%d connected)\n", p.GetNodes())
-	default:
+	case keysv1.Propagation_STATE_INCOMPLETE:
 		var behind []string
 		for _, n := range p.GetBehind() {
 			b := fmt.Sprintf("%s (at version %d", n.GetNodeId(), n.GetVersion())
@@ -259,6 +259,12 @@ func (c *cli) printPropagation(cmd string, version uint64, p *keysv1.Propagation
 		}
 		fmt.Fprintf(c.stderr, "porticoctl %s: %d of %d nodes did not have it after %s: %s; the change is committed and reaches them when they catch up\n",
 			cmd, len(behind), p.GetNodes(), wait, strings.Join(behind, ", "))
+	case keysv1.Propagation_STATE_NO_FAST_LANE:
+		fmt.Fprintf(c.stderr, "porticoctl %s: the key service runs without a control plane; nodes get the change with the next signed snapshot\n", cmd)
+	default: // unreached
+		if version != 0 { // printLane has said so already otherwise
+			fmt.Fprintf(c.stderr, "porticoctl %s: the control plane could not say which nodes have it; the change is committed\n", cmd)
+		}
 	}
 }
 

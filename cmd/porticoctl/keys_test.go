@@ -266,38 +266,48 @@ func TestKeysRevoke(t *testing.T) {
 func TestKeysRevokeWaits(t *testing.T) {
 	t.Parallel()
 	f, url := keyService(t)
-	f.propagation = &keysv1.Propagation{Complete: true, Nodes: 3}
+	f.propagation = &keysv1.Propagation{State: keysv1.Propagation_STATE_COMPLETE, Nodes: 3}
 	code, out, errOut := ctl(t, keysEnv(url), "keys", "revoke", "key_00")
 	if code != 0 || out != "revoked key key_00 (ak_live_Old1) of app shop\non the fast lane as version 42\nevery node has it (3 connected)\n" || errOut != "" {
 		t.Errorf("keys revoke, every node = %d %q %q", code, out, errOut)
 	}
-	if req := only[*keysv1.RevokeKeyRequest](t, f, keysv1connect.KeyServiceRevokeKeyProcedure); req.GetWaitTimeout().AsDuration() != 10*time.Second {
+	if req := only[*keysv1.RevokeKeyRequest](t, f, keysv1connect.KeyServiceRevokeKeyProcedure); req.GetWaitForNodes().AsDuration() != 10*time.Second {
 		t.Errorf("RevokeKey(%v), want a 10 s wait", req)
 	}
 
 	f, url = keyService(t)
 	f.keys = testKeys()
-	f.propagation = &keysv1.Propagation{Nodes: 5, Behind: []*keysv1.LaggingNode{{NodeId: "gw-eu-1", Version: 41}, {NodeId: "gw-us-3", Version: 40, Error: "bad entry"}}}
+	f.propagation = &keysv1.Propagation{State: keysv1.Propagation_STATE_INCOMPLETE, Nodes: 5, Behind: []*keysv1.LaggingNode{{NodeId: "gw-eu-1", Version: 41}, {NodeId: "gw-us-3", Version: 40, Error: "bad entry"}}}
 	code, out, errOut = ctl(t, keysEnv(url), "keys", "revoke", "-app", "shop", "-wait", "3s")
 	if code != 0 || !strings.HasSuffix(out, "on the fast lane as version 42\n") ||
 		errOut != "porticoctl keys revoke: 2 of 5 nodes did not have it after 3s: gw-eu-1 (at version 41), gw-us-3 (at version 40, refused: bad entry); the change is committed and reaches them when they catch up\n" {
 		t.Errorf("keys revoke -app, nodes behind = %d %q %q", code, out, errOut)
 	}
-	if req := only[*keysv1.RevokeAppRequest](t, f, keysv1connect.KeyServiceRevokeAppProcedure); req.GetWaitTimeout().AsDuration() != 3*time.Second {
+	if req := only[*keysv1.RevokeAppRequest](t, f, keysv1connect.KeyServiceRevokeAppProcedure); req.GetWaitForNodes().AsDuration() != 3*time.Second {
 		t.Errorf("RevokeApp(%v), want a 3 s wait", req)
 	}
 
+	for state, want := range map[keysv1.Propagation_State]string{
+		keysv1.Propagation_STATE_UNREACHED:    "could not say which nodes have it",
+		keysv1.Propagation_STATE_NO_FAST_LANE: "nodes get the change with the next signed snapshot",
+	} {
+		f, url = keyService(t)
+		f.propagation = &keysv1.Propagation{State: state}
+		if code, out, errOut = ctl(t, keysEnv(url), "keys", "revoke", "key_00"); code != 0 || strings.Contains(out, "every node") || !strings.Contains(errOut, want) {
+			t.Errorf("keys revoke, %v = %d %q %q", state, code, out, errOut)
+		}
+	}
 	f, url = keyService(t)
-	f.propagation = &keysv1.Propagation{Unreached: true}
-	if code, out, errOut = ctl(t, keysEnv(url), "keys", "revoke", "key_00"); code != 0 || strings.Contains(out, "every node") || !strings.Contains(errOut, "could not say which nodes have it") {
-		t.Errorf("keys revoke, control plane not asked = %d %q %q", code, out, errOut)
+	f.propagation = &keysv1.Propagation{State: keysv1.Propagation_STATE_COMPLETE}
+	if code, out, _ = ctl(t, keysEnv(url), "keys", "revoke", "key_00"); code != 0 || !strings.HasSuffix(out, "no node is connected to the fast lane\n") {
+		t.Errorf("keys revoke, no node connected = %d %q", code, out)
 	}
 
 	f, url = keyService(t)
 	if code, _, errOut = ctl(t, keysEnv(url), "keys", "revoke", "key_00", "-wait", "0"); code != 0 || errOut != "" {
 		t.Errorf("keys revoke -wait 0 = %d %q", code, errOut)
 	}
-	if req := only[*keysv1.RevokeKeyRequest](t, f, keysv1connect.KeyServiceRevokeKeyProcedure); req.GetWaitTimeout() != nil {
+	if req := only[*keysv1.RevokeKeyRequest](t, f, keysv1connect.KeyServiceRevokeKeyProcedure); req.GetWaitForNodes() != nil {
 		t.Errorf("RevokeKey(%v) with -wait 0, want no wait", req)
 	}
 	for _, wait := range []string{"3m", "-1s"} {

@@ -56,9 +56,10 @@ API keys (the key service):
                               this one time only
   keys rotate KEY_ID [-overlap 24h] [-wait 10s]
                               issue a successor; the old key stops after the overlap
-  keys revoke KEY_ID [-reason TEXT]
-  keys revoke -app APP [-reason TEXT]
-                              stop a key, or every active key of an app, on every node
+  keys revoke KEY_ID [-reason TEXT] [-wait 10s]
+  keys revoke -app APP [-reason TEXT] [-wait 10s]
+                              stop a key, or every active key of an app, on every node;
+                              waits until every node has it (-wait 0: not at all)
   keys list [-app APP] [-tenant T] [-all]
                               keys that work (-all: revoked and expired ones too)
   keys get KEY_ID             one key's metadata

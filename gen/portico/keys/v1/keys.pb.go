@@ -76,6 +76,68 @@ func (Environment) EnumDescriptor() ([]byte, []int) {
 	return file_portico_keys_v1_keys_proto_rawDescGZIP(), []int{0}
 }
 
+type Propagation_State int32
+
+const (
+	Propagation_STATE_UNSPECIFIED Propagation_State = 0
+	// Every connected node has it (or no node is connected: nodes then
+	// number 0).
+	Propagation_STATE_COMPLETE Propagation_State = 1
+	// Some connected nodes did not have it in time: behind names them.
+	Propagation_STATE_INCOMPLETE Propagation_State = 2
+	// The control plane could not be asked: it was down, or did not
+	// answer in time.
+	Propagation_STATE_UNREACHED Propagation_State = 3
+	// The key service runs without a control plane: nodes learn changes
+	// from its signed snapshot only.
+	Propagation_STATE_NO_FAST_LANE Propagation_State = 4
+)
+
+// Enum value maps for Propagation_State.
+var (
+	Propagation_State_name = map[int32]string{
+		0: "STATE_UNSPECIFIED",
+		1: "STATE_COMPLETE",
+		2: "STATE_INCOMPLETE",
+		3: "STATE_UNREACHED",
+		4: "STATE_NO_FAST_LANE",
+	}
+	Propagation_State_value = map[string]int32{
+		"STATE_UNSPECIFIED":  0,
+		"STATE_COMPLETE":     1,
+		"STATE_INCOMPLETE":   2,
+		"STATE_UNREACHED":    3,
+		"STATE_NO_FAST_LANE": 4,
+	}
+)
+
+func (x Propagation_State) Enum() *Propagation_State {
+	p := new(Propagation_State)
+	*p = x
+	return p
+}
+
+func (x Propagation_State) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Propagation_State) Descriptor() protoreflect.EnumDescriptor {
+	return file_portico_keys_v1_keys_proto_enumTypes[1].Descriptor()
+}
+
+func (Propagation_State) Type() protoreflect.EnumType {
+	return &file_portico_keys_v1_keys_proto_enumTypes[1]
+}
+
+func (x Propagation_State) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Propagation_State.Descriptor instead.
+func (Propagation_State) EnumDescriptor() ([]byte, []int) {
+	return file_portico_keys_v1_keys_proto_rawDescGZIP(), []int{9, 0}
+}
+
 // Key is a key's metadata: everything but the key and its hash.
 type Key struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -538,11 +600,12 @@ type RevokeKeyRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	KeyId  string                 `protobuf:"bytes,1,opt,name=key_id,json=keyId,proto3" json:"key_id,omitempty"`
 	Reason string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	// WaitTimeout, if set, makes the answer wait up to that long for every
-	// node connected to the fast lane to have the revocation, and say in
-	// propagation which did. Unset, the answer comes once the revocation is
-	// committed and handed to the control plane.
-	WaitTimeout   *durationpb.Duration `protobuf:"bytes,3,opt,name=wait_timeout,json=waitTimeout,proto3" json:"wait_timeout,omitempty"`
+	// WaitForNodes, if set, makes the answer wait, after the revocation is
+	// committed and handed to the control plane (which takes at most the
+	// key service's -wait-timeout), up to this long for every node connected
+	// to the fast lane to have it, and say in propagation which did. Unset,
+	// the answer comes once the revocation is handed over.
+	WaitForNodes  *durationpb.Duration `protobuf:"bytes,3,opt,name=wait_for_nodes,json=waitForNodes,proto3" json:"wait_for_nodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -591,9 +654,9 @@ func (x *RevokeKeyRequest) GetReason() string {
 	return ""
 }
 
-func (x *RevokeKeyRequest) GetWaitTimeout() *durationpb.Duration {
+func (x *RevokeKeyRequest) GetWaitForNodes() *durationpb.Duration {
 	if x != nil {
-		return x.WaitTimeout
+		return x.WaitForNodes
 	}
 	return nil
 }
@@ -666,8 +729,8 @@ type RevokeAppRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	AppId  string                 `protobuf:"bytes,1,opt,name=app_id,json=appId,proto3" json:"app_id,omitempty"`
 	Reason string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
-	// WaitTimeout: as in RevokeKeyRequest.
-	WaitTimeout   *durationpb.Duration `protobuf:"bytes,3,opt,name=wait_timeout,json=waitTimeout,proto3" json:"wait_timeout,omitempty"`
+	// WaitForNodes: as in RevokeKeyRequest.
+	WaitForNodes  *durationpb.Duration `protobuf:"bytes,3,opt,name=wait_for_nodes,json=waitForNodes,proto3" json:"wait_for_nodes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -716,9 +779,9 @@ func (x *RevokeAppRequest) GetReason() string {
 	return ""
 }
 
-func (x *RevokeAppRequest) GetWaitTimeout() *durationpb.Duration {
+func (x *RevokeAppRequest) GetWaitForNodes() *durationpb.Duration {
 	if x != nil {
-		return x.WaitTimeout
+		return x.WaitForNodes
 	}
 	return nil
 }
@@ -784,18 +847,15 @@ func (x *RevokeAppResponse) GetPropagation() *Propagation {
 }
 
 // Propagation says which nodes connected to the fast lane have a change.
+// The change is committed whatever it says: a node that lags gets it when
+// it catches up, or with the next signed snapshot.
 type Propagation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Complete: every connected node has it (or no node is connected).
-	Complete bool `protobuf:"varint,1,opt,name=complete,proto3" json:"complete,omitempty"`
-	// Nodes is how many nodes were connected.
+	State Propagation_State      `protobuf:"varint,1,opt,name=state,proto3,enum=portico.keys.v1.Propagation_State" json:"state,omitempty"`
+	// Nodes is how many nodes were connected (COMPLETE and INCOMPLETE).
 	Nodes int32 `protobuf:"varint,2,opt,name=nodes,proto3" json:"nodes,omitempty"`
 	// Behind lists the connected nodes that did not have it in time.
-	Behind []*LaggingNode `protobuf:"bytes,3,rep,name=behind,proto3" json:"behind,omitempty"`
-	// Unreached: the control plane could not be asked (it was down, or
-	// did not answer); the change reaches nodes through the signed snapshot
-	// and, once the control plane is back, the lane.
-	Unreached     bool `protobuf:"varint,4,opt,name=unreached,proto3" json:"unreached,omitempty"`
+	Behind        []*LaggingNode `protobuf:"bytes,3,rep,name=behind,proto3" json:"behind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -830,11 +890,11 @@ func (*Propagation) Descriptor() ([]byte, []int) {
 	return file_portico_keys_v1_keys_proto_rawDescGZIP(), []int{9}
 }
 
-func (x *Propagation) GetComplete() bool {
+func (x *Propagation) GetState() Propagation_State {
 	if x != nil {
-		return x.Complete
+		return x.State
 	}
-	return false
+	return Propagation_STATE_UNSPECIFIED
 }
 
 func (x *Propagation) GetNodes() int32 {
@@ -849,13 +909,6 @@ func (x *Propagation) GetBehind() []*LaggingNode {
 		return x.Behind
 	}
 	return nil
-}
-
-func (x *Propagation) GetUnreached() bool {
-	if x != nil {
-		return x.Unreached
-	}
-	return false
 }
 
 // LaggingNode is a node that did not have a change in time.
@@ -1448,28 +1501,33 @@ const file_portico_keys_v1_keys_proto_rawDesc = "" +
 	"\x11RotateKeyResponse\x12&\n" +
 	"\x03key\x18\x01 \x01(\v2\x14.portico.keys.v1.KeyR\x03key\x12\x17\n" +
 	"\araw_key\x18\x02 \x01(\tR\x06rawKey\x120\n" +
-	"\bprevious\x18\x03 \x01(\v2\x14.portico.keys.v1.KeyR\bprevious\"\xa0\x01\n" +
+	"\bprevious\x18\x03 \x01(\v2\x14.portico.keys.v1.KeyR\bprevious\"\xa3\x01\n" +
 	"\x10RevokeKeyRequest\x12\x1e\n" +
 	"\x06key_id\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\x05keyId\x12 \n" +
-	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\x06reason\x12J\n" +
-	"\fwait_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationB\f\xbaH\t\xaa\x01\x06\"\x02\bx*\x00R\vwaitTimeout\"\x95\x01\n" +
+	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\x06reason\x12M\n" +
+	"\x0ewait_for_nodes\x18\x03 \x01(\v2\x19.google.protobuf.DurationB\f\xbaH\t\xaa\x01\x06\"\x02\bx*\x00R\fwaitForNodes\"\x95\x01\n" +
 	"\x11RevokeKeyResponse\x12&\n" +
 	"\x03key\x18\x01 \x01(\v2\x14.portico.keys.v1.KeyR\x03key\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12>\n" +
-	"\vpropagation\x18\x03 \x01(\v2\x1c.portico.keys.v1.PropagationR\vpropagation\"\xa0\x01\n" +
+	"\vpropagation\x18\x03 \x01(\v2\x1c.portico.keys.v1.PropagationR\vpropagation\"\xa3\x01\n" +
 	"\x10RevokeAppRequest\x12\x1e\n" +
 	"\x06app_id\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\x05appId\x12 \n" +
-	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\x06reason\x12J\n" +
-	"\fwait_timeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationB\f\xbaH\t\xaa\x01\x06\"\x02\bx*\x00R\vwaitTimeout\"\x97\x01\n" +
+	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\x06reason\x12M\n" +
+	"\x0ewait_for_nodes\x18\x03 \x01(\v2\x19.google.protobuf.DurationB\f\xbaH\t\xaa\x01\x06\"\x02\bx*\x00R\fwaitForNodes\"\x97\x01\n" +
 	"\x11RevokeAppResponse\x12(\n" +
 	"\x04keys\x18\x01 \x03(\v2\x14.portico.keys.v1.KeyR\x04keys\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12>\n" +
-	"\vpropagation\x18\x03 \x01(\v2\x1c.portico.keys.v1.PropagationR\vpropagation\"\x93\x01\n" +
-	"\vPropagation\x12\x1a\n" +
-	"\bcomplete\x18\x01 \x01(\bR\bcomplete\x12\x14\n" +
+	"\vpropagation\x18\x03 \x01(\v2\x1c.portico.keys.v1.PropagationR\vpropagation\"\x8a\x02\n" +
+	"\vPropagation\x128\n" +
+	"\x05state\x18\x01 \x01(\x0e2\".portico.keys.v1.Propagation.StateR\x05state\x12\x14\n" +
 	"\x05nodes\x18\x02 \x01(\x05R\x05nodes\x124\n" +
-	"\x06behind\x18\x03 \x03(\v2\x1c.portico.keys.v1.LaggingNodeR\x06behind\x12\x1c\n" +
-	"\tunreached\x18\x04 \x01(\bR\tunreached\"V\n" +
+	"\x06behind\x18\x03 \x03(\v2\x1c.portico.keys.v1.LaggingNodeR\x06behind\"u\n" +
+	"\x05State\x12\x15\n" +
+	"\x11STATE_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eSTATE_COMPLETE\x10\x01\x12\x14\n" +
+	"\x10STATE_INCOMPLETE\x10\x02\x12\x13\n" +
+	"\x0fSTATE_UNREACHED\x10\x03\x12\x16\n" +
+	"\x12STATE_NO_FAST_LANE\x10\x04\"V\n" +
 	"\vLaggingNode\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x14\n" +
@@ -1530,89 +1588,91 @@ func file_portico_keys_v1_keys_proto_rawDescGZIP() []byte {
 	return file_portico_keys_v1_keys_proto_rawDescData
 }
 
-var file_portico_keys_v1_keys_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_portico_keys_v1_keys_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_portico_keys_v1_keys_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_portico_keys_v1_keys_proto_goTypes = []any{
 	(Environment)(0),                  // 0: portico.keys.v1.Environment
-	(*Key)(nil),                       // 1: portico.keys.v1.Key
-	(*CreateKeyRequest)(nil),          // 2: portico.keys.v1.CreateKeyRequest
-	(*CreateKeyResponse)(nil),         // 3: portico.keys.v1.CreateKeyResponse
-	(*RotateKeyRequest)(nil),          // 4: portico.keys.v1.RotateKeyRequest
-	(*RotateKeyResponse)(nil),         // 5: portico.keys.v1.RotateKeyResponse
-	(*RevokeKeyRequest)(nil),          // 6: portico.keys.v1.RevokeKeyRequest
-	(*RevokeKeyResponse)(nil),         // 7: portico.keys.v1.RevokeKeyResponse
-	(*RevokeAppRequest)(nil),          // 8: portico.keys.v1.RevokeAppRequest
-	(*RevokeAppResponse)(nil),         // 9: portico.keys.v1.RevokeAppResponse
-	(*Propagation)(nil),               // 10: portico.keys.v1.Propagation
-	(*LaggingNode)(nil),               // 11: portico.keys.v1.LaggingNode
-	(*GetKeyRequest)(nil),             // 12: portico.keys.v1.GetKeyRequest
-	(*GetKeyResponse)(nil),            // 13: portico.keys.v1.GetKeyResponse
-	(*ListKeysRequest)(nil),           // 14: portico.keys.v1.ListKeysRequest
-	(*ListKeysResponse)(nil),          // 15: portico.keys.v1.ListKeysResponse
-	(*DenyRequest)(nil),               // 16: portico.keys.v1.DenyRequest
-	(*DenyResponse)(nil),              // 17: portico.keys.v1.DenyResponse
-	(*ListDenyEntriesRequest)(nil),    // 18: portico.keys.v1.ListDenyEntriesRequest
-	(*ListDenyEntriesResponse)(nil),   // 19: portico.keys.v1.ListDenyEntriesResponse
-	(*PublishIssuerKeysRequest)(nil),  // 20: portico.keys.v1.PublishIssuerKeysRequest
-	(*PublishIssuerKeysResponse)(nil), // 21: portico.keys.v1.PublishIssuerKeysResponse
-	(v1.Priority)(0),                  // 22: portico.config.v1.Priority
-	(v1.KeyStatus)(0),                 // 23: portico.config.v1.KeyStatus
-	(*timestamppb.Timestamp)(nil),     // 24: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 25: google.protobuf.Duration
-	(*v1.DenyEntry)(nil),              // 26: portico.config.v1.DenyEntry
-	(*v1.IssuerKeys)(nil),             // 27: portico.config.v1.IssuerKeys
+	(Propagation_State)(0),            // 1: portico.keys.v1.Propagation.State
+	(*Key)(nil),                       // 2: portico.keys.v1.Key
+	(*CreateKeyRequest)(nil),          // 3: portico.keys.v1.CreateKeyRequest
+	(*CreateKeyResponse)(nil),         // 4: portico.keys.v1.CreateKeyResponse
+	(*RotateKeyRequest)(nil),          // 5: portico.keys.v1.RotateKeyRequest
+	(*RotateKeyResponse)(nil),         // 6: portico.keys.v1.RotateKeyResponse
+	(*RevokeKeyRequest)(nil),          // 7: portico.keys.v1.RevokeKeyRequest
+	(*RevokeKeyResponse)(nil),         // 8: portico.keys.v1.RevokeKeyResponse
+	(*RevokeAppRequest)(nil),          // 9: portico.keys.v1.RevokeAppRequest
+	(*RevokeAppResponse)(nil),         // 10: portico.keys.v1.RevokeAppResponse
+	(*Propagation)(nil),               // 11: portico.keys.v1.Propagation
+	(*LaggingNode)(nil),               // 12: portico.keys.v1.LaggingNode
+	(*GetKeyRequest)(nil),             // 13: portico.keys.v1.GetKeyRequest
+	(*GetKeyResponse)(nil),            // 14: portico.keys.v1.GetKeyResponse
+	(*ListKeysRequest)(nil),           // 15: portico.keys.v1.ListKeysRequest
+	(*ListKeysResponse)(nil),          // 16: portico.keys.v1.ListKeysResponse
+	(*DenyRequest)(nil),               // 17: portico.keys.v1.DenyRequest
+	(*DenyResponse)(nil),              // 18: portico.keys.v1.DenyResponse
+	(*ListDenyEntriesRequest)(nil),    // 19: portico.keys.v1.ListDenyEntriesRequest
+	(*ListDenyEntriesResponse)(nil),   // 20: portico.keys.v1.ListDenyEntriesResponse
+	(*PublishIssuerKeysRequest)(nil),  // 21: portico.keys.v1.PublishIssuerKeysRequest
+	(*PublishIssuerKeysResponse)(nil), // 22: portico.keys.v1.PublishIssuerKeysResponse
+	(v1.Priority)(0),                  // 23: portico.config.v1.Priority
+	(v1.KeyStatus)(0),                 // 24: portico.config.v1.KeyStatus
+	(*timestamppb.Timestamp)(nil),     // 25: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 26: google.protobuf.Duration
+	(*v1.DenyEntry)(nil),              // 27: portico.config.v1.DenyEntry
+	(*v1.IssuerKeys)(nil),             // 28: portico.config.v1.IssuerKeys
 }
 var file_portico_keys_v1_keys_proto_depIdxs = []int32{
 	0,  // 0: portico.keys.v1.Key.env:type_name -> portico.keys.v1.Environment
-	22, // 1: portico.keys.v1.Key.priority:type_name -> portico.config.v1.Priority
-	23, // 2: portico.keys.v1.Key.status:type_name -> portico.config.v1.KeyStatus
-	24, // 3: portico.keys.v1.Key.created:type_name -> google.protobuf.Timestamp
-	24, // 4: portico.keys.v1.Key.not_after:type_name -> google.protobuf.Timestamp
-	24, // 5: portico.keys.v1.Key.revoked:type_name -> google.protobuf.Timestamp
+	23, // 1: portico.keys.v1.Key.priority:type_name -> portico.config.v1.Priority
+	24, // 2: portico.keys.v1.Key.status:type_name -> portico.config.v1.KeyStatus
+	25, // 3: portico.keys.v1.Key.created:type_name -> google.protobuf.Timestamp
+	25, // 4: portico.keys.v1.Key.not_after:type_name -> google.protobuf.Timestamp
+	25, // 5: portico.keys.v1.Key.revoked:type_name -> google.protobuf.Timestamp
 	0,  // 6: portico.keys.v1.CreateKeyRequest.env:type_name -> portico.keys.v1.Environment
-	22, // 7: portico.keys.v1.CreateKeyRequest.priority:type_name -> portico.config.v1.Priority
-	24, // 8: portico.keys.v1.CreateKeyRequest.not_after:type_name -> google.protobuf.Timestamp
-	25, // 9: portico.keys.v1.CreateKeyRequest.wait_timeout:type_name -> google.protobuf.Duration
-	1,  // 10: portico.keys.v1.CreateKeyResponse.key:type_name -> portico.keys.v1.Key
-	25, // 11: portico.keys.v1.RotateKeyRequest.overlap:type_name -> google.protobuf.Duration
-	25, // 12: portico.keys.v1.RotateKeyRequest.wait_timeout:type_name -> google.protobuf.Duration
-	1,  // 13: portico.keys.v1.RotateKeyResponse.key:type_name -> portico.keys.v1.Key
-	1,  // 14: portico.keys.v1.RotateKeyResponse.previous:type_name -> portico.keys.v1.Key
-	25, // 15: portico.keys.v1.RevokeKeyRequest.wait_timeout:type_name -> google.protobuf.Duration
-	1,  // 16: portico.keys.v1.RevokeKeyResponse.key:type_name -> portico.keys.v1.Key
-	10, // 17: portico.keys.v1.RevokeKeyResponse.propagation:type_name -> portico.keys.v1.Propagation
-	25, // 18: portico.keys.v1.RevokeAppRequest.wait_timeout:type_name -> google.protobuf.Duration
-	1,  // 19: portico.keys.v1.RevokeAppResponse.keys:type_name -> portico.keys.v1.Key
-	10, // 20: portico.keys.v1.RevokeAppResponse.propagation:type_name -> portico.keys.v1.Propagation
-	11, // 21: portico.keys.v1.Propagation.behind:type_name -> portico.keys.v1.LaggingNode
-	1,  // 22: portico.keys.v1.GetKeyResponse.key:type_name -> portico.keys.v1.Key
-	1,  // 23: portico.keys.v1.ListKeysResponse.keys:type_name -> portico.keys.v1.Key
-	26, // 24: portico.keys.v1.DenyRequest.entry:type_name -> portico.config.v1.DenyEntry
-	26, // 25: portico.keys.v1.ListDenyEntriesResponse.entries:type_name -> portico.config.v1.DenyEntry
-	27, // 26: portico.keys.v1.PublishIssuerKeysRequest.keys:type_name -> portico.config.v1.IssuerKeys
-	2,  // 27: portico.keys.v1.KeyService.CreateKey:input_type -> portico.keys.v1.CreateKeyRequest
-	4,  // 28: portico.keys.v1.KeyService.RotateKey:input_type -> portico.keys.v1.RotateKeyRequest
-	6,  // 29: portico.keys.v1.KeyService.RevokeKey:input_type -> portico.keys.v1.RevokeKeyRequest
-	8,  // 30: portico.keys.v1.KeyService.RevokeApp:input_type -> portico.keys.v1.RevokeAppRequest
-	12, // 31: portico.keys.v1.KeyService.GetKey:input_type -> portico.keys.v1.GetKeyRequest
-	14, // 32: portico.keys.v1.KeyService.ListKeys:input_type -> portico.keys.v1.ListKeysRequest
-	16, // 33: portico.keys.v1.TokenService.Deny:input_type -> portico.keys.v1.DenyRequest
-	18, // 34: portico.keys.v1.TokenService.ListDenyEntries:input_type -> portico.keys.v1.ListDenyEntriesRequest
-	20, // 35: portico.keys.v1.TokenService.PublishIssuerKeys:input_type -> portico.keys.v1.PublishIssuerKeysRequest
-	3,  // 36: portico.keys.v1.KeyService.CreateKey:output_type -> portico.keys.v1.CreateKeyResponse
-	5,  // 37: portico.keys.v1.KeyService.RotateKey:output_type -> portico.keys.v1.RotateKeyResponse
-	7,  // 38: portico.keys.v1.KeyService.RevokeKey:output_type -> portico.keys.v1.RevokeKeyResponse
-	9,  // 39: portico.keys.v1.KeyService.RevokeApp:output_type -> portico.keys.v1.RevokeAppResponse
-	13, // 40: portico.keys.v1.KeyService.GetKey:output_type -> portico.keys.v1.GetKeyResponse
-	15, // 41: portico.keys.v1.KeyService.ListKeys:output_type -> portico.keys.v1.ListKeysResponse
-	17, // 42: portico.keys.v1.TokenService.Deny:output_type -> portico.keys.v1.DenyResponse
-	19, // 43: portico.keys.v1.TokenService.ListDenyEntries:output_type -> portico.keys.v1.ListDenyEntriesResponse
-	21, // 44: portico.keys.v1.TokenService.PublishIssuerKeys:output_type -> portico.keys.v1.PublishIssuerKeysResponse
-	36, // [36:45] is the sub-list for method output_type
-	27, // [27:36] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	23, // 7: portico.keys.v1.CreateKeyRequest.priority:type_name -> portico.config.v1.Priority
+	25, // 8: portico.keys.v1.CreateKeyRequest.not_after:type_name -> google.protobuf.Timestamp
+	26, // 9: portico.keys.v1.CreateKeyRequest.wait_timeout:type_name -> google.protobuf.Duration
+	2,  // 10: portico.keys.v1.CreateKeyResponse.key:type_name -> portico.keys.v1.Key
+	26, // 11: portico.keys.v1.RotateKeyRequest.overlap:type_name -> google.protobuf.Duration
+	26, // 12: portico.keys.v1.RotateKeyRequest.wait_timeout:type_name -> google.protobuf.Duration
+	2,  // 13: portico.keys.v1.RotateKeyResponse.key:type_name -> portico.keys.v1.Key
+	2,  // 14: portico.keys.v1.RotateKeyResponse.previous:type_name -> portico.keys.v1.Key
+	26, // 15: portico.keys.v1.RevokeKeyRequest.wait_for_nodes:type_name -> google.protobuf.Duration
+	2,  // 16: portico.keys.v1.RevokeKeyResponse.key:type_name -> portico.keys.v1.Key
+	11, // 17: portico.keys.v1.RevokeKeyResponse.propagation:type_name -> portico.keys.v1.Propagation
+	26, // 18: portico.keys.v1.RevokeAppRequest.wait_for_nodes:type_name -> google.protobuf.Duration
+	2,  // 19: portico.keys.v1.RevokeAppResponse.keys:type_name -> portico.keys.v1.Key
+	11, // 20: portico.keys.v1.RevokeAppResponse.propagation:type_name -> portico.keys.v1.Propagation
+	1,  // 21: portico.keys.v1.Propagation.state:type_name -> portico.keys.v1.Propagation.State
+	12, // 22: portico.keys.v1.Propagation.behind:type_name -> portico.keys.v1.LaggingNode
+	2,  // 23: portico.keys.v1.GetKeyResponse.key:type_name -> portico.keys.v1.Key
+	2,  // 24: portico.keys.v1.ListKeysResponse.keys:type_name -> portico.keys.v1.Key
+	27, // 25: portico.keys.v1.DenyRequest.entry:type_name -> portico.config.v1.DenyEntry
+	27, // 26: portico.keys.v1.ListDenyEntriesResponse.entries:type_name -> portico.config.v1.DenyEntry
+	28, // 27: portico.keys.v1.PublishIssuerKeysRequest.keys:type_name -> portico.config.v1.IssuerKeys
+	3,  // 28: portico.keys.v1.KeyService.CreateKey:input_type -> portico.keys.v1.CreateKeyRequest
+	5,  // 29: portico.keys.v1.KeyService.RotateKey:input_type -> portico.keys.v1.RotateKeyRequest
+	7,  // 30: portico.keys.v1.KeyService.RevokeKey:input_type -> portico.keys.v1.RevokeKeyRequest
+	9,  // 31: portico.keys.v1.KeyService.RevokeApp:input_type -> portico.keys.v1.RevokeAppRequest
+	13, // 32: portico.keys.v1.KeyService.GetKey:input_type -> portico.keys.v1.GetKeyRequest
+	15, // 33: portico.keys.v1.KeyService.ListKeys:input_type -> portico.keys.v1.ListKeysRequest
+	17, // 34: portico.keys.v1.TokenService.Deny:input_type -> portico.keys.v1.DenyRequest
+	19, // 35: portico.keys.v1.TokenService.ListDenyEntries:input_type -> portico.keys.v1.ListDenyEntriesRequest
+	21, // 36: portico.keys.v1.TokenService.PublishIssuerKeys:input_type -> portico.keys.v1.PublishIssuerKeysRequest
+	4,  // 37: portico.keys.v1.KeyService.CreateKey:output_type -> portico.keys.v1.CreateKeyResponse
+	6,  // 38: portico.keys.v1.KeyService.RotateKey:output_type -> portico.keys.v1.RotateKeyResponse
+	8,  // 39: portico.keys.v1.KeyService.RevokeKey:output_type -> portico.keys.v1.RevokeKeyResponse
+	10, // 40: portico.keys.v1.KeyService.RevokeApp:output_type -> portico.keys.v1.RevokeAppResponse
+	14, // 41: portico.keys.v1.KeyService.GetKey:output_type -> portico.keys.v1.GetKeyResponse
+	16, // 42: portico.keys.v1.KeyService.ListKeys:output_type -> portico.keys.v1.ListKeysResponse
+	18, // 43: portico.keys.v1.TokenService.Deny:output_type -> portico.keys.v1.DenyResponse
+	20, // 44: portico.keys.v1.TokenService.ListDenyEntries:output_type -> portico.keys.v1.ListDenyEntriesResponse
+	22, // 45: portico.keys.v1.TokenService.PublishIssuerKeys:output_type -> portico.keys.v1.PublishIssuerKeysResponse
+	37, // [37:46] is the sub-list for method output_type
+	28, // [28:37] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_portico_keys_v1_keys_proto_init() }
@@ -1625,7 +1685,7 @@ func file_portico_keys_v1_keys_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_portico_keys_v1_keys_proto_rawDesc), len(file_portico_keys_v1_keys_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   2,
