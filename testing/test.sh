@@ -13,9 +13,9 @@
 # piece of work once (docs/operations.md, "The test suite"):
 #   - every package is compiled once, with the race detector: go vet and
 #     go test build with -race, staticcheck reads what they compiled, and
-#     the binaries tests build (portico, the protoc plugins, the
-#     conformance suite's runner) are built with -race too
-#     (testing/gobuild);
+#     the binaries tests build (portico, the protoc plugins: see
+#     testing/gobuild) and the conformance suite's runner are built with
+#     -race too;
 #   - buf is Buf's release binary of the version tools/go.mod pins,
 #     checked against tools/buf.sum, not a 2-minute build from source;
 #   - apt, and staticcheck's build, which shares nothing with the
@@ -28,8 +28,14 @@ phase() { printf '== %s (at %d s)\n' "$*" $((SECONDS - start)); }
 
 work=$(mktemp -d)
 bg=()
+apt_pid=""
 cleanup() {
 	for p in "${bg[@]}"; do kill "$p" 2>/dev/null || true; done
+	# apt is let finish: a dpkg cut off midway leaves the machine's
+	# package database for `dpkg --configure -a` to mend.
+	if [ -n "$apt_pid" ]; then
+		wait "$apt_pid" 2>/dev/null || true
+	fi
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -59,21 +65,22 @@ fi
 # curl for the README's blocks, which cmd/portico's TestREADME runs, and
 # for fetching buf.
 command -v curl >/dev/null 2>&1 || pkgs+=(curl ca-certificates)
-apt_pid=""
 if [ ${#pkgs[@]} -gt 0 ]; then
 	phase "installing ${pkgs[*]} (in the background)"
 	(
-		$sudo apt-get update -qq
-		$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}"
+		# Another apt (an earlier run, unattended upgrades) may hold the
+		# lock for a while: wait for it rather than fail.
+		$sudo apt-get -o DPkg::Lock::Timeout=300 update -qq
+		$sudo env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${pkgs[@]}"
 	) >"$work/apt.log" 2>&1 &
 	apt_pid=$!
-	bg+=("$apt_pid")
 fi
 
-# fetch_buf prints the path of Buf's release binary of the version
-# tools/go.mod pins, fetched from the npm registry into the user's cache
-# and checked against tools/buf.sum; it fails when there is none for this
-# platform or the fetch fails.
+# fetch_buf puts Buf's release binary of the version tools/go.mod pins in
+# $work and prints its path. The tarball comes from the npm registry, or
+# from the user's cache of an earlier run, and is checked against
+# tools/buf.sum each time before it is unpacked; fetch_buf fails when
+# there is none for this platform, or no good tarball.
 fetch_buf() {
 	local ver plat want dir
 	ver=$(awk '$1 == "github.com/bufbuild/buf" {print $2}' tools/go.mod)
@@ -86,20 +93,24 @@ fetch_buf() {
 		echo "tools/buf.sum has no $plat line for buf $ver" >&2
 		return 1
 	fi
-	dir="${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/portico-test/buf-$ver-$plat"
-	mkdir -p "$dir"
-	if ! echo "$want  $dir/buf.tgz" | sha512sum -c --status 2>/dev/null; then
-		curl -fsS --retry 3 -o "$dir/buf.tgz.part" \
+	dir="${XDG_CACHE_HOME:-${HOME:-/nonexistent}/.cache}/portico-test"
+	if ! mkdir -p -m 700 "$dir" 2>/dev/null; then
+		dir="$work" # no cache: fetch every run
+	fi
+	local tgz="$dir/buf-$ver-$plat.tgz"
+	if ! echo "$want  $tgz" | sha512sum -c --status 2>/dev/null; then
+		curl -fsS --connect-timeout 10 --max-time 180 --retry 3 -o "$work/buf.tgz" \
 			"https://registry.npmjs.org/@bufbuild/buf-$plat/-/buf-$plat-${ver#v}.tgz"
-		if ! echo "$want  $dir/buf.tgz.part" | sha512sum -c --status; then
+		if ! echo "$want  $work/buf.tgz" | sha512sum -c --status; then
 			echo "the npm registry's buf $ver for $plat does not match tools/buf.sum" >&2
 			return 1
 		fi
-		mv "$dir/buf.tgz.part" "$dir/buf.tgz"
+		cp "$work/buf.tgz" "$tgz.$$" && mv "$tgz.$$" "$tgz" || true
+		tgz="$work/buf.tgz"
 	fi
-	tar -xzf "$dir/buf.tgz" -C "$dir" package/bin/buf
-	mv -f "$dir/package/bin/buf" "$dir/buf"
-	echo "$dir/buf"
+	mkdir -p "$work/buf"
+	tar -xzf "$tgz" -C "$work/buf" package/bin/buf
+	echo "$work/buf/package/bin/buf"
 }
 buf_pid=""
 if command -v curl >/dev/null 2>&1; then
@@ -108,7 +119,12 @@ if command -v curl >/dev/null 2>&1; then
 	bg+=("$buf_pid")
 fi
 
-export GOFLAGS="${GOFLAGS:-} -buildvcs=false -ldflags=-w"
+# No DWARF in the test binaries: a third of each link. (Not when GOFLAGS
+# sets -ldflags already: the last one would win.)
+case " ${GOFLAGS:-} " in
+*" -ldflags="*) export GOFLAGS="${GOFLAGS:-} -buildvcs=false" ;;
+*) export GOFLAGS="${GOFLAGS:-} -buildvcs=false -ldflags=-w" ;;
+esac
 # A race-built binary sleeps a second at exit by default; the suite runs
 # a few hundred of them.
 export GORACE="${GORACE:-} atexit_sleep_ms=0"
@@ -134,6 +150,7 @@ go vet -race ./...
 if [ -n "$apt_pid" ]; then
 	phase "waiting for apt"
 	wait_job "$apt_pid" "installing ${pkgs[*]}" "$work/apt.log"
+	apt_pid=""
 fi
 if [ -z "$buf_pid" ]; then
 	fetch_buf >"$work/buf.path" 2>"$work/buf.log" &
