@@ -21,6 +21,9 @@ go build -race -o "$bin/" \
 	./testing/cmd/conformance-gateway
 protos="$(go list -m -f '{{.Dir}}' connectrpc.com/conformance)/proto"
 
-GORACE="halt_on_error=1" "$bin/connectconformance" --mode server \
+# The gateway stops at its first race. The suite's own runner and
+# reference server are not ours to fix: a race of theirs is printed, and
+# fails nothing (exitcode=0), as before they were built with -race.
+GORACE="exitcode=0" "$bin/connectconformance" --mode server \
 	--conf testing/cmd/conformance-gateway/config.yaml -- \
-	"$bin/conformance-gateway" -protos "$protos" -referenceserver "$bin/referenceserver"
+	env GORACE="halt_on_error=1" "$bin/conformance-gateway" -protos "$protos" -referenceserver "$bin/referenceserver"
