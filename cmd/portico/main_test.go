@@ -84,7 +84,9 @@ func start(t *testing.T, args ...string) *process {
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	scanned := make(chan struct{})
 	go func() {
+		defer close(scanned)
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			p.mu.Lock()
@@ -95,16 +97,30 @@ func start(t *testing.T, args ...string) *process {
 			default:
 			}
 		}
+		_, _ = io.Copy(io.Discard, pr) // a line too long for the scanner
 	}()
 	go func() { err := p.cmd.Wait(); pw.Close(); p.done <- err }()
 	t.Cleanup(func() {
 		_ = p.cmd.Process.Kill()
 		<-p.done
+		<-scanned
+		checkRaces(t, "portico "+strings.Join(args, " "), p.output())
 		if t.Failed() {
 			t.Logf("portico output:\n%s", p.output())
 		}
 	})
 	return p
+}
+
+// checkRaces fails t if a binary built with the race detector
+// (testing/gobuild) reported a data race in its output: most of the
+// processes a test starts are killed at its end, so their exit status
+// cannot say so.
+func checkRaces(t *testing.T, what, output string) {
+	t.Helper()
+	if strings.Contains(output, "WARNING: DATA RACE") {
+		t.Errorf("%s reported a data race", what)
+	}
 }
 
 func (p *process) output() string {

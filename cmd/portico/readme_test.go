@@ -133,6 +133,7 @@ func TestREADME(t *testing.T) {
 	}
 	runBlocks(t, env, t.TempDir(), export, devBlocks, rewrite)
 	stopDev()
+	checkRaces(t, "portico dev", devOut.String())
 
 	// The control plane's block, in a directory of its own: it makes
 	// .portico/ there, and applies the example team's directory, copied
@@ -209,6 +210,7 @@ func runBlocks(t *testing.T, env []string, dir, export string, blocks []string, 
 	cmd.WaitDelay = 5 * time.Second
 	out, err := cmd.CombinedOutput()
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	checkRaces(t, "the README blocks", string(out))
 	outs := map[int]string{}
 	for i := range blocks {
 		s := string(out)
