@@ -2,7 +2,10 @@
 // that failed on the server side (HTTP 5xx; gRPC UNKNOWN, DEADLINE_EXCEEDED,
 // INTERNAL, UNAVAILABLE, DATA_LOSS), and a histogram of their latency. The
 // control plane compares these between nodes running a new version and
-// nodes still on the old one while it rolls a change out.
+// nodes still on the old one while it rolls a change out. Apart from
+// them it counts the calls the gateway refused before forwarding them
+// (credentials, limits, sizes, validation), which say nothing about the
+// route's backend and are never judged.
 //
 // Counters only grow; a reader takes a Counts and subtracts the previous
 // one. Observe is on the request path: a few atomic adds on one of a
@@ -39,9 +42,9 @@ type Route struct {
 }
 
 type shard struct {
-	requests, errors atomic.Uint64
-	buckets          [NumBuckets]atomic.Uint64
-	_                [64 - (2+NumBuckets)*8%64]byte // to a cache line boundary
+	requests, errors, refused atomic.Uint64
+	buckets                   [NumBuckets]atomic.Uint64
+	_                         [64 - (3+NumBuckets)*8%64]byte // to a cache line boundary
 }
 
 // Observe counts one call that took d; failed says the server side failed
@@ -56,6 +59,12 @@ func (r *Route) Observe(failed bool, d time.Duration) {
 	s.buckets[bucket(d)].Add(1)
 }
 
+// Refused counts one call the gateway answered itself before forwarding
+// it, d after it arrived. Safe for concurrent use.
+func (r *Route) Refused(d time.Duration) {
+	r.shards[uint64(d>>6)%shards].refused.Add(1)
+}
+
 // bucket is the index of the first bound d does not exceed: the bounds
 // double from 1 ms, so it is the bit length of d in whole milliseconds,
 // rounded up, minus one.
@@ -68,9 +77,12 @@ func bucket(d time.Duration) int {
 }
 
 // Counts are a route's counters at one moment, or the difference of two.
+// Requests, Errors and Buckets are the forwarded calls; Refused the calls
+// the gateway answered itself before forwarding them.
 type Counts struct {
 	Requests, Errors uint64
 	Buckets          [NumBuckets]uint64
+	Refused          uint64
 }
 
 // Counts sums the shards.
@@ -80,6 +92,7 @@ func (r *Route) Counts() Counts {
 		s := &r.shards[i]
 		c.Requests += s.requests.Load()
 		c.Errors += s.errors.Load()
+		c.Refused += s.refused.Load()
 		for b := range c.Buckets {
 			c.Buckets[b] += s.buckets[b].Load()
 		}
@@ -91,6 +104,7 @@ func (r *Route) Counts() Counts {
 func (c Counts) Sub(prev Counts) Counts {
 	c.Requests -= prev.Requests
 	c.Errors -= prev.Errors
+	c.Refused -= prev.Refused
 	for b := range c.Buckets {
 		c.Buckets[b] -= prev.Buckets[b]
 	}
@@ -101,6 +115,7 @@ func (c Counts) Sub(prev Counts) Counts {
 func (c Counts) Add(o Counts) Counts {
 	c.Requests += o.Requests
 	c.Errors += o.Errors
+	c.Refused += o.Refused
 	for b := range c.Buckets {
 		c.Buckets[b] += o.Buckets[b]
 	}
