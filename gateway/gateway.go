@@ -34,6 +34,7 @@ import (
 
 	"github.com/portico-gw/portico/gateway/auth"
 	"github.com/portico-gw/portico/gateway/auth/jwt"
+	"github.com/portico-gw/portico/gateway/exchange"
 	"github.com/portico-gw/portico/gateway/fastlane"
 	"github.com/portico-gw/portico/gateway/internal/framing"
 	"github.com/portico-gw/portico/gateway/proxy"
@@ -133,6 +134,8 @@ type Node struct {
 	applyMu sync.Mutex // serialises Apply
 	// stats counts each route's calls, kept across snapshots by route id.
 	stats routestats.Registry
+	// onFinish, if set, sees every request's record in finish (tests).
+	onFinish atomic.Pointer[func(*exchange.Record)]
 
 	pools     []*pool
 	servers   []*http.Server

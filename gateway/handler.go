@@ -5,8 +5,11 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/portico-gw/portico/gateway/auth"
+	"github.com/portico-gw/portico/gateway/exchange"
 	"github.com/portico-gw/portico/gateway/internal/cleanpath"
 	"github.com/portico-gw/portico/gateway/internal/framing"
 	"github.com/portico-gw/portico/gateway/problem"
@@ -17,18 +20,31 @@ import (
 	"github.com/portico-gw/portico/gateway/transcode"
 )
 
-// ServeHTTP runs the request chain for one pool. The order is fixed
-// (DESIGN.md, the request path): framing, request id, path normalisation,
-// route match, size limit, authentication and authorisation, rate limits,
-// trace context, then the proxy, which counts the body while it streams,
-// strips credentials and client identity headers, and adds the verified
-// identity.
+// records recycles the requests' records: one per request in flight.
+var records = sync.Pool{New: func() any { return new(exchange.Record) }}
+
+// ServeHTTP runs the request chain for one pool. Every request, whatever
+// its exit, ends in finish, which hands its record to the sinks.
 func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	x := records.Get().(*exchange.Record)
+	w = x.Reset(w, p.name, time.Now())
+	defer p.node.finish(x)
+	p.serve(x, w, r)
+}
+
+// serve is the request chain. The order is fixed (DESIGN.md, the request
+// path): framing, request id, path normalisation, route match, size limit,
+// authentication and authorisation, rate limits, trace context, then the
+// proxy, which counts the body while it streams, strips credentials and
+// client identity headers, and adds the verified identity. Each step
+// notes what it found in x; a refusal goes through x.Refuse.
+func (p *pool) serve(x *exchange.Record, w http.ResponseWriter, r *http.Request) {
 	n := p.node
 	st := n.state.Load()
 
 	rid := telemetry.RequestID(headerValue(r.Header, "X-Request-Id"))
 	w.Header()["X-Request-Id"] = []string{rid}
+	x.RequestID, x.Protocol = rid, problem.ProtocolOf(r)
 
 	// 1. Framing that net/http accepted but a gateway must refuse. Only a
 	// head with Transfer-Encoding is ever flagged, but net/http drops the
@@ -38,13 +54,13 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if c, ok := framing.FromContext(r.Context()); ok {
 			if err := c.Flagged(); err != nil {
 				w.Header()["Connection"] = closeValue
-				n.problem(w, r, rid, problem.BadRequest, "ambiguous message framing: "+err.Error(), "")
+				x.Refuse(w, r, x.Protocol, problem.Problem{Code: problem.BadRequest, Detail: "ambiguous message framing: " + err.Error(), RequestID: rid})
 				return
 			}
 		}
 	}
 	if r.Method == http.MethodConnect {
-		n.problem(w, r, rid, problem.MethodNotAllowed, "CONNECT is not supported", "")
+		x.Refuse(w, r, x.Protocol, problem.Problem{Code: problem.MethodNotAllowed, Detail: "CONNECT is not supported", RequestID: rid})
 		return
 	}
 
@@ -52,7 +68,7 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rawPath, rawQuery := splitRequestURI(r)
 	path, err := cleanpath.Clean(rawPath)
 	if err != nil {
-		n.problem(w, r, rid, problem.BadRequest, err.Error(), "")
+		x.Refuse(w, r, x.Protocol, problem.Problem{Code: problem.BadRequest, Detail: err.Error(), RequestID: rid})
 		return
 	}
 
@@ -68,33 +84,37 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	route, status := table.Match(req, &params)
 	switch status {
 	case router.NotFound:
-		n.problem(w, r, rid, problem.NoRoute, "no route matches "+r.Method+" "+path, path)
+		x.Refuse(w, r, x.Protocol, problem.Problem{Code: problem.NoRoute, Detail: "no route matches " + r.Method + " " + path, Instance: path, RequestID: rid})
 		return
 	case router.MethodNotAllowed:
 		w.Header()["Allow"] = []string{strings.Join(table.Allowed(req), ", ")}
-		n.problem(w, r, rid, problem.MethodNotAllowed, "the route does not accept "+r.Method, path)
+		x.Refuse(w, r, x.Protocol, problem.Problem{Code: problem.MethodNotAllowed, Detail: "the route does not accept " + r.Method, Instance: path, RequestID: rid})
 		return
 	}
+	x.Route, x.Stats = route, st.stats[route.Index]
+	// Refusals from here on speak the protocol the route serves the
+	// request in.
+	proto := x.Protocol // as its headers say
+	x.Protocol = servedAs(proto, r, route)
 
 	// Size limit by the declared length; the proxy also counts while the
 	// body streams.
 	if r.ContentLength > route.MaxRequestBytes {
-		n.refuse(w, r, route, problem.Problem{Code: problem.PayloadTooLarge, Detail: "request body exceeds the route's limit", Instance: path, RequestID: rid})
+		x.Refuse(w, r, x.Protocol, problem.Problem{Code: problem.PayloadTooLarge, Detail: "request body exceeds the route's limit", Instance: path, RequestID: rid})
 		return
 	}
 
 	// Authenticate and authorise.
-	var ident auth.Identity
 	if !route.Auth.Public {
-		var fail *auth.Failure
-		ident, fail = n.auth.Check(r, route, st.snap, path, rawQuery)
+		ident, fail := n.auth.Check(r, route, st.snap, path, rawQuery)
 		if fail != nil {
 			if fail.Challenge != "" {
 				w.Header()["Www-Authenticate"] = []string{fail.Challenge}
 			}
-			n.refuse(w, r, route, problem.Problem{Code: fail.Code, Detail: fail.Detail, Instance: path, RequestID: rid})
+			x.Refuse(w, r, x.Protocol, problem.Problem{Code: fail.Code, Detail: fail.Detail, Instance: path, RequestID: rid})
 			return
 		}
+		x.Identity = ident
 		rawQuery = auth.WithoutQueryKey(rawQuery, route.Auth.QueryKey)
 	}
 
@@ -106,10 +126,10 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if route.Auth.Public {
 		limitIP = realIP
 	}
-	v := n.rateLimit(st.limits, route, &ident, limitIP)
+	v := n.rateLimit(st.limits, route, &x.Identity, limitIP)
 	v.writeHeaders(w.Header())
 	if v.limited {
-		n.refuse(w, r, route, problem.Problem{
+		x.Refuse(w, r, x.Protocol, problem.Problem{
 			Code: problem.RateLimited, Detail: "rate limit \"" + v.by.spec.Name + "\" exceeded",
 			Instance: path, RequestID: rid, RetryAfter: v.res.RetryAfter,
 		})
@@ -120,7 +140,7 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if route.OpenAPI != nil {
 		if p := checkOpenAPI(route.OpenAPI, w, r, path, rawQuery, route.Timeout); p != nil {
 			p.Instance, p.RequestID = path, rid
-			n.refuse(w, r, route, *p)
+			x.Refuse(w, r, x.Protocol, *p)
 			return
 		}
 	}
@@ -149,8 +169,8 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		RealIP:         realIP,
 		TLS:            p.tls,
 		TrustForwarded: trusted,
-		Identity:       ident,
-		Stats:          st.stats[route.Index],
+		Identity:       x.Identity,
+		Record:         x,
 	}
 	if route.RequestHeaders != nil {
 		t.EditRequest = route.RequestHeaders
@@ -171,14 +191,35 @@ func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// A copy: the transcoder keeps it in the request's context, which
 		// would otherwise move every request's Target to the heap.
 		rt := t
-		n.transcode(w, r, st, route, &rt, &params)
+		n.transcode(w, r, st, route, &rt, &params, proto)
 		return
 	}
 	n.fwd.Serve(w, r, &t)
 }
 
-func (n *Node) problem(w http.ResponseWriter, r *http.Request, rid string, code problem.Code, detail, instance string) {
-	problem.Write(w, r, problem.Problem{Code: code, Detail: detail, Instance: instance, RequestID: rid})
+// finish is where every request ends, once, whatever its exit: it hands
+// the request's record to the sinks, then recycles it. It runs deferred,
+// so a request the proxy aborts (http.ErrAbortHandler) passes through it
+// too.
+func (n *Node) finish(x *exchange.Record) {
+	if x.By == exchange.Nobody && x.Status != 0 {
+		// An answer no one claimed: the transcoder's own error for a call
+		// it could not make. (The rest of the chain records its answers.)
+		x.By = exchange.Gateway
+	}
+	if s := x.Stats; s != nil {
+		// The rollout judge counts what reached the proxy, as it always
+		// has; the gateway's refusals before it are counted apart.
+		if x.Forwarded {
+			s.Observe(x.UpstreamFailed, x.UpstreamTime())
+		} else {
+			s.Refused(time.Since(x.Start))
+		}
+	}
+	if f := n.onFinish.Load(); f != nil {
+		(*f)(x)
+	}
+	records.Put(x)
 }
 
 // clientAddr is the client's address as far as the gateway can vouch for

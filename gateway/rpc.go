@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/portico-gw/portico/gateway/exchange"
 	"github.com/portico-gw/portico/gateway/problem"
 	"github.com/portico-gw/portico/gateway/proxy"
 	"github.com/portico-gw/portico/gateway/router"
@@ -34,25 +35,25 @@ type rpcCallKey struct{}
 
 // transcode hands a gRPC-Web, Connect or REST call of a service route to
 // the service's transcoder, which calls serveRPC with the gRPC request.
-func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, route *snapshot.Route, t *proxy.Target, params *router.Params) {
+// proto is the caller's protocol as its headers say, t.Record.Protocol
+// the one the call is served in (see servedAs).
+func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, route *snapshot.Route, t *proxy.Target, params *router.Params, proto problem.Protocol) {
+	x := t.Record
 	q, p := transcode.CheckQuery(route, t.RawQuery)
 	if p != nil {
 		p.Instance, p.RequestID = t.Path, t.RequestID
-		problem.Write(w, r, *p)
+		x.Refuse(w, r, proto, *p)
 		return
 	}
 	t.RawQuery = q
-	// The caller's protocol, read from its headers once, and the one the
-	// call is served in.
-	proto := problem.ProtocolOf(r)
-	served := servedAs(proto, r, route)
+	served := x.Protocol
 	p = transcode.CheckEncoding(w.Header(), r, served)
 	if p == nil && !route.RPC.REST() {
 		p = transcode.CheckMediaType(r, served)
 	}
 	if p != nil {
 		p.Instance, p.RequestID = t.Path, t.RequestID
-		problem.WriteAs(w, r, served, *p)
+		x.Refuse(w, r, served, *p)
 		return
 	}
 	if route.RPC.REST() && route.RPC.Method.IsStreamingServer() {
@@ -65,7 +66,7 @@ func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, rout
 		if route.RPC.Body != "" {
 			rc = boundReads(w, t.Timeout)
 		}
-		st.rpc.ServeServerStream(w, r, route, params, t.RawQuery, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st.rpc.ServeServerStream(w, r, route, params, t.RawQuery, x, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			releaseReads(rc)
 			_ = n.forwardRPC(w, r, st, route, &up)
 		}))
@@ -91,6 +92,7 @@ func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, rout
 	}
 	// RPC callers get the transcoder's answer with its error messages
 	// redacted, like the gateway's own.
+	call.answer.Record = x
 	if ct := headerValue(r.Header, "Content-Type"); transcode.IsGRPCWebText(ct) {
 		transcode.FromGRPCWebText(st.rpc.For(route.RPC.Service), &call.answer, w, r2)
 		return
@@ -120,12 +122,6 @@ func servedAs(proto problem.Protocol, r *http.Request, route *snapshot.Route) pr
 		return problem.ConnectUnary
 	}
 	return proto
-}
-
-// refuse answers a request the chain refused after its route matched, in
-// the protocol the route serves it in (see servedAs).
-func (n *Node) refuse(w http.ResponseWriter, r *http.Request, route *snapshot.Route, p problem.Problem) {
-	problem.WriteAs(w, r, servedAs(problem.ProtocolOf(r), r, route), p)
 }
 
 // restErrors passes a transcoded REST response through, except an error:
@@ -191,6 +187,15 @@ func (e *restErrors) finish() {
 		h.Del(k)
 	}
 	p.Instance, p.RequestID = e.instance, e.rid
+	if x := e.call.target.Record; x != nil && x.By == exchange.Nobody {
+		// Neither the upstream nor the gateway answered the call: the
+		// transcoder refused it (a body it cannot decode, a media type
+		// it does not take).
+		x.Refuse(e.ResponseWriter, e.r, problem.HTTP, p)
+		return
+	}
+	// The upstream's error, or the gateway's refusal of the gRPC call
+	// (recorded then), now in Problem Details.
 	problem.Write(e.ResponseWriter, e.r, p)
 }
 
@@ -200,7 +205,11 @@ func (n *Node) serveRPC(w http.ResponseWriter, r *http.Request) {
 	if c == nil || r.URL.Path != c.route.RPC.Path {
 		// The transcoder resolved the call to another method than the
 		// route the gateway authorised: never forward that.
-		problem.Write(w, r, problem.Problem{Code: problem.Internal, Detail: "the call resolved to another method than its route"})
+		var x *exchange.Record
+		if c != nil {
+			x = c.target.Record
+		}
+		x.Refuse(w, r, problem.ProtocolOf(r), problem.Problem{Code: problem.Internal, Detail: "the call resolved to another method than its route"})
 		return
 	}
 	t := *c.target
@@ -223,7 +232,7 @@ func (n *Node) forwardRPC(w http.ResponseWriter, r *http.Request, st *state, rou
 		rc := boundReads(w, proxy.Timeout(r, t))
 		if p := st.rpc.Validate(r, route); p != nil {
 			p.Instance, p.RequestID = route.RPC.Path, t.RequestID
-			problem.Write(w, r, *p)
+			t.Record.Refuse(w, r, problem.ProtocolOf(r), *p)
 			return p
 		}
 		releaseReads(rc)

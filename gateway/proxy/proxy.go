@@ -18,8 +18,8 @@ import (
 	"time"
 
 	"github.com/portico-gw/portico/gateway/auth"
+	"github.com/portico-gw/portico/gateway/exchange"
 	"github.com/portico-gw/portico/gateway/problem"
-	"github.com/portico-gw/portico/gateway/routestats"
 	"github.com/portico-gw/portico/gateway/upstream"
 )
 
@@ -58,9 +58,11 @@ type Target struct {
 	// and identity headers are dropped and before the gateway's own are
 	// set; EditResponse edits the upstream's response headers. Nil: none.
 	EditRequest, EditResponse HeaderEditor
-	// Stats, if set, counts the call: its latency to the end of the
-	// response, and whether the server side failed it.
-	Stats *routestats.Route
+	// Record, if set, is the request's record: Serve notes the upstream
+	// attempt in it (its start and end, to the end of the response, the
+	// endpoint, whether the server side failed it), who answered, and the
+	// code of a refusal of its own.
+	Record *exchange.Record
 
 	// status is the HTTP status Serve wrote (0 until it writes one).
 	status int
@@ -100,9 +102,11 @@ var errBodyTooLarge = errors.New("request body exceeds the route's limit")
 // itself when the request fails before the upstream's response headers
 // arrive. w's X-Request-Id is expected to be set by the caller.
 func (f *Forwarder) Serve(w http.ResponseWriter, r *http.Request, t *Target) {
-	if t.Stats != nil {
-		start := time.Now()
-		defer func() { t.Stats.Observe(serverFailed(t.status, w.Header()), time.Since(start)) }()
+	if x := t.Record; x != nil {
+		x.Forwarded, x.UpstreamStart = true, time.Now()
+		defer func() {
+			x.UpstreamEnd, x.UpstreamFailed = time.Now(), serverFailed(t.status, w.Header())
+		}()
 	}
 	grpc := problem.IsGRPC(headerValue(r.Header, "Content-Type"))
 	if r.ContentLength > t.MaxBody {
@@ -111,6 +115,9 @@ func (f *Forwarder) Serve(w http.ResponseWriter, r *http.Request, t *Target) {
 	}
 
 	ep, err := t.Cluster.Pick()
+	if err == nil && t.Record != nil {
+		t.Record.Endpoint = ep.Address()
+	}
 	if err != nil {
 		detail := "no healthy endpoint in the upstream cluster"
 		if errors.Is(err, upstream.ErrOverloaded) {
@@ -187,7 +194,7 @@ func (f *Forwarder) roundTripFailed(w http.ResponseWriter, r *http.Request, t *T
 		p := refusal(bodyErr)
 		p.Instance, p.RequestID = t.Path, t.RequestID
 		t.status = p.Code.Status()
-		problem.Write(w, r, *p)
+		t.Record.Refuse(w, r, problem.ProtocolOf(r), *p)
 		return upstream.Canceled
 	case bodyErr != nil:
 		// Reading the client's body failed: bad chunking, a reset stream.
@@ -220,7 +227,7 @@ func (f *Forwarder) fail(w http.ResponseWriter, r *http.Request, t *Target, code
 		f.log.Warn("upstream request failed", "request_id", t.RequestID, "cluster", cluster, "code", string(code), "err", cause)
 	}
 	t.status = code.Status()
-	problem.Write(w, r, problem.Problem{Code: code, Detail: detail, Instance: t.Path, RequestID: t.RequestID})
+	t.Record.Refuse(w, r, problem.ProtocolOf(r), problem.Problem{Code: code, Detail: detail, Instance: t.Path, RequestID: t.RequestID})
 }
 
 // serverFailed reports whether an answer is a server-side failure: an

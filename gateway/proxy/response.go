@@ -44,6 +44,7 @@ func (f *Forwarder) respond(w http.ResponseWriter, r *http.Request, t *Target, c
 	// Never flush the header before the first body byte: a gRPC
 	// trailers-only response must leave as one HEADERS frame.
 	t.status = resp.StatusCode
+	t.Record.Answered()
 	w.WriteHeader(resp.StatusCode)
 
 	flush := grpc || resp.ContentLength < 0 || isEventStream(resp.Header)
@@ -73,7 +74,9 @@ func (f *Forwarder) abortStream(w http.ResponseWriter, r *http.Request, t *Targe
 	if _, bodyErr := out.body.failure(); grpc && refusal(bodyErr) != nil {
 		// The stream ended because the gateway refused a message of the
 		// request (it broke the service's rules): the caller hears why.
-		problem.SetGRPCTrailers(w.Header(), *refusal(bodyErr))
+		p := refusal(bodyErr)
+		t.Record.EndedByGateway(p.Code)
+		problem.SetGRPCTrailers(w.Header(), *p)
 		return upstream.Canceled
 	}
 	code := problem.UpstreamError
@@ -85,6 +88,7 @@ func (f *Forwarder) abortStream(w http.ResponseWriter, r *http.Request, t *Targe
 		t.status = 0 // the answer is cut off: a failure, whatever its status said
 		panic(http.ErrAbortHandler)
 	}
+	t.Record.EndedByGateway(code)
 	h := w.Header()
 	h[http.TrailerPrefix+"Grpc-Status"] = []string{strconv.Itoa(code.GRPCCode())}
 	h[http.TrailerPrefix+"Grpc-Message"] = []string{problem.EncodeGRPCMessage(string(code) + ": the upstream stream failed")}

@@ -12,6 +12,7 @@ import (
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/portico-gw/portico/gateway/exchange"
 	"github.com/portico-gw/portico/gateway/problem"
 )
 
@@ -46,6 +47,11 @@ import (
 // ServeHTTP has returned. It is not safe for concurrent use.
 type RPCAnswer struct {
 	http.ResponseWriter
+	// Record, if set, is the call's record: a plain-text refusal of the
+	// transcoder's, rewritten in the caller's protocol, is recorded there
+	// as the gateway's refusal. Reset leaves it as it is.
+	Record *exchange.Record
+
 	r     *http.Request // the caller's request, its headers as they came
 	proto problem.Protocol
 
@@ -158,8 +164,13 @@ func (a *RPCAnswer) writeHeld() {
 			delete(h, k)
 		}
 		p := problem.Problem{Code: codeOfStatus(a.status), Detail: strings.TrimSpace(a.held.String())}
-		problem.WriteAs(w, a.r, a.proto, p)
+		a.Record.Refuse(w, a.r, a.proto, p)
 		return
+	}
+	if x := a.Record; x != nil && x.By == exchange.Nobody {
+		// A Connect error no upstream answered: the transcoder's own (a
+		// body it cannot decode).
+		x.EndedByGateway(codeOfStatus(a.status))
 	}
 	body := redactConnectError(a.held.Bytes())
 	h["Content-Length"] = []string{strconv.Itoa(len(body))}

@@ -82,7 +82,7 @@ func FuzzREST(f *testing.F) {
 		}
 		r, _ = http.NewRequest(method, "http://gw"+path, strings.NewReader(body))
 		w = httptest.NewRecorder()
-		s.ServeServerStream(w, r, route, &params, query, echoUpstream)
+		s.ServeServerStream(w, r, route, &params, query, nil, echoUpstream)
 		_ = bytes.TrimSpace(w.Body.Bytes())
 	})
 }

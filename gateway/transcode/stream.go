@@ -21,6 +21,7 @@ import (
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 
+	"github.com/portico-gw/portico/gateway/exchange"
 	"github.com/portico-gw/portico/gateway/problem"
 	"github.com/portico-gw/portico/gateway/router"
 	"github.com/portico-gw/portico/gateway/snapshot"
@@ -40,18 +41,19 @@ import (
 
 // ServeServerStream answers a REST call of a server-streaming method of
 // route. params are the route's path variables, rawQuery the query as
-// CheckQuery passed it; upstream makes the gRPC call.
-func (s *Set) ServeServerStream(w http.ResponseWriter, r *http.Request, route *snapshot.Route, params *router.Params, rawQuery string, upstream http.Handler) {
+// CheckQuery passed it; upstream makes the gRPC call. x, if not nil, is
+// the call's record, where the gateway's own refusals are recorded.
+func (s *Set) ServeServerStream(w http.ResponseWriter, r *http.Request, route *snapshot.Route, params *router.Params, rawQuery string, x *exchange.Record, upstream http.Handler) {
 	rpc := route.RPC
 	res := s.resolvers[rpc.Service.Index]
 	msg := dynamicpb.NewMessage(rpc.Method.Input())
 	if p := buildRequest(r, route, params, rawQuery, msg, res); p != nil {
-		problem.Write(w, r, *p)
+		x.Refuse(w, r, problem.HTTP, *p)
 		return
 	}
 	payload, err := proto.Marshal(msg)
 	if err != nil {
-		problem.Write(w, r, problem.Problem{Code: problem.BadRequest, Detail: "encoding the request: " + err.Error()})
+		x.Refuse(w, r, problem.HTTP, problem.Problem{Code: problem.BadRequest, Detail: "encoding the request: " + err.Error()})
 		return
 	}
 	frame := make([]byte, 5+len(payload))
@@ -70,7 +72,7 @@ func (s *Set) ServeServerStream(w http.ResponseWriter, r *http.Request, route *s
 	up.ContentLength = int64(len(frame))
 
 	sw := &streamWriter{
-		w: w, r: r, header: http.Header{},
+		w: w, r: r, x: x, header: http.Header{},
 		sse:   strings.Contains(r.Header.Get("Accept"), "text/event-stream"),
 		codec: s.codecs[rpc.Service.Index], output: rpc.Method.Output(),
 	}
@@ -150,6 +152,7 @@ func buildRequest(r *http.Request, route *snapshot.Route, params *router.Params,
 type streamWriter struct {
 	w      http.ResponseWriter
 	r      *http.Request
+	x      *exchange.Record
 	header http.Header // the upstream's headers and trailers, never the caller's
 	sse    bool
 	codec  *vanguard.JSONCodec
@@ -240,6 +243,7 @@ func (s *streamWriter) emit(event string, v []byte) {
 // fail ends the stream for a reason of the gateway's own.
 func (s *streamWriter) fail(detail string) {
 	s.failed = true
+	s.x.EndedByGateway(problem.Internal)
 	s.end(&spb.Status{Code: int32(problem.Internal.GRPCCode()), Message: detail})
 }
 
