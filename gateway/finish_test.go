@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/portico-gw/portico/gateway"
 	"github.com/portico-gw/portico/gateway/exchange"
@@ -112,6 +113,8 @@ func TestEveryRequestFinishesOnce(t *testing.T) {
 			want{405, exchange.Gateway, problem.MethodNotAllowed, "", false, false, problem.HTTP}},
 		{"too-large", func(id string) { f.do(t, hc, id, "POST", "/small/x", strings.Repeat("x", 100), nil) },
 			want{413, exchange.Gateway, problem.PayloadTooLarge, "small", false, false, problem.HTTP}},
+		{"small-body", func(id string) { f.do(t, hc, id, "POST", "/small/x", "12345", nil) },
+			want{200, exchange.Upstream, "", "small", true, false, problem.HTTP}},
 		{"no-key", func(id string) { f.do(t, hc, id, "GET", "/keyed/x", "", nil) },
 			want{401, exchange.Gateway, problem.Unauthenticated, "keyed", false, false, problem.HTTP}},
 		{"keyed", func(id string) { f.do(t, hc, id, "GET", "/keyed/x", "", map[string]string{"X-Api-Key": f.key}) },
@@ -183,6 +186,11 @@ func TestEveryRequestFinishesOnce(t *testing.T) {
 		// (A gRPC refusal is trailers-only: no body at all.)
 		if x.Status != 0 && x.BytesOut == 0 && !(x.Protocol == problem.GRPC && x.By == exchange.Gateway) {
 			t.Errorf("%s: %d with no bytes out", tc.id, x.Status)
+		}
+		// The body as the caller sent it: read by the proxy, or for a
+		// transcoded call by the transcoder.
+		if want := map[string]int64{"small-body": 5, "keyed": 0, "connect": int64(proto.Size(&demov1.GetOrderRequest{OrderId: "o-1001"}))}; want[tc.id] != x.BytesIn && (tc.id == "small-body" || tc.id == "keyed" || tc.id == "connect") {
+			t.Errorf("%s: %d bytes in, want %d", tc.id, x.BytesIn, want[tc.id])
 		}
 		if tc.id == "keyed" && (x.Identity.KeyID != "key-finish" || x.Identity.Plan != "tight") {
 			t.Errorf("%s: identity %+v, want key-finish of plan tight", tc.id, x.Identity)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 
 	"github.com/portico-gw/portico/gateway/exchange"
 	"github.com/portico-gw/portico/gateway/problem"
@@ -29,6 +30,21 @@ type rpcCall struct {
 	// answer is the writer of an RPC caller's answer, kept here so that
 	// it costs no allocation of its own.
 	answer transcode.RPCAnswer
+	// in is the caller's body as the transcoder reads it, counted.
+	in countedBody
+}
+
+// countedBody counts what is read of a body. The transport may read it
+// on a goroutine of its own.
+type countedBody struct {
+	io.ReadCloser
+	n atomic.Int64
+}
+
+func (b *countedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
 }
 
 type rpcCallKey struct{}
@@ -75,6 +91,11 @@ func (n *Node) transcode(w http.ResponseWriter, r *http.Request, st *state, rout
 	call := &rpcCall{route: route, target: t, st: st, body: r.Body}
 	ctx := context.WithValue(r.Context(), rpcCallKey{}, call)
 	r2 := r.WithContext(ctx)
+	// The caller's body, counted as the transcoder reads it (the proxy
+	// counts the transcoded one).
+	call.in.ReadCloser = r.Body
+	r2.Body = &call.in
+	defer func() { x.BytesIn = call.in.n.Load() }()
 	// The transcoder routes by path again: give it the normalised path and
 	// the query the upstream may see (an API key in it removed).
 	u := *r.URL

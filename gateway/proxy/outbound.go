@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -267,7 +268,9 @@ func isToken(s string) bool {
 type limitedBody struct {
 	r     io.ReadCloser
 	limit int64
-	n     int64 // read by the transport's goroutine alone
+	// n is written by the transport's goroutine alone, and read by Serve
+	// for the request's record.
+	n atomic.Int64
 
 	mu       sync.Mutex
 	tooLarge bool
@@ -278,12 +281,11 @@ type limitedBody struct {
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
-	if b.n > b.limit {
+	if b.n.Load() > b.limit {
 		return 0, errBodyTooLarge
 	}
 	n, err := b.r.Read(p)
-	b.n += int64(n)
-	if b.n > b.limit {
+	if b.n.Add(int64(n)) > b.limit {
 		b.mu.Lock()
 		b.tooLarge = true
 		b.mu.Unlock()

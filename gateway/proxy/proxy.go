@@ -102,10 +102,16 @@ var errBodyTooLarge = errors.New("request body exceeds the route's limit")
 // itself when the request fails before the upstream's response headers
 // arrive. w's X-Request-Id is expected to be set by the caller.
 func (f *Forwarder) Serve(w http.ResponseWriter, r *http.Request, t *Target) {
+	var out *outbound
 	if x := t.Record; x != nil {
 		x.Forwarded, x.UpstreamStart = true, time.Now()
 		defer func() {
 			x.UpstreamEnd, x.UpstreamFailed = time.Now(), serverFailed(t.status, w.Header())
+			if out != nil {
+				// The body as far as the transport has read it (it may
+				// go on a moment after a failure).
+				x.BytesIn = out.body.n.Load()
+			}
 		}()
 	}
 	grpc := problem.IsGRPC(headerValue(r.Header, "Content-Type"))
@@ -132,7 +138,7 @@ func (f *Forwarder) Serve(w http.ResponseWriter, r *http.Request, t *Target) {
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 
-	out := newOutbound(ctx, r, t, ep.Address(), grpc, sendTimeout)
+	out = newOutbound(ctx, r, t, ep.Address(), grpc, sendTimeout)
 	resp, err := t.Cluster.Transport().RoundTrip(out.req)
 	if err != nil {
 		ep.Done(f.roundTripFailed(w, r, t, ctx, out, err))
