@@ -12,7 +12,7 @@ func CacheLen(v *Verifier) int {
 
 // DenyLen is how many deny entries v holds.
 func DenyLen(v *Verifier) int {
-	d := v.state.Load().deny
+	d := v.installed.Load().deny
 	if d == nil {
 		return 0
 	}
@@ -74,4 +74,19 @@ func Preparse(token string) (Preparsed, string) {
 		out.Nbf = float64(c.nbf.UnixNano()) / 1e9
 	}
 	return out, ""
+}
+
+// FetcherStopped reports whether the fetcher of set's issuer name has
+// stopped (false without one).
+func FetcherStopped(set *Issuers, name string) bool {
+	is := set.issuer(name)
+	if is == nil || is.fetch == nil {
+		return false
+	}
+	select {
+	case <-is.fetch.done:
+		return true
+	default:
+		return false
+	}
 }

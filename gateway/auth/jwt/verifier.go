@@ -55,9 +55,14 @@ type Options struct {
 //  2. Update installs each new snapshot's issuers and deny list. It parses
 //     and checks everything first and changes nothing on error; then it
 //     starts fetchers for issuers with a jwks_url and stops those of
-//     issuers that went away or changed.
-//  3. Verify checks a token on the request path: it never blocks on the
-//     network or on Update.
+//     issuers that went away or changed. (Prepare and Install are its
+//     two halves, for a caller that publishes the set with more state of
+//     its own: Prepare builds an Issuers set, which VerifyWith can use at
+//     once; Install makes it the one the next Prepare builds on, or
+//     Discard drops it.)
+//  3. Verify checks a token on the request path against the installed
+//     set, VerifyWith against a given one: neither blocks on the network
+//     or on Update.
 //  4. Close stops the fetchers. Verify keeps answering from the last
 //     snapshot; Update fails.
 type Verifier struct {
@@ -66,24 +71,29 @@ type Verifier struct {
 	client *http.Client
 	cache  *cache // nil when off
 
-	state atomic.Pointer[state]
+	installed atomic.Pointer[Issuers]
 
-	mu     sync.Mutex // serialises Update and Close
+	mu     sync.Mutex // serialises Prepare, Install, Discard and Close
 	closed bool
 }
 
-// state is one Update's issuers and deny list, immutable once published.
-type state struct {
+// Issuers is one set of issuers and deny entries, built by Prepare and
+// immutable once built. A request verifies its token against the one set
+// its snapshot holds.
+type Issuers struct {
 	byIss  map[string]*issuer // by the exact iss claim
 	byName map[string]*issuer // by Issuer.name
 	// maxTokenBytes is the largest of the issuers' limits: the bound
 	// before a token names its issuer.
 	maxTokenBytes int
 	deny          *denyList
+	// started are the fetchers Prepare started for this set, which
+	// Discard stops if the set is never installed.
+	started []*fetcher
 }
 
 // issuer returns the issuer named name, if st has one; st may be nil.
-func (st *state) issuer(name string) *issuer {
+func (st *Issuers) issuer(name string) *issuer {
 	if st == nil {
 		return nil
 	}
@@ -154,33 +164,48 @@ func New(opts Options) *Verifier {
 // An issuer whose config is unchanged keeps everything, including keys
 // fetched from its jwks_url and the tokens verified with them.
 func (v *Verifier) Update(issuers []*configv1.Issuer, deny []*configv1.DenyEntry) error {
+	next, err := v.Prepare(issuers, deny)
+	if err != nil {
+		return err
+	}
+	v.Install(next)
+	return nil
+}
+
+// Prepare builds the set of issuers and deny entries Update would
+// install, on the installed one: an issuer whose config is unchanged is
+// the same, with its fetched keys and the tokens verified with them. It
+// starts the fetchers of new or changed issuers (a fetcher whose config
+// is unchanged carries over), so the set works at once; Install or
+// Discard must follow. On error nothing has changed.
+func (v *Verifier) Prepare(issuers []*configv1.Issuer, deny []*configv1.DenyEntry) (*Issuers, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.closed {
-		return errors.New("jwt: update after close")
+		return nil, errors.New("jwt: update after close")
 	}
-	old := v.state.Load()
-	next := &state{
+	old := v.installed.Load()
+	next := &Issuers{
 		byIss:         make(map[string]*issuer, len(issuers)),
 		byName:        make(map[string]*issuer, len(issuers)),
 		maxTokenBytes: defaultMaxTokenBytes,
 	}
 	for i, cfg := range issuers {
 		if cfg == nil {
-			return fmt.Errorf("jwt: issuer %d: nil", i)
+			return nil, fmt.Errorf("jwt: issuer %d: nil", i)
 		}
 		name := cfg.GetName()
 		if next.byName[name] != nil {
-			return fmt.Errorf("jwt: issuer %q: name used twice", name)
+			return nil, fmt.Errorf("jwt: issuer %q: name used twice", name)
 		}
 		if other := next.byIss[cfg.GetIssuer()]; other != nil {
-			return fmt.Errorf("jwt: issuer %q: iss %q is also issuer %q's", name, cfg.GetIssuer(), other.name)
+			return nil, fmt.Errorf("jwt: issuer %q: iss %q is also issuer %q's", name, cfg.GetIssuer(), other.name)
 		}
 		is := old.issuer(name)
 		if is == nil || !proto.Equal(is.cfg, cfg) {
 			var err error
 			if is, err = v.compile(cfg); err != nil {
-				return fmt.Errorf("jwt: issuer %q: %w", name, err)
+				return nil, fmt.Errorf("jwt: issuer %q: %w", name, err)
 			}
 		}
 		next.byName[name] = is
@@ -191,35 +216,74 @@ func (v *Verifier) Update(issuers []*configv1.Issuer, deny []*configv1.DenyEntry
 	}
 	var err error
 	if next.deny, err = newDenyList(deny, v.now(), next.byName); err != nil {
-		return fmt.Errorf("jwt: %w", err)
+		return nil, fmt.Errorf("jwt: %w", err)
 	}
 
 	// Everything checked: from here on nothing fails. Fetchers whose
 	// config is unchanged carry over, even to a changed issuer.
-	kept := make(map[*fetcher]bool)
 	for _, is := range next.byName {
-		if is.fetchCfg.url == "" {
+		if is.fetchCfg.url == "" || is.fetch != nil {
 			continue
 		}
-		if is.fetch == nil { // a new or changed issuer
-			if prev := old.issuer(is.name); prev != nil && prev.fetchCfg == is.fetchCfg {
-				is.fetch = prev.fetch
-			} else {
-				is.fetch = startFetcher(is.fetchCfg, v.client, v.log)
-			}
-		}
-		kept[is.fetch] = true
-	}
-	v.state.Store(next)
-	if old != nil {
-		for _, is := range old.byName {
-			if is.fetch != nil && !kept[is.fetch] {
-				is.fetch.stop()
-			}
+		// A new or changed issuer.
+		if prev := old.issuer(is.name); prev != nil && prev.fetchCfg == is.fetchCfg {
+			is.fetch = prev.fetch
+		} else {
+			is.fetch = startFetcher(is.fetchCfg, v.client, v.log)
+			next.started = append(next.started, is.fetch)
 		}
 	}
-	v.log.Debug("jwt: issuers updated", "issuers", len(next.byName), "deny_entries", len(deny))
-	return nil
+	v.log.Debug("jwt: issuers prepared", "issuers", len(next.byName), "deny_entries", len(deny))
+	return next, nil
+}
+
+// Install makes next, from Prepare, the set Verify uses and the next
+// Prepare builds on, and stops the fetchers of the set it replaces that
+// next does not use.
+func (v *Verifier) Install(next *Issuers) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	old := v.installed.Swap(next)
+	if v.closed {
+		stopUnused(next.fetchers(), nil)
+		return
+	}
+	stopUnused(old.fetchers(), next)
+}
+
+// Discard drops next, from Prepare, which will not be installed: it
+// stops the fetchers Prepare started for it alone.
+func (v *Verifier) Discard(next *Issuers) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	stopUnused(next.started, v.installed.Load())
+}
+
+// fetchers lists the fetchers set's issuers use; set may be nil.
+func (set *Issuers) fetchers() []*fetcher {
+	if set == nil {
+		return nil
+	}
+	var out []*fetcher
+	for _, is := range set.byName {
+		if is.fetch != nil {
+			out = append(out, is.fetch)
+		}
+	}
+	return out
+}
+
+// stopUnused stops each of fs that keep, which may be nil, does not use.
+func stopUnused(fs []*fetcher, keep *Issuers) {
+	used := make(map[*fetcher]bool)
+	for _, f := range keep.fetchers() {
+		used[f] = true
+	}
+	for _, f := range fs {
+		if !used[f] {
+			f.stop()
+		}
+	}
 }
 
 // CheckIssuer reports whether Update would accept cfg (its keys, their
@@ -328,7 +392,13 @@ func (v *Verifier) compile(cfg *configv1.Issuer) (*issuer, error) {
 // is refused at once, and the issuer's jwks_url, if any, fetched in the
 // background.
 func (v *Verifier) Verify(token string) (Claims, error) {
-	st := v.state.Load()
+	return v.VerifyWith(v.installed.Load(), token)
+}
+
+// VerifyWith is Verify against set, from Prepare (nil refuses every
+// token), whether or not it is installed.
+func (v *Verifier) VerifyWith(set *Issuers, token string) (Claims, error) {
+	st := set
 	if st == nil {
 		return Claims{}, refuse(reasonNotConfigured)
 	}
@@ -442,12 +512,6 @@ func (v *Verifier) Close() {
 		return
 	}
 	v.closed = true
-	if st := v.state.Load(); st != nil {
-		for _, is := range st.byName {
-			if is.fetch != nil {
-				is.fetch.stop()
-			}
-		}
-	}
+	stopUnused(v.installed.Load().fetchers(), nil)
 	v.client.CloseIdleConnections()
 }
