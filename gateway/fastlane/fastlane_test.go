@@ -2,7 +2,6 @@ package fastlane_test
 
 import (
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -747,59 +746,5 @@ func TestSetTokensRefused(t *testing.T) {
 	mustApply(t, l, issuerKeys(6, "login", jwks("good", "new")))
 	if _, issuers, _ := rec.tokens(); issuers["login"] != jwks("good", "new") {
 		t.Errorf("issuer login's keys = %s, want %s", issuers["login"], jwks("good", "new"))
-	}
-}
-
-func TestMergeJWKS(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		name, base, published string
-		want                  []string // kids in order; "" for a key without one
-		wantErr               bool
-	}{
-		{"no base", "", jwks("a"), []string{"a"}, false},
-		{"disjoint", jwks("a"), jwks("b"), []string{"b", "a"}, false},
-		{"same kid", jwks("a", "b"), jwks("b", "c"), []string{"b", "c", "a"}, false},
-		{"base key without kid", `{"keys":[{"kty":"EC"}]}`, jwks("a"), []string{"a", ""}, false},
-		{"nothing published", jwks("a"), `{"keys":[]}`, []string{"a"}, false},
-		{"malformed base", `{"keys":[`, jwks("a"), nil, true},
-		{"malformed published", jwks("a"), `{"keys":"nope"}`, nil, true},
-		{"published not JSON", jwks("a"), `nope`, nil, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			got, err := fastlane.MergeJWKS(tc.base, tc.published)
-			if tc.wantErr {
-				if err == nil {
-					t.Errorf("MergeJWKS(%q, %q) = %s, want an error", tc.base, tc.published, got)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatalf("MergeJWKS(%q, %q): %v", tc.base, tc.published, err)
-			}
-			var set struct {
-				Keys []map[string]string `json:"keys"`
-			}
-			if err := json.Unmarshal([]byte(got), &set); err != nil {
-				t.Fatalf("MergeJWKS(%q, %q) = %s, not a key set: %v", tc.base, tc.published, got, err)
-			}
-			var kids []string
-			for _, k := range set.Keys {
-				kids = append(kids, k["kid"])
-			}
-			if diff := cmp.Diff(tc.want, kids); diff != "" {
-				t.Errorf("MergeJWKS(%q, %q) kids (-want +got):\n%s", tc.base, tc.published, diff)
-			}
-		})
-	}
-	// The published key replaces the base key of its kid.
-	base := `{"keys":[{"kty":"EC","kid":"a","x":"old"},{"kty":"EC","kid":"b","x":"kept"}]}`
-	got, err := fastlane.MergeJWKS(base, `{"keys":[{"kty":"EC","kid":"a","x":"new"}]}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(got, "old") || !strings.Contains(got, `"new"`) || !strings.Contains(got, `"kept"`) {
-		t.Errorf("MergeJWKS = %s, want a with x new, and b kept", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rsa"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/big"
@@ -277,4 +278,37 @@ func (ks keySet) reuse(old keySet) {
 			ks[kid] = o
 		}
 	}
+}
+
+// MergeJWKS returns the key set of base (an issuer's jwks_json, possibly
+// empty) with the published keys added; a published key replaces a base
+// key of the same kid.
+func MergeJWKS(base, published string) (string, error) {
+	type set struct {
+		Keys []map[string]json.RawMessage `json:"keys"`
+	}
+	var b, p set
+	if base != "" {
+		if err := json.Unmarshal([]byte(base), &b); err != nil {
+			return "", fmt.Errorf("jwks_json: %w", err)
+		}
+	}
+	if err := json.Unmarshal([]byte(published), &p); err != nil {
+		return "", fmt.Errorf("published keys: %w", err)
+	}
+	kids := map[string]bool{}
+	for _, k := range p.Keys {
+		if kid, ok := k["kid"]; ok {
+			kids[string(kid)] = true
+		}
+	}
+	out := set{Keys: p.Keys}
+	for _, k := range b.Keys {
+		if kid, ok := k["kid"]; ok && kids[string(kid)] {
+			continue
+		}
+		out.Keys = append(out.Keys, k)
+	}
+	j, err := json.Marshal(out)
+	return string(j), err
 }
