@@ -172,7 +172,7 @@ func TestCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := New(nil, func() time.Time { return now })
-	a.SetKeys(tbl)
+	view := &View{keys: tbl}
 	snap := catalog(t)
 
 	read := &snapshot.RouteAuth{Scopes: []string{"orders:read"}, Product: "orders"}
@@ -200,7 +200,7 @@ func TestCheck(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := &http.Request{Method: tt.method, Header: tt.h}
-			id, f := a.Check(r, &snapshot.Route{Auth: tt.ra}, snap, "/orders", "")
+			id, f := a.Check(r, &snapshot.Route{Auth: tt.ra}, view, snap, "/orders", "")
 			if tt.code == "" {
 				if f != nil {
 					t.Fatalf("refused: %+v", f)
@@ -226,7 +226,7 @@ func TestCheck(t *testing.T) {
 
 	// Without a key table every key is refused: auth fails closed.
 	empty := New(nil, nil)
-	if _, f := empty.Check(&http.Request{Method: "GET", Header: header("X-Api-Key", good)}, &snapshot.Route{Auth: read}, snap, "/orders", ""); f == nil || f.Code != problem.Unauthenticated {
+	if _, f := empty.Check(&http.Request{Method: "GET", Header: header("X-Api-Key", good)}, &snapshot.Route{Auth: read}, NewSources(nil, nil).View(), snap, "/orders", ""); f == nil || f.Code != problem.Unauthenticated {
 		t.Errorf("no key table: failure = %+v, want unauthenticated", f)
 	}
 }

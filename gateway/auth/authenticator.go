@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/portico-gw/portico/gateway/auth/jwt"
@@ -13,17 +12,12 @@ import (
 	"github.com/portico-gw/portico/gateway/snapshot"
 )
 
-// Authenticator checks credentials and permissions. It is safe for
-// concurrent use.
+// Authenticator checks credentials and permissions against a View. It is
+// safe for concurrent use.
 //
-// Lifecycle: New; SetKeys with each snapshot's key table and SetLaneKeys
-// with each of the fast lane's; the token verifier is updated by its
-// owner; Check on the hot path.
+// Lifecycle: New; Check on the hot path, with the View of the request's
+// state (see Sources).
 type Authenticator struct {
-	keys atomic.Pointer[keytable.Table]
-	// lane is the fast lane's key table, consulted first: a key it holds
-	// (a revocation above all) overrides the snapshot's.
-	lane   atomic.Pointer[keytable.Table]
 	tokens *jwt.Verifier
 	now    func() time.Time
 }
@@ -37,17 +31,11 @@ func New(tokens *jwt.Verifier, now func() time.Time) *Authenticator {
 	return &Authenticator{tokens: tokens, now: now}
 }
 
-// SetKeys installs the API key table every later Check uses.
-func (a *Authenticator) SetKeys(t *keytable.Table) { a.keys.Store(t) }
-
-// SetLaneKeys installs the fast lane's key table every later Check
-// consults before the snapshot's.
-func (a *Authenticator) SetLaneKeys(t *keytable.Table) { a.lane.Store(t) }
-
 // checkKey authenticates an API key against the fast lane's table, then,
-// for a key the lane does not know, the snapshot's.
-func (a *Authenticator) checkKey(key string, now int64) (keytable.Record, error) {
-	return keytable.CheckFirst(a.lane.Load(), a.keys.Load(), key, now)
+// for a key the lane does not know, the snapshot's: a key the lane holds
+// (a revocation above all) overrides the snapshot's.
+func checkKey(v *View, key string, now int64) (keytable.Record, error) {
+	return keytable.CheckFirst(v.lane, v.keys, key, now)
 }
 
 // Failure is a refused request: the problem to answer with and, for 401 and
@@ -69,11 +57,13 @@ func unauthenticated(detail string, invalidToken bool) *Failure {
 	return &Failure{Code: problem.Unauthenticated, Detail: detail, Challenge: c}
 }
 
-// Check authenticates r for route and authorises it against snap's plans.
-// rawQuery is the request's query; when the route's query key carried the
-// credential, the caller must forward WithoutQueryKey(rawQuery, …). Check
-// returns the caller's identity, or why the request is refused.
-func (a *Authenticator) Check(r *http.Request, route *snapshot.Route, snap *snapshot.Snapshot, path, rawQuery string) (Identity, *Failure) {
+// Check authenticates r for route against the credentials of view and
+// authorises it against snap's plans: view and snap are of the one state
+// the request loaded. rawQuery is the request's query; when the route's
+// query key carried the credential, the caller must forward
+// WithoutQueryKey(rawQuery, …). Check returns the caller's identity, or
+// why the request is refused.
+func (a *Authenticator) Check(r *http.Request, route *snapshot.Route, view *View, snap *snapshot.Snapshot, path, rawQuery string) (Identity, *Failure) {
 	ra := route.Auth
 	if ra.Public {
 		return Identity{}, nil
@@ -86,7 +76,7 @@ func (a *Authenticator) Check(r *http.Request, route *snapshot.Route, snap *snap
 	var id Identity
 	switch cred.kind {
 	case APIKey:
-		rec, err := a.checkKey(cred.value, a.now().UnixNano())
+		rec, err := checkKey(view, cred.value, a.now().UnixNano())
 		if err != nil {
 			return Identity{}, unauthenticated(keyReason(err), true)
 		}
@@ -98,7 +88,7 @@ func (a *Authenticator) Check(r *http.Request, route *snapshot.Route, snap *snap
 		if a.tokens == nil {
 			return Identity{}, unauthenticated("access tokens are not accepted here", true)
 		}
-		c, err := a.tokens.Verify(cred.value)
+		c, err := a.tokens.VerifyWith(view.tokens, cred.value)
 		if err != nil {
 			return Identity{}, unauthenticated(tokenReason(err), true)
 		}
