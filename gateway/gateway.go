@@ -116,22 +116,18 @@ type Node struct {
 	tokens    *jwt.Verifier
 	auth      *auth.Authenticator
 	lane      *fastlane.Lane
-	// tokensMu guards what the token verifier is built from: the
-	// snapshot's issuers and deny list, the fast lane's deny entries and
-	// issuers' keys, and the issuers merged from both.
-	tokensMu    sync.Mutex
-	snapIssuers []*configv1.Issuer
-	snapDeny    []*configv1.DenyEntry
-	laneDeny    []*configv1.DenyEntry
-	laneJWKS    map[string]string
-	merged      []*configv1.Issuer
-	limits      *ratelimit.Table
+	// creds builds each state's credentials from the snapshot's and the
+	// fast lane's; applyMu guards it.
+	creds  *auth.Sources
+	limits *ratelimit.Table
 	// stopSync stops the rate limit sync; nil without Redis.
 	stopSync context.CancelFunc
 	syncDone chan struct{}
 
-	state   atomic.Pointer[state]
-	applyMu sync.Mutex // serialises Apply
+	state atomic.Pointer[state]
+	// applyMu serialises the changes of state: Apply, and the fast lane's
+	// changes of the credentials.
+	applyMu sync.Mutex
 	// stats counts each route's calls, kept across snapshots by route id.
 	stats routestats.Registry
 	// onFinish, if set, sees every request's record in finish (tests).
@@ -179,7 +175,8 @@ func New(opts Options) (*Node, error) {
 		probing:   make(chan struct{}, 1),
 	}
 	n.auth = auth.New(n.tokens, opts.Now)
-	n.lane = fastlane.New(fastlane.Options{SetKeys: n.auth.SetLaneKeys, SetTokens: n.setLaneTokens, Now: opts.Now, Logger: opts.Logger})
+	n.creds = auth.NewSources(n.tokens, opts.Logger)
+	n.lane = fastlane.New(fastlane.Options{SetKeys: n.setLaneKeys, SetTokens: n.setLaneTokens, Now: opts.Now, Logger: opts.Logger})
 	poolIndex := map[string]int{}
 	for _, l := range opts.Listeners {
 		name := l.Pool
@@ -210,6 +207,7 @@ func New(opts Options) (*Node, error) {
 		n.Close()
 		return nil, err
 	}
+	empty.creds = n.creds.View()
 	n.state.Store(empty)
 	n.limits = ratelimit.NewTable(ratelimit.Options{MaxBuckets: opts.RateLimit.MaxBuckets, Now: opts.Now})
 	if rc := opts.RateLimit.Redis; rc != nil {

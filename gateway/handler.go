@@ -106,7 +106,7 @@ func (p *pool) serve(x *exchange.Record, w http.ResponseWriter, r *http.Request)
 
 	// Authenticate and authorise.
 	if !route.Auth.Public {
-		ident, fail := n.auth.Check(r, route, st.snap, path, rawQuery)
+		ident, fail := n.auth.Check(r, route, st.creds, st.snap, path, rawQuery)
 		if fail != nil {
 			if fail.Challenge != "" {
 				w.Header()["Www-Authenticate"] = []string{fail.Challenge}

@@ -2,13 +2,10 @@ package gateway
 
 import (
 	"fmt"
-	"maps"
 	"net/http"
-	"slices"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
+	"github.com/portico-gw/portico/gateway/auth"
 	"github.com/portico-gw/portico/gateway/auth/keytable"
 	"github.com/portico-gw/portico/gateway/fastlane"
 	"github.com/portico-gw/portico/gateway/router"
@@ -23,7 +20,11 @@ import (
 // clusters it names, resolved per route and per pool so the hot path does
 // no map lookups. A state is immutable once published.
 type state struct {
-	snap     *snapshot.Snapshot
+	snap *snapshot.Snapshot
+	// creds are the API keys, token issuers and deny lists requests
+	// authenticate against: the snapshot's and the fast lane's. A fast
+	// lane change publishes a copy of the state with new creds.
+	creds    *auth.View
 	tables   []*router.Table[*snapshot.Route] // by pool index
 	clusters []*upstream.Cluster              // by route index
 	set      *upstream.Set
@@ -60,11 +61,12 @@ func (n *Node) Apply(cfg *configv1.Snapshot) error {
 		st.set.Release()
 		return fmt.Errorf("snapshot %q: %w", cfg.GetVersion(), err)
 	}
-	if err := n.setSnapshotTokens(cfg.GetIssuers(), cfg.GetDenyList()); err != nil {
+	creds, err := n.creds.Snapshot(keys, cfg.GetIssuers(), cfg.GetDenyList())
+	if err != nil {
 		st.set.Release()
 		return fmt.Errorf("snapshot %q: %w", cfg.GetVersion(), err)
 	}
-	n.auth.SetKeys(keys)
+	st.creds = creds.View
 	n.limits.SetExpectedNodes(st.snap.RateLimiting.ExpectedNodes)
 	// The counters of the routes this snapshot has, kept by id; the others
 	// are forgotten, now that nothing else can fail.
@@ -74,6 +76,7 @@ func (n *Node) Apply(cfg *configv1.Snapshot) error {
 	}
 	st.stats = n.stats.Routes(ids)
 	old := n.state.Swap(st)
+	creds.Commit()
 	if old != nil {
 		time.AfterFunc(releaseDelay, old.set.Release)
 	}
@@ -86,87 +89,38 @@ func (n *Node) Apply(cfg *configv1.Snapshot) error {
 // client's fast-lane stream and signed-snapshot poll apply to it).
 func (n *Node) FastLane() *fastlane.Lane { return n.lane }
 
-// setSnapshotTokens updates the token verifier with a snapshot's issuers
-// and deny list, and the fast lane's.
-func (n *Node) setSnapshotTokens(issuers []*configv1.Issuer, deny []*configv1.DenyEntry) error {
-	n.tokensMu.Lock()
-	defer n.tokensMu.Unlock()
-	merged, err := n.mergeIssuers(issuers, n.laneJWKS, true)
+// setLaneKeys publishes the fast lane's new key table: a copy of the
+// current state with it.
+func (n *Node) setLaneKeys(t *keytable.Table) {
+	n.applyMu.Lock()
+	defer n.applyMu.Unlock()
+	c := n.creds.LaneKeys(t)
+	n.publishCreds(c.View)
+	c.Commit()
+}
+
+// setLaneTokens publishes the fast lane's deny entries and issuers'
+// published keys, merged with the snapshot's issuers: a copy of the
+// current state with them.
+func (n *Node) setLaneTokens(deny []*configv1.DenyEntry, jwks map[string]string) error {
+	n.applyMu.Lock()
+	defer n.applyMu.Unlock()
+	c, err := n.creds.LaneTokens(deny, jwks)
 	if err != nil {
 		return err
 	}
-	if err := n.tokens.Update(merged, joinDeny(deny, n.laneDeny)); err != nil {
-		return err
-	}
-	n.snapIssuers, n.snapDeny, n.merged = issuers, deny, merged
+	n.publishCreds(c.View)
+	c.Commit()
 	return nil
 }
 
-// setLaneTokens updates the token verifier with the fast lane's deny
-// entries and issuers' keys, and the snapshot's. The issuers are merged
-// again only when the lane's keys changed: a revocation changes the deny
-// list alone.
-func (n *Node) setLaneTokens(deny []*configv1.DenyEntry, jwks map[string]string) error {
-	n.tokensMu.Lock()
-	defer n.tokensMu.Unlock()
-	merged := n.merged
-	if !maps.Equal(jwks, n.laneJWKS) {
-		var err error
-		if merged, err = n.mergeIssuers(n.snapIssuers, jwks, false); err != nil {
-			return err
-		}
-	}
-	if err := n.tokens.Update(merged, joinDeny(n.snapDeny, deny)); err != nil {
-		return err
-	}
-	n.laneDeny, n.laneJWKS, n.merged = deny, jwks, merged
-	return nil
-}
-
-// joinDeny is the snapshot's deny list and the fast lane's.
-func joinDeny(snap, lane []*configv1.DenyEntry) []*configv1.DenyEntry {
-	if len(lane) == 0 {
-		return snap
-	}
-	return append(slices.Clip(snap), lane...)
-}
-
-// mergeIssuers adds the fast lane's published key sets to their issuers'
-// jwks_json. With lenient (a new snapshot), published keys that do not fit
-// their issuer as the snapshot configures it (an algorithm it no longer
-// allows) are left out and logged, so that they never make the node refuse
-// a snapshot; without (a fast-lane change), they are an error the lane
-// reports.
-func (n *Node) mergeIssuers(issuers []*configv1.Issuer, laneJWKS map[string]string, lenient bool) ([]*configv1.Issuer, error) {
-	if len(laneJWKS) == 0 {
-		return issuers, nil
-	}
-	out := make([]*configv1.Issuer, len(issuers))
-	for i, is := range issuers {
-		out[i] = is
-		published, ok := laneJWKS[is.GetName()]
-		if !ok {
-			continue
-		}
-		merged, err := fastlane.MergeJWKS(is.GetJwksJson(), published)
-		if err != nil && lenient {
-			n.log.Warn("the fast lane's keys of an issuer do not merge with its new config; left out", "issuer", is.GetName(), "err", err)
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("issuer %q: %w", is.GetName(), err)
-		}
-		c := proto.CloneOf(is)
-		c.JwksJson = merged
-		if lenient {
-			if err := n.tokens.CheckIssuer(c); err != nil {
-				n.log.Warn("the fast lane's keys of an issuer do not fit its new config; left out", "issuer", is.GetName(), "err", err)
-				continue
-			}
-		}
-		out[i] = c
-	}
-	return out, nil
+// publishCreds swaps in a copy of the current state with new credentials;
+// the caller holds applyMu. The copy shares everything else, its upstream
+// set included, which the next Apply releases once.
+func (n *Node) publishCreds(v *auth.View) {
+	next := *n.state.Load()
+	next.creds = v
+	n.state.Store(&next)
 }
 
 // Current returns the snapshot new requests use.
