@@ -86,7 +86,7 @@ func (s *Store) PublishFastLane(ctx context.Context, source string, fromSeq, toS
 	}
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
 		var current, have int64
-		err := tx.QueryRowContext(ctx, s.d.rebind("SELECT f.version, COALESCE(s.seq, 0) FROM fast_lane f LEFT JOIN fast_lane_sources s ON s.source = ?"), source).
+		err := tx.QueryRowContext(ctx, s.db.Rebind("SELECT f.version, COALESCE(s.seq, 0) FROM fast_lane f LEFT JOIN fast_lane_sources s ON s.source = ?"), source).
 			Scan(&current, &have)
 		if err != nil {
 			return err
@@ -102,7 +102,7 @@ func (s *Store) PublishFastLane(ctx context.Context, source string, fromSeq, toS
 		if len(entries) > 0 {
 			// The entry's columns but version change only if the stored
 			// entry is older; a row the WHERE refuses is left as it is.
-			stmt, err := tx.PrepareContext(ctx, s.d.rebind(`INSERT INTO fast_lane_entries (kind, id, rev, data, expires_at, version) VALUES (?, ?, ?, ?, ?, ?)
+			stmt, err := tx.PrepareContext(ctx, s.db.Rebind(`INSERT INTO fast_lane_entries (kind, id, rev, data, expires_at, version) VALUES (?, ?, ?, ?, ?, ?)
 				ON CONFLICT (kind, id) DO UPDATE SET rev = excluded.rev, data = excluded.data, expires_at = excluded.expires_at, version = excluded.version
 				WHERE fast_lane_entries.rev < excluded.rev`))
 			if err != nil {
@@ -129,10 +129,10 @@ func (s *Store) PublishFastLane(ctx context.Context, source string, fromSeq, toS
 				}
 			}
 		}
-		if _, err := tx.ExecContext(ctx, s.d.rebind("UPDATE fast_lane SET version = ?"), int64(version)); err != nil {
+		if _, err := tx.ExecContext(ctx, s.db.Rebind("UPDATE fast_lane SET version = ?"), int64(version)); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, s.d.rebind("INSERT INTO fast_lane_sources (source, seq) VALUES (?, ?) ON CONFLICT (source) DO UPDATE SET seq = excluded.seq"),
+		_, err = tx.ExecContext(ctx, s.db.Rebind("INSERT INTO fast_lane_sources (source, seq) VALUES (?, ?) ON CONFLICT (source) DO UPDATE SET seq = excluded.seq"),
 			source, int64(toSeq))
 		return err
 	})
@@ -177,7 +177,7 @@ func (s *Store) FastLaneSince(ctx context.Context, after uint64) (entries []Fast
 	// is the one the entries are at. The fast_lane row always exists, so
 	// the outer join returns one row (of NULL entry columns) when no entry
 	// is newer.
-	rows, err := s.db.QueryContext(ctx, s.d.rebind(`SELECT f.version, e.kind, e.id, e.rev, e.data, e.expires_at, e.version
+	rows, err := s.db.SQL().QueryContext(ctx, s.db.Rebind(`SELECT f.version, e.kind, e.id, e.rev, e.data, e.expires_at, e.version
 		FROM fast_lane f LEFT JOIN fast_lane_entries e ON e.version > ?`), int64(min(after, math.MaxInt64)))
 	if err != nil {
 		return nil, 0, fmt.Errorf("store: reading the fast lane: %w", err)
@@ -218,7 +218,7 @@ func (s *Store) FastLaneSince(ctx context.Context, after uint64) (entries []Fast
 // version (0 before the first publish).
 func (s *Store) FastLaneInfo(ctx context.Context) (epoch string, version uint64, err error) {
 	var v int64
-	if err := s.db.QueryRowContext(ctx, "SELECT epoch, version FROM fast_lane").Scan(&epoch, &v); err != nil {
+	if err := s.db.SQL().QueryRowContext(ctx, "SELECT epoch, version FROM fast_lane").Scan(&epoch, &v); err != nil {
 		return "", 0, fmt.Errorf("store: reading the fast lane: %w", err)
 	}
 	return epoch, uint64(v), nil
@@ -228,7 +228,7 @@ func (s *Store) FastLaneInfo(ctx context.Context) (epoch string, version uint64,
 // resends its changes after it. It is 0 for a source that never published.
 func (s *Store) FastLaneSource(ctx context.Context, source string) (seq uint64, err error) {
 	var v int64
-	err = s.db.QueryRowContext(ctx, s.d.rebind("SELECT seq FROM fast_lane_sources WHERE source = ?"), source).Scan(&v)
+	err = s.db.SQL().QueryRowContext(ctx, s.db.Rebind("SELECT seq FROM fast_lane_sources WHERE source = ?"), source).Scan(&v)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return 0, nil
@@ -244,7 +244,7 @@ func (s *Store) FastLaneSource(ctx context.Context, source string) (seq uint64, 
 func (s *Store) PruneFastLane(ctx context.Context, before time.Time) (int, error) {
 	var n int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.d.rebind("DELETE FROM fast_lane_entries WHERE expires_at <> 0 AND expires_at < ?"), toMicros(before))
+		res, err := tx.ExecContext(ctx, s.db.Rebind("DELETE FROM fast_lane_entries WHERE expires_at <> 0 AND expires_at < ?"), toMicros(before))
 		if err != nil {
 			return err
 		}

@@ -28,6 +28,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/portico-gw/portico/internal/sqlstore"
 )
 
 // Errors a caller branches on. Others wrap the database's error.
@@ -134,8 +136,7 @@ type Token struct {
 // Store is the control plane's state in a database. It is safe for
 // concurrent use; Close it when done.
 type Store struct {
-	db *sql.DB
-	d  dialect
+	db *sqlstore.DB
 }
 
 // Open connects to the database dsn names and migrates its schema:
@@ -143,32 +144,21 @@ type Store struct {
 // "sqlite:PATH" (or "sqlite://PATH") for an SQLite file, created if
 // missing.
 func Open(ctx context.Context, dsn string) (*Store, error) {
-	var d dialect
-	switch {
-	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		d = postgresDialect{}
-	case strings.HasPrefix(dsn, "sqlite:"):
-		d = sqliteDialect{}
-	default:
+	db, err := sqlstore.Open(ctx, dsn, schema())
+	if errors.Is(err, sqlstore.ErrInvalidDSN) {
 		return nil, fmt.Errorf("%w: the dsn is neither postgres://... nor sqlite:PATH", ErrInvalid)
 	}
-	db, err := d.open(ctx, dsn)
 	if err != nil {
-		return nil, fmt.Errorf("store: opening %s: %w", d.name(), err)
+		return nil, fmt.Errorf("store: %w", err)
 	}
-	s := &Store{db: db, d: d}
-	if err := s.migrate(ctx); err != nil {
-		_ = db.Close()
-		return nil, err
-	}
-	return s, nil
+	return &Store{db: db}, nil
 }
 
 // Close closes the database connections.
 func (s *Store) Close() error { return s.db.Close() }
 
 // Driver names the database: "postgres" or "sqlite".
-func (s *Store) Driver() string { return s.d.name() }
+func (s *Store) Driver() string { return s.db.Driver() }
 
 // SHA256 is the hex SHA-256 of b, as the store names blobs.
 func SHA256(b []byte) string {
@@ -188,13 +178,13 @@ func scanVersion(row interface{ Scan(...any) error }) (Version, error) {
 
 // Latest returns the newest version, or ErrNotFound if there is none.
 func (s *Store) Latest(ctx context.Context) (Version, error) {
-	v, err := scanVersion(s.db.QueryRowContext(ctx, s.d.rebind("SELECT "+versionColumns+" FROM versions ORDER BY number DESC LIMIT 1")))
+	v, err := scanVersion(s.db.SQL().QueryRowContext(ctx, s.db.Rebind("SELECT "+versionColumns+" FROM versions ORDER BY number DESC LIMIT 1")))
 	return v, notFound(err, "no version yet")
 }
 
 // Get returns version n.
 func (s *Store) Get(ctx context.Context, n int64) (Version, error) {
-	v, err := scanVersion(s.db.QueryRowContext(ctx, s.d.rebind("SELECT "+versionColumns+" FROM versions WHERE number = ?"), n))
+	v, err := scanVersion(s.db.SQL().QueryRowContext(ctx, s.db.Rebind("SELECT "+versionColumns+" FROM versions WHERE number = ?"), n))
 	return v, notFound(err, fmt.Sprintf("version %d", n))
 }
 
@@ -207,7 +197,7 @@ func (s *Store) List(ctx context.Context, before int64, limit int) ([]Version, e
 	if before <= 0 {
 		before = 1<<63 - 1
 	}
-	rows, err := s.db.QueryContext(ctx, s.d.rebind("SELECT "+versionColumns+" FROM versions WHERE number < ? ORDER BY number DESC LIMIT ?"), before, limit)
+	rows, err := s.db.SQL().QueryContext(ctx, s.db.Rebind("SELECT "+versionColumns+" FROM versions WHERE number < ? ORDER BY number DESC LIMIT ?"), before, limit)
 	if err != nil {
 		return nil, fmt.Errorf("store: listing versions: %w", err)
 	}
@@ -226,7 +216,7 @@ func (s *Store) List(ctx context.Context, before int64, limit int) ([]Version, e
 // Blob returns the blob named by its hex SHA-256.
 func (s *Store) Blob(ctx context.Context, sha string) ([]byte, error) {
 	var b []byte
-	err := s.db.QueryRowContext(ctx, s.d.rebind("SELECT data FROM blobs WHERE sha = ?"), sha).Scan(&b)
+	err := s.db.SQL().QueryRowContext(ctx, s.db.Rebind("SELECT data FROM blobs WHERE sha = ?"), sha).Scan(&b)
 	return b, notFound(err, "blob "+sha)
 }
 
@@ -265,13 +255,13 @@ func (s *Store) Commit(ctx context.Context, prev int64, c Commit) (Version, erro
 			if b == nil {
 				b = []byte{} // NOT NULL: the empty blob (whose hash nil has too)
 			}
-			if _, err := tx.ExecContext(ctx, s.d.rebind("INSERT INTO blobs (sha, data) VALUES (?, ?) ON CONFLICT (sha) DO NOTHING"), blob.sha, b); err != nil {
+			if _, err := tx.ExecContext(ctx, s.db.Rebind("INSERT INTO blobs (sha, data) VALUES (?, ?) ON CONFLICT (sha) DO NOTHING"), blob.sha, b); err != nil {
 				return err
 			}
 		}
-		if _, err := tx.ExecContext(ctx, s.d.rebind("INSERT INTO versions ("+versionColumns+") VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
+		if _, err := tx.ExecContext(ctx, s.db.Rebind("INSERT INTO versions ("+versionColumns+") VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
 			v.Number, v.ConfigSHA256, v.SnapshotSHA256, v.CreatedBy, toMicros(v.CreatedAt), v.Message, v.Diff, v.RollbackOf); err != nil {
-			if s.d.isUnique(err) {
+			if s.db.IsUnique(err) {
 				return ErrConflict
 			}
 			return err
@@ -308,7 +298,7 @@ func (s *Store) insertAudit(ctx context.Context, tx *sql.Tx, e *AuditEntry) erro
 	if e.Outcome == "" {
 		e.Outcome = "ok"
 	}
-	return tx.QueryRowContext(ctx, s.d.rebind("INSERT INTO audit (at, actor, team, action, object, outcome, detail, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"),
+	return tx.QueryRowContext(ctx, s.db.Rebind("INSERT INTO audit (at, actor, team, action, object, outcome, detail, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"),
 		toMicros(e.At), e.Actor, e.Team, e.Action, e.Object, e.Outcome, e.Detail, e.Version).Scan(&e.ID)
 }
 
@@ -328,7 +318,7 @@ func (s *Store) Audit(ctx context.Context, q AuditQuery) ([]AuditEntry, error) {
 	}
 	query += " ORDER BY id DESC LIMIT ?"
 	args = append(args, q.Limit)
-	rows, err := s.db.QueryContext(ctx, s.d.rebind(query), args...)
+	rows, err := s.db.SQL().QueryContext(ctx, s.db.Rebind(query), args...)
 	if err != nil {
 		return nil, fmt.Errorf("store: reading the audit log: %w", err)
 	}
@@ -362,9 +352,9 @@ func (s *Store) PutToken(ctx context.Context, t Token) error {
 	if t.CreatedAt.IsZero() {
 		t.CreatedAt = time.Now().UTC()
 	}
-	_, err := s.db.ExecContext(ctx, s.d.rebind("INSERT INTO tokens (id, hash, team, role, created_by, created_at, revoked_at, note) VALUES (?, ?, ?, ?, ?, ?, 0, ?)"),
+	_, err := s.db.SQL().ExecContext(ctx, s.db.Rebind("INSERT INTO tokens (id, hash, team, role, created_by, created_at, revoked_at, note) VALUES (?, ?, ?, ?, ?, ?, 0, ?)"),
 		t.ID, t.Hash, t.Team, t.Role, t.CreatedBy, toMicros(t.CreatedAt), t.Note)
-	if s.d.isUnique(err) {
+	if s.db.IsUnique(err) {
 		return fmt.Errorf("%w: token %q", ErrDuplicate, t.ID)
 	}
 	if err != nil {
@@ -388,14 +378,14 @@ func scanToken(row interface{ Scan(...any) error }) (Token, error) {
 
 // TokenByHash returns the token whose hash is hash, revoked or not.
 func (s *Store) TokenByHash(ctx context.Context, hash string) (Token, error) {
-	t, err := scanToken(s.db.QueryRowContext(ctx, s.d.rebind("SELECT "+tokenColumns+" FROM tokens WHERE hash = ?"), hash))
+	t, err := scanToken(s.db.SQL().QueryRowContext(ctx, s.db.Rebind("SELECT "+tokenColumns+" FROM tokens WHERE hash = ?"), hash))
 	return t, notFound(err, "token")
 }
 
 // Tokens returns the tokens of team ("" for platform tokens), oldest
 // first.
 func (s *Store) Tokens(ctx context.Context, team string) ([]Token, error) {
-	rows, err := s.db.QueryContext(ctx, s.d.rebind("SELECT "+tokenColumns+" FROM tokens WHERE team = ? ORDER BY created_at, id"), team)
+	rows, err := s.db.SQL().QueryContext(ctx, s.db.Rebind("SELECT "+tokenColumns+" FROM tokens WHERE team = ? ORDER BY created_at, id"), team)
 	if err != nil {
 		return nil, fmt.Errorf("store: listing tokens: %w", err)
 	}
@@ -414,13 +404,13 @@ func (s *Store) Tokens(ctx context.Context, team string) ([]Token, error) {
 // RevokeToken marks token id revoked at at. Revoking a revoked token
 // keeps the first time.
 func (s *Store) RevokeToken(ctx context.Context, id string, at time.Time) error {
-	res, err := s.db.ExecContext(ctx, s.d.rebind("UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at = 0"), toMicros(at), id)
+	res, err := s.db.SQL().ExecContext(ctx, s.db.Rebind("UPDATE tokens SET revoked_at = ? WHERE id = ? AND revoked_at = 0"), toMicros(at), id)
 	if err != nil {
 		return fmt.Errorf("store: revoking token %q: %w", id, err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		var one int
-		if err := s.db.QueryRowContext(ctx, s.d.rebind("SELECT 1 FROM tokens WHERE id = ?"), id).Scan(&one); err != nil {
+		if err := s.db.SQL().QueryRowContext(ctx, s.db.Rebind("SELECT 1 FROM tokens WHERE id = ?"), id).Scan(&one); err != nil {
 			return notFound(err, "token "+id)
 		}
 	}
@@ -429,21 +419,7 @@ func (s *Store) RevokeToken(ctx context.Context, id string, at time.Time) error 
 
 // inTx runs fn in a transaction that serializes with every other writer
 // of the store, and commits it if fn returns nil.
-func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	if err := s.d.lockWriters(ctx, tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	return tx.Commit()
-}
+func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error { return s.db.InTx(ctx, fn) }
 
 func notFound(err error, what string) error {
 	if errors.Is(err, sql.ErrNoRows) {
@@ -455,7 +431,9 @@ func notFound(err error, what string) error {
 	return nil
 }
 
-// Times are stored as microseconds since the epoch on both databases.
-func toMicros(t time.Time) int64 { return t.UnixMicro() }
-
-func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+// Times are stored as microseconds since the epoch on both databases, the
+// zero time as 0.
+var (
+	toMicros   = sqlstore.Micros
+	fromMicros = sqlstore.FromMicros
+)

@@ -41,7 +41,7 @@ func (s *Store) Changes(ctx context.Context, after uint64, n int) ([]Change, err
 		if err != nil {
 			return err
 		}
-		deny, err := s.scanDeny(tx.QueryContext(ctx, s.d.rebind("SELECT id, entry, expires, rev FROM keysvc_deny WHERE rev > ? ORDER BY rev LIMIT ?"), from, n))
+		deny, err := s.scanDeny(tx.QueryContext(ctx, s.db.Rebind("SELECT id, entry, expires, rev FROM keysvc_deny WHERE rev > ? ORDER BY rev LIMIT ?"), from, n))
 		if err != nil {
 			return err
 		}

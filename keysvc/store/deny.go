@@ -54,7 +54,7 @@ func (s *Store) PutDeny(ctx context.Context, e *configv1.DenyEntry) (DenyEntry, 
 			return err
 		}
 		d.Rev = uint64(rev)
-		_, err = tx.ExecContext(ctx, s.d.rebind(`INSERT INTO keysvc_deny (id, entry, expires, rev) VALUES (?, ?, ?, ?)
+		_, err = tx.ExecContext(ctx, s.db.Rebind(`INSERT INTO keysvc_deny (id, entry, expires, rev) VALUES (?, ?, ?, ?)
 			ON CONFLICT (id) DO UPDATE SET entry = excluded.entry, expires = excluded.expires, rev = excluded.rev`),
 			id, entry, micros(d.KeepUntil), rev)
 		return err
@@ -67,7 +67,7 @@ func (s *Store) PutDeny(ctx context.Context, e *configv1.DenyEntry) (DenyEntry, 
 
 // DenyEntries returns the entries kept until after now, in id order.
 func (s *Store) DenyEntries(ctx context.Context, now time.Time) ([]DenyEntry, error) {
-	out, err := s.denyEntries(ctx, s.db, now)
+	out, err := s.denyEntries(ctx, s.db.SQL(), now)
 	return out, wrap(err, "reading deny entries")
 }
 
@@ -77,7 +77,7 @@ func (s *Store) DenyEntries(ctx context.Context, now time.Time) ([]DenyEntry, er
 func (s *Store) PruneDeny(ctx context.Context, before time.Time) (int, error) {
 	var n int64
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.d.rebind("DELETE FROM keysvc_deny WHERE expires < ?"), micros(before))
+		res, err := tx.ExecContext(ctx, s.db.Rebind("DELETE FROM keysvc_deny WHERE expires < ?"), micros(before))
 		if err != nil {
 			return err
 		}
@@ -91,7 +91,7 @@ func (s *Store) PruneDeny(ctx context.Context, before time.Time) (int, error) {
 }
 
 func (s *Store) denyEntries(ctx context.Context, q querier, now time.Time) ([]DenyEntry, error) {
-	return s.scanDeny(q.QueryContext(ctx, s.d.rebind("SELECT id, entry, expires, rev FROM keysvc_deny WHERE expires > ? ORDER BY id"), micros(now)))
+	return s.scanDeny(q.QueryContext(ctx, s.db.Rebind("SELECT id, entry, expires, rev FROM keysvc_deny WHERE expires > ? ORDER BY id"), micros(now)))
 }
 
 // scanDeny reads the rows of a query that selects id, entry, expires, rev.

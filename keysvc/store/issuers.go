@@ -30,7 +30,7 @@ func (s *Store) PutIssuerKeys(ctx context.Context, issuer, jwks string) (IssuerK
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
 		var stored string
 		var rev int64
-		err := tx.QueryRowContext(ctx, s.d.rebind("SELECT jwks, rev FROM keysvc_issuer_keys WHERE issuer = ?"), issuer).Scan(&stored, &rev)
+		err := tx.QueryRowContext(ctx, s.db.Rebind("SELECT jwks, rev FROM keysvc_issuer_keys WHERE issuer = ?"), issuer).Scan(&stored, &rev)
 		switch {
 		case err == nil && stored == jwks:
 			ik.Rev = uint64(rev)
@@ -42,7 +42,7 @@ func (s *Store) PutIssuerKeys(ctx context.Context, issuer, jwks string) (IssuerK
 			return err
 		}
 		ik.Rev = uint64(rev)
-		_, err = tx.ExecContext(ctx, s.d.rebind(`INSERT INTO keysvc_issuer_keys (issuer, jwks, rev) VALUES (?, ?, ?)
+		_, err = tx.ExecContext(ctx, s.db.Rebind(`INSERT INTO keysvc_issuer_keys (issuer, jwks, rev) VALUES (?, ?, ?)
 			ON CONFLICT (issuer) DO UPDATE SET jwks = excluded.jwks, rev = excluded.rev`), issuer, jwks, rev)
 		return err
 	})
@@ -53,7 +53,7 @@ func (s *Store) PutIssuerKeys(ctx context.Context, issuer, jwks string) (IssuerK
 }
 
 func (s *Store) issuerKeys(ctx context.Context, q querier, query string, args ...any) ([]IssuerKeys, error) {
-	rows, err := q.QueryContext(ctx, s.d.rebind(query), args...)
+	rows, err := q.QueryContext(ctx, s.db.Rebind(query), args...)
 	if err != nil {
 		return nil, err
 	}

@@ -150,7 +150,7 @@ func (s *Store) RotateKey(ctx context.Context, oldID string, successor Key, oldN
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, s.d.rebind("UPDATE keysvc_keys SET not_after = ?, successor = ?, rev = ? WHERE id = ?"),
+		if _, err := tx.ExecContext(ctx, s.db.Rebind("UPDATE keysvc_keys SET not_after = ?, successor = ?, rev = ? WHERE id = ?"),
 			micros(notAfter), successor.ID, rev, oldID); err != nil {
 			return err
 		}
@@ -196,7 +196,7 @@ func (s *Store) WithdrawRotation(ctx context.Context, oldID, successorID string,
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, s.d.rebind("UPDATE keysvc_keys SET not_after = ?, successor = '', rev = ? WHERE id = ?"),
+		if _, err := tx.ExecContext(ctx, s.db.Rebind("UPDATE keysvc_keys SET not_after = ?, successor = '', rev = ? WHERE id = ?"),
 			micros(notAfter), rev, oldID); err != nil {
 			return err
 		}
@@ -238,7 +238,7 @@ func (s *Store) RevokeApp(ctx context.Context, appID, reason, by string, at time
 	}
 	var out []Key
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, s.d.rebind("SELECT id FROM keysvc_keys WHERE app_id = ? AND status = ? ORDER BY id"), appID, StatusActive)
+		rows, err := tx.QueryContext(ctx, s.db.Rebind("SELECT id FROM keysvc_keys WHERE app_id = ? AND status = ? ORDER BY id"), appID, StatusActive)
 		if err != nil {
 			return err
 		}
@@ -273,14 +273,14 @@ func (s *Store) RevokeApp(ctx context.Context, appID, reason, by string, at time
 
 // GetKey returns key id, or ErrNotFound.
 func (s *Store) GetKey(ctx context.Context, id string) (Key, error) {
-	k, err := s.getKey(ctx, s.db, "id", id)
+	k, err := s.getKey(ctx, s.db.SQL(), "id", id)
 	return k, wrap(err, "reading key %q", id)
 }
 
 // KeyByHash returns the key whose hash is h, revoked or not, or
 // ErrNotFound.
 func (s *Store) KeyByHash(ctx context.Context, h [32]byte) (Key, error) {
-	k, err := s.getKey(ctx, s.db, "hash", h[:])
+	k, err := s.getKey(ctx, s.db.SQL(), "hash", h[:])
 	return k, wrap(err, "reading a key by hash")
 }
 
@@ -298,7 +298,7 @@ func (s *Store) ListKeys(ctx context.Context, f ListFilter) ([]Key, error) {
 	}
 	query += " ORDER BY id LIMIT ?"
 	args = append(args, limit(f.Limit, 1000))
-	keys, err := s.keys(ctx, s.db, query, args...)
+	keys, err := s.keys(ctx, s.db.SQL(), query, args...)
 	return keys, wrap(err, "listing keys")
 }
 
@@ -316,10 +316,10 @@ func (s *Store) insertKey(ctx context.Context, tx *sql.Tx, k Key) (Key, error) {
 	if len(k.Scopes) == 0 {
 		scopes = []byte("[]")
 	}
-	_, err = tx.ExecContext(ctx, s.d.rebind("INSERT INTO keysvc_keys ("+keyColumns+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+	_, err = tx.ExecContext(ctx, s.db.Rebind("INSERT INTO keysvc_keys ("+keyColumns+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
 		k.ID, k.Hash[:], k.Prefix, k.AppID, k.TenantID, k.Plan, string(scopes), k.Env, k.Priority, int(k.Status),
 		micros(k.Created), micros(k.NotAfter), k.Successor, k.Predecessor, micros(k.Revoked), k.RevokeReason, k.RevokedBy, rev)
-	if s.d.isUnique(err) {
+	if s.db.IsUnique(err) {
 		return Key{}, fmt.Errorf("%w: key %q: its id or hash is taken", ErrConflict, k.ID)
 	}
 	if err != nil {
@@ -337,7 +337,7 @@ func (s *Store) revoke(ctx context.Context, tx *sql.Tx, id, reason, by string, a
 	if err != nil {
 		return Key{}, err
 	}
-	if _, err := tx.ExecContext(ctx, s.d.rebind("UPDATE keysvc_keys SET status = ?, revoked_at = ?, revoke_reason = ?, revoked_by = ?, rev = ? WHERE id = ?"),
+	if _, err := tx.ExecContext(ctx, s.db.Rebind("UPDATE keysvc_keys SET status = ?, revoked_at = ?, revoke_reason = ?, revoked_by = ?, rev = ? WHERE id = ?"),
 		int(StatusRevoked), micros(at), reason, by, rev, id); err != nil {
 		return Key{}, err
 	}
@@ -361,7 +361,7 @@ func (s *Store) getKey(ctx context.Context, q querier, column string, v any) (Ke
 
 // keys runs query, which selects keyColumns.
 func (s *Store) keys(ctx context.Context, q querier, query string, args ...any) ([]Key, error) {
-	rows, err := q.QueryContext(ctx, s.d.rebind(query), args...)
+	rows, err := q.QueryContext(ctx, s.db.Rebind(query), args...)
 	if err != nil {
 		return nil, err
 	}

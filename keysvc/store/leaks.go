@@ -72,7 +72,7 @@ func (s *Store) ReportLeaked(ctx context.Context, hashes [][32]byte, r LeakRepor
 				}
 				rep.KeyID, rep.Outcome = k.ID, OutcomeRevoked
 			}
-			if err := tx.QueryRowContext(ctx, s.d.rebind("INSERT INTO keysvc_leaks (at, reporter, url, source, reason, key_hash, key_id, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"),
+			if err := tx.QueryRowContext(ctx, s.db.Rebind("INSERT INTO keysvc_leaks (at, reporter, url, source, reason, key_hash, key_id, outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"),
 				micros(rep.At), rep.Reporter, rep.URL, rep.Source, rep.Reason, h[:], rep.KeyID, rep.Outcome).Scan(&rep.ID); err != nil {
 				return err
 			}
@@ -89,7 +89,7 @@ func (s *Store) ReportLeaked(ctx context.Context, hashes [][32]byte, r LeakRepor
 // LeakReports returns the n newest leak reports, newest first; n is 1000
 // when not positive or above 1000.
 func (s *Store) LeakReports(ctx context.Context, n int) ([]LeakReport, error) {
-	rows, err := s.db.QueryContext(ctx, s.d.rebind("SELECT id, at, reporter, url, source, reason, key_hash, key_id, outcome FROM keysvc_leaks ORDER BY id DESC LIMIT ?"), limit(n, 1000))
+	rows, err := s.db.SQL().QueryContext(ctx, s.db.Rebind("SELECT id, at, reporter, url, source, reason, key_hash, key_id, outcome FROM keysvc_leaks ORDER BY id DESC LIMIT ?"), limit(n, 1000))
 	if err != nil {
 		return nil, wrap(err, "reading leak reports")
 	}

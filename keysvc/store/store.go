@@ -26,8 +26,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
-	"time"
+
+	"github.com/portico-gw/portico/internal/sqlstore"
 )
 
 // Errors a caller branches on, wrapped with what they concern. Others wrap
@@ -48,8 +48,7 @@ var (
 // concurrent use, also by several processes on one database; Close it when
 // done.
 type Store struct {
-	db *sql.DB
-	d  dialect
+	db *sqlstore.DB
 }
 
 // Open connects to the database dsn names and migrates its schema:
@@ -57,36 +56,25 @@ type Store struct {
 // "sqlite:PATH" (or "sqlite://PATH") for an SQLite file, created if
 // missing.
 func Open(ctx context.Context, dsn string) (*Store, error) {
-	var d dialect
-	switch {
-	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		d = postgresDialect{}
-	case strings.HasPrefix(dsn, "sqlite:"):
-		d = sqliteDialect{}
-	default:
+	db, err := sqlstore.Open(ctx, dsn, schema())
+	if errors.Is(err, sqlstore.ErrInvalidDSN) {
 		return nil, fmt.Errorf("%w: the dsn is neither postgres://... nor sqlite:PATH", ErrInvalid)
 	}
-	db, err := d.open(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("store: opening %s: %w", d.name(), err)
+		return nil, fmt.Errorf("store: %w", err)
 	}
-	s := &Store{db: db, d: d}
-	if err := s.migrate(ctx); err != nil {
-		_ = db.Close()
-		return nil, err
-	}
-	return s, nil
+	return &Store{db: db}, nil
 }
 
 // Close closes the database connections.
 func (s *Store) Close() error { return s.db.Close() }
 
 // Driver names the database: "postgres" or "sqlite".
-func (s *Store) Driver() string { return s.d.name() }
+func (s *Store) Driver() string { return s.db.Driver() }
 
 // Seq returns the last rev assigned, 0 if none yet.
 func (s *Store) Seq(ctx context.Context) (uint64, error) {
-	seq, err := s.seq(ctx, s.db)
+	seq, err := s.seq(ctx, s.db.SQL())
 	if err != nil {
 		return 0, fmt.Errorf("store: reading the sequence: %w", err)
 	}
@@ -104,7 +92,7 @@ func (s *Store) AdvanceSeq(ctx context.Context, to uint64) (bool, error) {
 	}
 	moved := false
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, s.d.rebind("UPDATE keysvc_seq SET rev = ? WHERE id = 1 AND rev < ?"), int64(to), int64(to))
+		res, err := tx.ExecContext(ctx, s.db.Rebind("UPDATE keysvc_seq SET rev = ? WHERE id = 1 AND rev < ?"), int64(to), int64(to))
 		if err != nil {
 			return err
 		}
@@ -141,32 +129,13 @@ func (s *Store) nextRev(ctx context.Context, tx *sql.Tx) (int64, error) {
 
 // inTx runs fn in a transaction that serializes with every other writer
 // of the store, and commits it if fn returns nil.
-func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	if err := s.d.lockWriters(ctx, tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	return tx.Commit()
-}
+func (s *Store) inTx(ctx context.Context, fn func(*sql.Tx) error) error { return s.db.InTx(ctx, fn) }
 
 // readTx runs fn in a read-only transaction that sees one snapshot of the
 // database throughout: REPEATABLE READ on PostgreSQL, a DEFERRED
 // transaction in WAL mode on SQLite. It waits for no writer.
 func (s *Store) readTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }()
-	return fn(tx)
+	return s.db.ReadTx(ctx, fn)
 }
 
 // wrap adds what the store was doing to an error of the database. The
@@ -189,19 +158,8 @@ func limit(n, most int) int {
 
 // Times are stored as microseconds since the epoch, in UTC, on both
 // databases; the zero time is stored as 0.
-func micros(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMicro()
-}
-
-func fromMicros(us int64) time.Time {
-	if us == 0 {
-		return time.Time{}
-	}
-	return time.UnixMicro(us).UTC()
-}
-
-// now is the current time as the store keeps it.
-func now() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+var (
+	micros     = sqlstore.Micros
+	fromMicros = sqlstore.FromMicros
+	now        = sqlstore.Now
+)

@@ -2,10 +2,14 @@ package store
 
 import (
 	"context"
-	"database/sql"
-	"fmt"
-	"time"
+
+	"github.com/portico-gw/portico/internal/sqlstore"
 )
+
+// writersLock is the PostgreSQL advisory lock key the key service's
+// writers take ("portkeys" in ASCII). It differs from the control plane's,
+// so the two may share a database without waiting for each other.
+const writersLock = 0x706f72746b657973
 
 // migrations are the schema's steps, in order, with the column types left
 // for the dialect to fill in; a step never changes once released. Every
@@ -64,50 +68,13 @@ var migrations = []string{
 	);`,
 }
 
-// migrate applies the schema steps the database has not had yet, each in
-// its own transaction with its record in keysvc_migrations, under the
-// writers' lock: key services that start at once apply each step once, and
-// a step that fails leaves no trace.
-func (s *Store) migrate(ctx context.Context) error {
-	// Under the writers' lock: PostgreSQL's CREATE TABLE IF NOT EXISTS is
-	// not safe against another process creating the table at once.
-	err := s.inTx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS keysvc_migrations (
-			version    INTEGER PRIMARY KEY,
-			applied_at BIGINT NOT NULL
-		)`)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("store: migrating the %s schema: %w", s.d.name(), err)
-	}
-	types := s.d.types()
-	for i, step := range migrations {
-		n := i + 1
-		err := s.inTx(ctx, func(tx *sql.Tx) error {
-			var done int
-			if err := tx.QueryRowContext(ctx, s.d.rebind("SELECT COUNT(*) FROM keysvc_migrations WHERE version = ?"), n).Scan(&done); err != nil {
-				return err
-			}
-			if done > 0 {
-				return nil
-			}
-			if _, err := tx.ExecContext(ctx, types.Replace(step)); err != nil {
-				return err
-			}
-			_, err := tx.ExecContext(ctx, s.d.rebind("INSERT INTO keysvc_migrations (version, applied_at) VALUES (?, ?)"), n, micros(time.Now()))
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("store: migrating the %s schema to version %d: %w", s.d.name(), n, err)
-		}
-	}
-	return nil
+// schema is the key service's: its migrations are recorded in
+// keysvc_migrations.
+func schema() sqlstore.Schema {
+	return sqlstore.Schema{Migrations: "keysvc_migrations", LockKey: writersLock, Steps: migrations}
 }
 
 // SchemaVersion returns the number of schema steps applied.
 func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
-	var n int
-	err := s.db.QueryRowContext(ctx, "SELECT COALESCE(MAX(version), 0) FROM keysvc_migrations").Scan(&n)
-	return n, err
+	return s.db.SchemaVersion(ctx, "keysvc_migrations")
 }
