@@ -26,8 +26,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +40,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/portico-gw/portico/gen/portico/keys/v1/keysv1connect"
+	"github.com/portico-gw/portico/internal/svcauth"
 	"github.com/portico-gw/portico/keysvc/store"
 )
 
@@ -77,13 +76,6 @@ func (c caller) mayActFor(issuer string) bool {
 		return true
 	}
 	return issuer != "" && slices.Contains(c.Issuers, issuer)
-}
-
-// HashToken returns the hex SHA-256 of a token, the form Options.Tokens
-// holds it in.
-func HashToken(token string) string {
-	sum := sha256.Sum256([]byte(token))
-	return hex.EncodeToString(sum[:])
 }
 
 // Scanner is a secret scanner whose signed reports the service accepts.
@@ -234,8 +226,8 @@ type authz struct{ s *Service }
 
 func (a *authz) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		token, ok := strings.CutPrefix(req.Header().Get("Authorization"), "Bearer ")
-		if !ok || token == "" {
+		token, ok := svcauth.Token(req.Header())
+		if !ok {
 			return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("a key service token is required (Authorization: Bearer …)"))
 		}
 		t, found := a.s.lookupToken(token)
@@ -267,7 +259,7 @@ func (a *authz) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.
 // lookupToken finds a token by its hash (as control/admin does: the hash
 // of a guess tells nothing of a token).
 func (s *Service) lookupToken(token string) (Token, bool) {
-	t, ok := s.tokens[HashToken(token)]
+	t, ok := s.tokens[svcauth.Hash(token)]
 	return t, ok
 }
 

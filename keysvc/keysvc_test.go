@@ -20,6 +20,7 @@ import (
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	keysv1 "github.com/portico-gw/portico/gen/portico/keys/v1"
 	"github.com/portico-gw/portico/gen/portico/keys/v1/keysv1connect"
+	"github.com/portico-gw/portico/internal/svcauth"
 	"github.com/portico-gw/portico/keysvc"
 	"github.com/portico-gw/portico/keysvc/store"
 	"github.com/portico-gw/portico/testing/admintest"
@@ -60,8 +61,8 @@ func startService(t *testing.T, opts keysvc.Options) *service {
 	s.store = opts.Store
 	if opts.Tokens == nil {
 		opts.Tokens = []keysvc.Token{
-			{Name: "platform-test", Role: keysvc.RolePlatform, SHA256: keysvc.HashToken(platformToken)},
-			{Name: "identity-test", Role: keysvc.RoleIdentity, SHA256: keysvc.HashToken(identityToken)},
+			{Name: "platform-test", Role: keysvc.RolePlatform, SHA256: svcauth.Hash(platformToken)},
+			{Name: "identity-test", Role: keysvc.RoleIdentity, SHA256: svcauth.Hash(identityToken)},
 		}
 	}
 	if opts.Scanners == nil {
@@ -157,7 +158,7 @@ func TestNewRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	hash := keysvc.HashToken(platformToken)
+	hash := svcauth.Hash(platformToken)
 	scanner, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +199,7 @@ func TestAuth(t *testing.T) {
 		{"basic credentials", headerClient("Authorization", "Basic cGxhdGZvcm06eA=="), connect.CodeUnauthenticated, connect.CodeUnauthenticated},
 		{"the platform token as basic", headerClient("Authorization", "Basic "+platformToken), connect.CodeUnauthenticated, connect.CodeUnauthenticated},
 		{"an unknown token", bearer("not-a-token-of-ours"), connect.CodeUnauthenticated, connect.CodeUnauthenticated},
-		{"the hash of the platform token", bearer(keysvc.HashToken(platformToken)), connect.CodeUnauthenticated, connect.CodeUnauthenticated},
+		{"the hash of the platform token", bearer(svcauth.Hash(platformToken)), connect.CodeUnauthenticated, connect.CodeUnauthenticated},
 		{"the identity token", bearer(identityToken), connect.CodePermissionDenied, 0},
 		{"the platform token", bearer(platformToken), 0, 0},
 	} {
@@ -245,7 +246,7 @@ func TestAuth(t *testing.T) {
 // TestTokenHashCase: a token's hash may be configured in upper case.
 func TestTokenHashCase(t *testing.T) {
 	t.Parallel()
-	s := startService(t, keysvc.Options{Tokens: []keysvc.Token{{Name: "upper", Role: keysvc.RolePlatform, SHA256: strings.ToUpper(keysvc.HashToken(platformToken))}}})
+	s := startService(t, keysvc.Options{Tokens: []keysvc.Token{{Name: "upper", Role: keysvc.RolePlatform, SHA256: strings.ToUpper(svcauth.Hash(platformToken))}}})
 	if _, err := s.keys.ListKeys(context.Background(), connect.NewRequest(&keysv1.ListKeysRequest{})); err != nil {
 		t.Errorf("ListKeys with a token configured by its upper-case hash: %v", err)
 	}
@@ -350,8 +351,8 @@ func TestIdentityTokenIssuers(t *testing.T) {
 	t.Parallel()
 	const limited = "keysvc-test-limited-identity-token-0123456789"
 	s := startService(t, keysvc.Options{Tokens: []keysvc.Token{
-		{Name: "platform-test", Role: keysvc.RolePlatform, SHA256: keysvc.HashToken(platformToken)},
-		{Name: "login-idp", Role: keysvc.RoleIdentity, SHA256: keysvc.HashToken(limited), Issuers: []string{"login"}},
+		{Name: "platform-test", Role: keysvc.RolePlatform, SHA256: svcauth.Hash(platformToken)},
+		{Name: "login-idp", Role: keysvc.RoleIdentity, SHA256: svcauth.Hash(limited), Issuers: []string{"login"}},
 	}})
 	idp := keysv1connect.NewTokenServiceClient(bearer(limited), s.url)
 	ctx := context.Background()

@@ -17,6 +17,7 @@ import (
 
 	keysv1 "github.com/portico-gw/portico/gen/portico/keys/v1"
 	"github.com/portico-gw/portico/gen/portico/keys/v1/keysv1connect"
+	"github.com/portico-gw/portico/internal/svcauth"
 	"github.com/portico-gw/portico/keysvc"
 	"github.com/portico-gw/portico/testing/ghscan"
 	"github.com/portico-gw/portico/testing/logbuf"
@@ -34,7 +35,7 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 	_, priv := newSigningKey(t)
 	gh := ghscan.NewKey(t, "")
 	ks := ghscan.Start(t, ghscan.DocOf(t, gh))
-	s := startService(t, keysvc.Options{Logger: log, SigningKey: priv, SnapshotTokenHash: keysvc.HashToken(nodeToken),
+	s := startService(t, keysvc.Options{Logger: log, SigningKey: priv, SnapshotTokenHash: svcauth.Hash(nodeToken),
 		GitHub: &keysvc.GitHubOptions{KeysURL: ks.URL}})
 	// A key service whose control plane is away: its new keys fail.
 	down := startService(t, keysvc.Options{Logger: log, ControlURL: "http://" + closedAddr(t), WaitTimeout: time.Second})
@@ -120,7 +121,7 @@ func TestLogsHoldNoSecrets(t *testing.T) {
 		if strings.Contains(logged, secret) || (strings.HasPrefix(secret, "ak_") && strings.Contains(logged, secret[12:])) {
 			t.Errorf("the log holds the secret %.12s…:\n%s", secret, logged)
 		}
-		if strings.Contains(logged, keysvc.HashToken(secret)) {
+		if strings.Contains(logged, svcauth.Hash(secret)) {
 			t.Errorf("the log holds the hash of the secret %.12s…", secret)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
 	"github.com/portico-gw/portico/gen/portico/distribution/v1/distributionv1connect"
+	"github.com/portico-gw/portico/internal/svcauth"
 )
 
 // source is the key service's name on the fast lane.
@@ -43,17 +44,8 @@ type publisher struct {
 func newPublisher(s *Service) *publisher {
 	p := &publisher{s: s, wake: make(chan struct{}, 1), round: make(chan struct{}, 1)}
 	if s.opts.ControlURL != "" {
-		var opts []connect.ClientOption
-		if s.opts.ControlToken != "" {
-			token := s.opts.ControlToken
-			opts = append(opts, connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-				return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-					req.Header().Set("Authorization", "Bearer "+token)
-					return next(ctx, req)
-				}
-			})))
-		}
-		p.client = distributionv1connect.NewFastLaneServiceClient(s.opts.HTTPClient, s.opts.ControlURL, opts...)
+		p.client = distributionv1connect.NewFastLaneServiceClient(s.opts.HTTPClient, s.opts.ControlURL,
+			connect.WithInterceptors(svcauth.Interceptor(s.opts.ControlToken)))
 	}
 	return p
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/portico-gw/portico/gateway/keysnapshot"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	"github.com/portico-gw/portico/internal/svcauth"
 	"github.com/portico-gw/portico/keysvc/store"
 )
 
@@ -85,8 +86,7 @@ func (s *Service) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if want := s.opts.SnapshotTokenHash; want != "" {
-		token, ok := cutBearer(r.Header.Get("Authorization"))
-		if !ok || !equalHash(HashToken(token), want) {
+		if token, ok := svcauth.Token(r.Header); !ok || !svcauth.Matches(token, want) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="portico-keys"`)
 			http.Error(w, "a node token is required", http.StatusUnauthorized)
 			return

@@ -22,6 +22,7 @@ import (
 	"github.com/portico-gw/portico/gateway/keysnapshot"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	keysv1 "github.com/portico-gw/portico/gen/portico/keys/v1"
+	"github.com/portico-gw/portico/internal/svcauth"
 	"github.com/portico-gw/portico/keysvc"
 	"github.com/portico-gw/portico/testing/testclock"
 )
@@ -219,7 +220,7 @@ func TestSnapshot(t *testing.T) {
 func TestSnapshotAccess(t *testing.T) {
 	t.Parallel()
 	_, priv := newSigningKey(t)
-	guarded := startService(t, keysvc.Options{SigningKey: priv, SnapshotTokenHash: keysvc.HashToken(nodeToken)})
+	guarded := startService(t, keysvc.Options{SigningKey: priv, SnapshotTokenHash: svcauth.Hash(nodeToken)})
 	open := startService(t, keysvc.Options{SigningKey: priv})
 	unsigned := startService(t, keysvc.Options{})
 	for _, c := range []struct {
@@ -232,7 +233,7 @@ func TestSnapshotAccess(t *testing.T) {
 		{"no token", guarded, "GET", nil, http.StatusUnauthorized},
 		{"a wrong token", guarded, "GET", []string{"Authorization", "Bearer not-the-node-token"}, http.StatusUnauthorized},
 		{"the platform token", guarded, "GET", []string{"Authorization", "Bearer " + platformToken}, http.StatusUnauthorized},
-		{"the hash of the node token", guarded, "GET", []string{"Authorization", "Bearer " + keysvc.HashToken(nodeToken)}, http.StatusUnauthorized},
+		{"the hash of the node token", guarded, "GET", []string{"Authorization", "Bearer " + svcauth.Hash(nodeToken)}, http.StatusUnauthorized},
 		{"the node token, not as a bearer", guarded, "GET", []string{"Authorization", nodeToken}, http.StatusUnauthorized},
 		{"the node token", guarded, "GET", []string{"Authorization", "Bearer " + nodeToken}, http.StatusOK},
 		{"no token, none required", open, "GET", nil, http.StatusOK},

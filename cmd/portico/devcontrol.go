@@ -27,6 +27,7 @@ import (
 	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
 	keysv1 "github.com/portico-gw/portico/gen/portico/keys/v1"
 	"github.com/portico-gw/portico/gen/portico/keys/v1/keysv1connect"
+	"github.com/portico-gw/portico/internal/svcauth"
 	"github.com/portico-gw/portico/keysvc"
 	keystore "github.com/portico-gw/portico/keysvc/store"
 )
@@ -139,8 +140,8 @@ func (c *devControl) startKeys(ctx context.Context, token, githubKeysFile string
 	c.keysStore = ks
 	opts := keysvc.Options{
 		Store: ks, ControlURL: c.url, ControlToken: c.publisherToken, HTTPClient: streamClient(c.url), SigningKey: signing, Logger: log,
-		Tokens:            []keysvc.Token{{Name: "platform", Role: keysvc.RolePlatform, SHA256: keysvc.HashToken(token)}},
-		SnapshotTokenHash: keysvc.HashToken(c.snapshotToken),
+		Tokens:            []keysvc.Token{{Name: "platform", Role: keysvc.RolePlatform, SHA256: svcauth.Hash(token)}},
+		SnapshotTokenHash: svcauth.Hash(c.snapshotToken),
 	}
 	if githubKeysFile != "" {
 		opts.GitHub = &keysvc.GitHubOptions{KeysFile: githubKeysFile}
@@ -159,7 +160,7 @@ func (c *devControl) startKeys(ctx context.Context, token, githubKeysFile string
 // directory). Keys a user made, for the demo app or any other, stay: a
 // restart of dev is not a revocation. It returns the raw key and its id.
 func (c *devControl) demoKey(ctx context.Context) (raw, id string, err error) {
-	api := keysv1connect.NewKeyServiceClient(&http.Client{Transport: bearerTransport{c.token}, Timeout: 30 * time.Second}, c.url)
+	api := keysv1connect.NewKeyServiceClient(&http.Client{Transport: svcauth.Transport(c.token, nil), Timeout: 30 * time.Second}, c.url)
 	idFile := filepath.Join(c.dataDir, "demo-key-id")
 	if b, err := os.ReadFile(idFile); err == nil {
 		last := strings.TrimSpace(string(b))
@@ -218,7 +219,7 @@ func (c *devControl) close() {
 // run to run). It returns the version the node must run.
 func (c *devControl) seed(ctx context.Context, demo *configv1.Snapshot) (int64, error) {
 	token := c.token
-	api := adminv1connect.NewAdminServiceClient(&http.Client{Transport: bearerTransport{token}, Timeout: 30 * time.Second}, c.url)
+	api := adminv1connect.NewAdminServiceClient(&http.Client{Transport: svcauth.Transport(token, nil), Timeout: 30 * time.Second}, c.url)
 	var owns []*adminv1.Ownership
 	for _, p := range []string{"/inventory", "/v1/orders", "/v1/customers", "/portico.demo.v1.OrdersService",
 		"/grpc.reflection.v1.ServerReflection", "/grpc.reflection.v1alpha.ServerReflection", "/grpc.health.v1.Health"} {
@@ -278,7 +279,7 @@ func (c *devControl) follow(ctx context.Context, node *gateway.Node, version int
 	})
 	go func() { _ = client.Run(ctx) }()
 	poller, err := gwdist.NewPoller(gwdist.PollerOptions{URL: c.url + keysvc.SnapshotPath, Trusted: []ed25519.PublicKey{c.signer},
-		HTTPClient: &http.Client{Transport: bearerTransport{c.snapshotToken}, Timeout: 30 * time.Second}, Lane: node.FastLane(), Logger: log})
+		HTTPClient: &http.Client{Transport: svcauth.Transport(c.snapshotToken, nil), Timeout: 30 * time.Second}, Lane: node.FastLane(), Logger: log})
 	if err != nil {
 		return err
 	}
@@ -302,13 +303,4 @@ func (c *devControl) follow(ctx context.Context, node *gateway.Node, version int
 		return fmt.Errorf("the node did not join the fast lane: %w", err)
 	}
 	return nil
-}
-
-// bearerTransport sends an admin token with every call.
-type bearerTransport struct{ token string }
-
-func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return http.DefaultTransport.RoundTrip(r)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/portico-gw/portico/gateway"
 	"github.com/portico-gw/portico/gateway/distribution"
+	"github.com/portico-gw/portico/internal/svcauth"
 )
 
 // followControl makes node run the snapshots the control plane at url
@@ -81,7 +82,7 @@ func pollKeySnapshot(ctx context.Context, node *gateway.Node, url, tokenFile str
 		if err != nil {
 			return fmt.Errorf("-keys-snapshot-token-file: %w", err)
 		}
-		client.Transport = bearerTransport{tok}
+		client.Transport = svcauth.Transport(tok, nil)
 	}
 	p, err := distribution.NewPoller(distribution.PollerOptions{URL: url, HTTPClient: client, Trusted: trusted, Interval: every,
 		CacheFile: cacheFile, Lane: node.FastLane(), Logger: log})

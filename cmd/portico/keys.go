@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/portico-gw/portico/gateway/keysnapshot"
+	"github.com/portico-gw/portico/internal/svcauth"
 	"github.com/portico-gw/portico/keysvc"
 	"github.com/portico-gw/portico/keysvc/store"
 )
@@ -76,7 +77,7 @@ func runKeys(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("keys: %w", err)
 		}
-		opts.Tokens = append(opts.Tokens, keysvc.Token{Name: string(t.role), Role: t.role, SHA256: keysvc.HashToken(tok), Issuers: t.issuers})
+		opts.Tokens = append(opts.Tokens, keysvc.Token{Name: string(t.role), Role: t.role, SHA256: svcauth.Hash(tok), Issuers: t.issuers})
 	}
 	if *controlToken != "" {
 		if opts.ControlToken, err = readToken(*controlToken); err != nil {
@@ -88,7 +89,7 @@ func runKeys(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("keys: %w", err)
 		}
-		opts.SnapshotTokenHash = keysvc.HashToken(tok)
+		opts.SnapshotTokenHash = svcauth.Hash(tok)
 	}
 	if opts.SigningKey, err = loadSigningKey(*signingKey, log); err != nil {
 		return fmt.Errorf("keys: %w", err)

@@ -22,6 +22,7 @@ import (
 	"github.com/portico-gw/portico/gen/portico/admin/v1/adminv1connect"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	"github.com/portico-gw/portico/gen/portico/keys/v1/keysv1connect"
+	"github.com/portico-gw/portico/internal/svcauth"
 )
 
 const usage = `usage: porticoctl [global flags] <command> [flags]
@@ -146,9 +147,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return exitUsage
 	}
 	keysToken = cmp.Or(keysToken, token)
-	keysHTTP := &http.Client{Transport: bearer{token: keysToken}, Timeout: keysCallTimeout}
+	keysHTTP := &http.Client{Transport: svcauth.Transport(keysToken, nil), Timeout: keysCallTimeout}
 	c := &cli{stdout: stdout, stderr: stderr, json: *output == "json",
-		admin:  adminv1connect.NewAdminServiceClient(&http.Client{Transport: bearer{token: token}, Timeout: callTimeout}, strings.TrimRight(*server, "/")),
+		admin:  adminv1connect.NewAdminServiceClient(&http.Client{Transport: svcauth.Transport(token, nil), Timeout: callTimeout}, strings.TrimRight(*server, "/")),
 		keys:   keysv1connect.NewKeyServiceClient(keysHTTP, strings.TrimRight(*keysServer, "/")),
 		tokens: keysv1connect.NewTokenServiceClient(keysHTTP, strings.TrimRight(*keysServer, "/")),
 	}
@@ -179,18 +180,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		fmt.Fprintf(stderr, "porticoctl: unknown command %q\n\n%s", cmd, usage)
 		return exitUsage
 	}
-}
-
-// bearer sends a token (the admin token, or the key service's) with every
-// call.
-type bearer struct{ token string }
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	if b.token != "" {
-		r = r.Clone(r.Context())
-		r.Header.Set("Authorization", "Bearer "+b.token)
-	}
-	return http.DefaultTransport.RoundTrip(r)
 }
 
 // tokenFrom is the token in file (named by flag), or env's value when no

@@ -19,6 +19,7 @@ import (
 	"github.com/portico-gw/portico/control/store"
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 	"github.com/portico-gw/portico/gen/portico/admin/v1/adminv1connect"
+	"github.com/portico-gw/portico/internal/svcauth"
 )
 
 const platformToken = "ptk_porticoctl-test-platform-token-0123456789"
@@ -39,7 +40,7 @@ func server(t *testing.T) (string, string) {
 	}
 	srv := httptest.NewServer(p.Handler)
 	t.Cleanup(srv.Close)
-	admin := adminv1connect.NewAdminServiceClient(&http.Client{Transport: bearer{platformToken}, Timeout: 30 * time.Second}, srv.URL)
+	admin := adminv1connect.NewAdminServiceClient(&http.Client{Transport: svcauth.Transport(platformToken, nil), Timeout: 30 * time.Second}, srv.URL)
 	for team, prefixes := range map[string][]string{"orders": {"/v1/orders", "/v1/customers", "/portico.demo.v1.OrdersService"}, "search": {"/v1/search"}} {
 		var owns []*adminv1.Ownership
 		for _, p := range prefixes {

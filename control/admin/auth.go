@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/portico-gw/portico/control/store"
+	"github.com/portico-gw/portico/internal/svcauth"
 )
 
 // Roles, as the store spells them.
@@ -47,9 +48,6 @@ func NewToken() (token, id string, err error) {
 	return tokenPrefix + base64.RawURLEncoding.EncodeToString(b[:]), "tok_" + hex.EncodeToString(idb[:]), nil
 }
 
-// HashToken is the stored form of an admin token.
-func HashToken(token string) string { return store.SHA256([]byte(token)) }
-
 // Bootstrap makes token a platform-admin token (id "bootstrap-" and the
 // start of its hash) if no token with its hash exists: how the first
 // platform admin gets in. Control planes may start at once with the same
@@ -58,7 +56,7 @@ func Bootstrap(ctx context.Context, st *store.Store, token string) error {
 	if !strings.HasPrefix(token, tokenPrefix) || len(token) < len(tokenPrefix)+32 {
 		return errors.New("admin: a bootstrap token is " + tokenPrefix + " and at least 32 characters")
 	}
-	hash := HashToken(token)
+	hash := svcauth.Hash(token)
 	existing := func() (bool, error) {
 		t, err := st.TokenByHash(ctx, hash)
 		switch {
@@ -86,12 +84,11 @@ func Bootstrap(ctx context.Context, st *store.Store, token string) error {
 
 // authenticate finds the caller of a request from its bearer token.
 func (s *Service) authenticate(ctx context.Context, h http.Header) (caller, error) {
-	auth := h.Get("Authorization")
-	token, ok := strings.CutPrefix(auth, "Bearer ")
+	token, ok := svcauth.Token(h)
 	if !ok || !strings.HasPrefix(token, tokenPrefix) {
 		return caller{}, connect.NewError(connect.CodeUnauthenticated, errors.New("an admin token is required (Authorization: Bearer "+tokenPrefix+"…)"))
 	}
-	t, err := s.store.TokenByHash(ctx, HashToken(token))
+	t, err := s.store.TokenByHash(ctx, svcauth.Hash(token))
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return caller{}, connect.NewError(connect.CodeUnauthenticated, errors.New("unknown admin token"))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/portico-gw/portico/control/store"
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
+	"github.com/portico-gw/portico/internal/svcauth"
 )
 
 // CreateToken issues an admin token. The answer holds the token once; the
@@ -31,7 +32,7 @@ func (s *Service) CreateToken(ctx context.Context, req *connect.Request[adminv1.
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInternal, errors.New("generating a token failed"))
 	}
-	t := store.Token{ID: id, Hash: HashToken(token), Team: team, Role: role, CreatedBy: c.id, CreatedAt: s.now().UTC(), Note: req.Msg.GetNote()}
+	t := store.Token{ID: id, Hash: svcauth.Hash(token), Team: team, Role: role, CreatedBy: c.id, CreatedAt: s.now().UTC(), Note: req.Msg.GetNote()}
 	if err := s.store.PutToken(ctx, t); err != nil {
 		return nil, s.storeFailed(ctx, "tokens.create", err)
 	}

@@ -3,7 +3,6 @@ package distribution
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -23,6 +22,7 @@ import (
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
 	"github.com/portico-gw/portico/gen/portico/distribution/v1/distributionv1connect"
+	"github.com/portico-gw/portico/internal/svcauth"
 )
 
 // The fast lane carries what must reach every node at once and is never
@@ -517,18 +517,7 @@ func (s *Server) laneSend(ctx context.Context, stream *connect.BidiStream[distri
 
 // authorizeNode checks a node's bearer token, when one is required.
 func (s *Server) authorizeNode(h http.Header) error {
-	return checkBearer(h, s.opts.NodeTokenHash, "a node token is required")
-}
-
-func checkBearer(h http.Header, wantHash, msg string) error {
-	if wantHash == "" {
-		return nil
-	}
-	token, _ := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
-	if token == "" || subtle.ConstantTimeCompare([]byte(store.SHA256([]byte(token))), []byte(wantHash)) != 1 {
-		return connect.NewError(connect.CodeUnauthenticated, errors.New(msg))
-	}
-	return nil
+	return svcauth.Check(h, s.opts.NodeTokenHash, "a node token is required")
 }
 
 // Publisher serves portico.distribution.v1.FastLaneService for s.
@@ -542,7 +531,7 @@ func (p *Publisher) Handler() (string, http.Handler) {
 	return distributionv1connect.NewFastLaneServiceHandler(p, connect.WithReadMaxBytes(256<<20),
 		connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 			return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-				if err := checkBearer(req.Header(), p.s.opts.PublisherTokenHash, "a publisher token is required"); err != nil {
+				if err := svcauth.Check(req.Header(), p.s.opts.PublisherTokenHash, "a publisher token is required"); err != nil {
 					return nil, err
 				}
 				if msg, ok := req.Any().(proto.Message); ok {

@@ -31,6 +31,7 @@ import (
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
 	"github.com/portico-gw/portico/gen/portico/distribution/v1/distributionv1connect"
+	"github.com/portico-gw/portico/internal/svcauth"
 )
 
 // Options configures a Client.
@@ -162,7 +163,7 @@ func (c *Client) Boot() (bool, error) {
 func (c *Client) Run(ctx context.Context) error {
 	var copts []connect.ClientOption
 	if c.opts.Token != "" {
-		copts = append(copts, connect.WithInterceptors(bearer(c.opts.Token)))
+		copts = append(copts, connect.WithInterceptors(svcauth.Interceptor(c.opts.Token)))
 	}
 	client := distributionv1connect.NewDistributionServiceClient(c.opts.HTTPClient, c.opts.URL, copts...)
 	var wg sync.WaitGroup
@@ -349,23 +350,6 @@ func (c *Client) run(snap *distributionv1.Snapshot) (applied bool, err error) {
 		}
 	}
 	return true, nil
-}
-
-// bearer sends the node's token on the stream.
-type bearer string
-
-func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc { return next }
-
-func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		conn := next(ctx, spec)
-		conn.RequestHeader().Set("Authorization", "Bearer "+string(b))
-		return conn
-	}
-}
-
-func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
 }
 
 // decode decodes a snapshot as the control plane sends it: its bytes

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/portico-gw/portico/gen/portico/admin/v1/adminv1connect"
+	"github.com/portico-gw/portico/internal/svcauth"
 )
 
 // Client returns an AdminService client of the control plane at url that
@@ -24,23 +25,8 @@ func HTTPClient(token string) *http.Client {
 
 // Bearer returns a transport that sends token as the bearer token of
 // every request through next (http.DefaultTransport when nil); no
-// Authorization header when token is empty.
+// Authorization header when token is empty. It is svcauth.Transport, the
+// services' own.
 func Bearer(token string, next http.RoundTripper) http.RoundTripper {
-	if next == nil {
-		next = http.DefaultTransport
-	}
-	return bearer{token: token, next: next}
-}
-
-type bearer struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	if b.token != "" {
-		r = r.Clone(r.Context())
-		r.Header.Set("Authorization", "Bearer "+b.token)
-	}
-	return b.next.RoundTrip(r)
+	return svcauth.Transport(token, next)
 }

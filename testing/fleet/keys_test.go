@@ -33,6 +33,7 @@ import (
 	"github.com/portico-gw/portico/gen/portico/distribution/v1/distributionv1connect"
 	keysv1 "github.com/portico-gw/portico/gen/portico/keys/v1"
 	"github.com/portico-gw/portico/gen/portico/keys/v1/keysv1connect"
+	"github.com/portico-gw/portico/internal/svcauth"
 	"github.com/portico-gw/portico/keysvc"
 	keystore "github.com/portico-gw/portico/keysvc/store"
 	"github.com/portico-gw/portico/testing/admintest"
@@ -125,8 +126,8 @@ func startKeysWith(t *testing.T, controlURL string, edit func(*keysvc.Options)) 
 	opts := keysvc.Options{
 		Store: st, ControlURL: controlURL, HTTPClient: gatewaytest.H2CClient(t), SigningKey: priv, Logger: gatewaytest.Logger(),
 		Tokens: []keysvc.Token{
-			{Name: "platform-test", Role: keysvc.RolePlatform, SHA256: keysvc.HashToken(keysPlatformToken)},
-			{Name: "identity-test", Role: keysvc.RoleIdentity, SHA256: keysvc.HashToken(keysIdentityToken)},
+			{Name: "platform-test", Role: keysvc.RolePlatform, SHA256: svcauth.Hash(keysPlatformToken)},
+			{Name: "identity-test", Role: keysvc.RoleIdentity, SHA256: svcauth.Hash(keysIdentityToken)},
 		},
 		Scanners:    []keysvc.Scanner{{ID: scannerID, Key: &scanner.PublicKey}},
 		WaitTimeout: 5 * time.Second,
