@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"connectrpc.com/connect"
@@ -13,6 +12,7 @@ import (
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
 	"github.com/portico-gw/portico/gen/portico/distribution/v1/distributionv1connect"
+	"github.com/portico-gw/portico/internal/backoff"
 	"github.com/portico-gw/portico/internal/svcauth"
 )
 
@@ -157,15 +157,16 @@ func (p *publisher) run(ctx context.Context) {
 		return
 	}
 	const period = 30 * time.Second
-	backoff := time.Duration(0)
+	retry := backoff.Backoff{Min: 500 * time.Millisecond, Max: 15 * time.Second}
+	failing := false
 	// The first round at once: changes committed while no key service
 	// could publish (stopped, or the control plane away) must not wait
 	// for the first period.
 	p.kick()
 	for {
 		wait := period
-		if backoff > 0 {
-			wait = backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)+1))
+		if failing {
+			wait = retry.Next()
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -186,13 +187,14 @@ func (p *publisher) run(ctx context.Context) {
 		cancel()
 		switch {
 		case err == nil:
-			backoff = 0
+			failing = false
+			retry.Reset()
 		case ctx.Err() != nil:
 			return
 		default:
-			backoff = min(max(2*backoff, 500*time.Millisecond), 15*time.Second)
+			failing = true
 			if !errors.Is(err, context.Canceled) {
-				p.s.log.Warn("the fast lane is behind the key store; retrying", "err", err, "in", backoff)
+				p.s.log.Warn("the fast lane is behind the key store; retrying", "err", err, "within", retry.Bound())
 			}
 		}
 	}

@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -31,6 +30,7 @@ import (
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
 	"github.com/portico-gw/portico/gen/portico/distribution/v1/distributionv1connect"
+	"github.com/portico-gw/portico/internal/backoff"
 	"github.com/portico-gw/portico/internal/svcauth"
 )
 
@@ -182,7 +182,7 @@ func (c *Client) Run(ctx context.Context) error {
 // loop runs session until ctx ends, waiting a jittered, growing backoff
 // between two.
 func (c *Client) loop(ctx context.Context, name string, session func(context.Context) error) {
-	bound := c.opts.MinBackoff
+	retry := backoff.Backoff{Min: c.opts.MinBackoff, Max: c.opts.MaxBackoff}
 	for {
 		start := time.Now()
 		err := session(ctx)
@@ -190,9 +190,9 @@ func (c *Client) loop(ctx context.Context, name string, session func(context.Con
 			return
 		}
 		if time.Since(start) > c.opts.MaxBackoff {
-			bound = c.opts.MinBackoff // it had been up a while: start again small
+			retry.Reset() // it had been up a while: start again small
 		}
-		wait := time.Duration(rand.Int64N(int64(bound)) + 1)
+		wait := retry.Next()
 		c.log.Warn("control plane stream ended; reconnecting", "stream", name, "err", err, "in", wait.Round(time.Millisecond))
 		t := time.NewTimer(wait)
 		select {
@@ -201,7 +201,6 @@ func (c *Client) loop(ctx context.Context, name string, session func(context.Con
 			return
 		case <-t.C:
 		}
-		bound = min(2*bound, c.opts.MaxBackoff)
 	}
 }
 
