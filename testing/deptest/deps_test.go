@@ -63,7 +63,7 @@ func ours(path string) bool { return path == module || strings.HasPrefix(path, m
 
 // pure lists the data-plane packages that control/, keysvc/ and quota/ may
 // import, and that must do no I/O.
-var pure = []string{"gateway/snapshot", "gateway/router", "gateway/apikey", "gateway/openapi", "gateway/routestats", "gateway/keysnapshot", "gateway/denyentry"}
+var pure = []string{"gateway/snapshot", "gateway/router", "gateway/apikey", "gateway/openapi", "gateway/routestats", "gateway/keysnapshot", "gateway/denyentry", "gateway/laneentry"}
 
 func isPure(path string) bool {
 	return slices.ContainsFunc(pure, func(d string) bool { return under(path, d) })
