@@ -15,6 +15,11 @@ func (db *DB) migrate(ctx context.Context, s Schema) error {
 	if s.Migrations == "" {
 		return fmt.Errorf("sqlstore: the schema names no migrations table")
 	}
+	for n := range s.Go {
+		if n < 1 || n > len(s.Steps) {
+			return fmt.Errorf("sqlstore: a Go step %d of %d steps", n, len(s.Steps))
+		}
+	}
 	// Under the writers' lock: PostgreSQL's CREATE TABLE IF NOT EXISTS is
 	// not safe against another process creating the table at once.
 	err := db.InTx(ctx, func(tx *sql.Tx) error {
@@ -38,8 +43,15 @@ func (db *DB) migrate(ctx context.Context, s Schema) error {
 			if done > 0 {
 				return nil
 			}
-			if _, err := tx.ExecContext(ctx, types.Replace(step)); err != nil {
-				return err
+			if step != "" {
+				if _, err := tx.ExecContext(ctx, types.Replace(step)); err != nil {
+					return err
+				}
+			}
+			if g := s.Go[n]; g != nil {
+				if err := g(ctx, tx, db.Rebind); err != nil {
+					return err
+				}
 			}
 			_, err := tx.ExecContext(ctx, db.Rebind("INSERT INTO "+s.Migrations+" (version, applied_at) VALUES (?, ?)"), n, Micros(time.Now()))
 			return err

@@ -40,7 +40,15 @@ type Schema struct {
 	// and {serial} (an auto-incremented primary key) replaced by the
 	// database's own column types.
 	Steps []string
+	// Go, if set, holds the steps that need Go as well as SQL (data
+	// rewritten with code the database lacks): Go[n] runs after the SQL
+	// of step n (counted from 1; it may be empty), in the same
+	// transaction, once.
+	Go map[int]GoStep
 }
+
+// GoStep is the Go part of a migration step. rebind is DB.Rebind.
+type GoStep func(ctx context.Context, tx *sql.Tx, rebind func(string) string) error
 
 // DB is a service's database. It is safe for concurrent use, also by
 // several processes on one database; Close it when done.

@@ -111,6 +111,27 @@ func testMigrate(t *testing.T, dsn string) {
 	if _, n := counter(t, third); n != 10 {
 		t.Errorf("the third step ran to n = %d, want once (10)", n)
 	}
+	// A step in Go alone, which rewrites a row with code: once too.
+	goStep := more
+	goStep.Steps = append(append([]string(nil), more.Steps...), "")
+	goStep.Go = map[int]sqlstore.GoStep{4: func(ctx context.Context, tx *sql.Tx, rebind func(string) string) error {
+		var n int64
+		if err := tx.QueryRowContext(ctx, "SELECT n FROM svc_counter WHERE id = 1").Scan(&n); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, rebind("UPDATE svc_counter SET n = ? WHERE id = 1"), n*3)
+		return err
+	}}
+	open(t, dsn, goStep)
+	if _, n := counter(t, open(t, dsn, goStep)); n != 30 {
+		t.Errorf("the Go step ran to n = %d, want once (30)", n)
+	}
+	bad := goStep
+	bad.Go = map[int]sqlstore.GoStep{9: goStep.Go[4]}
+	if db, err := sqlstore.Open(ctx(t), dsn, bad); err == nil {
+		_ = db.Close()
+		t.Error("Open with a Go step past the last step succeeded")
+	}
 	if db.Driver() != "postgres" && db.Driver() != "sqlite" {
 		t.Errorf("Driver() = %q", db.Driver())
 	}
