@@ -2,14 +2,10 @@ package distribution
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +15,7 @@ import (
 
 	"github.com/portico-gw/portico/control/store"
 	"github.com/portico-gw/portico/gateway/denyentry"
+	"github.com/portico-gw/portico/gateway/laneentry"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
 	"github.com/portico-gw/portico/gen/portico/distribution/v1/distributionv1connect"
@@ -145,41 +142,20 @@ func (s *Server) laneLoad(ctx context.Context) error {
 	return nil
 }
 
-// entryIdentity is the kind and id an entry is stored under, and when it
-// may be dropped (zero: never). A deny entry is kept until
-// denyentry.KeepUntil, not until the expires it asks for: a node that
-// joins later gets the whole state from the store, and must still get
-// every entry that covers a token some issuer could accept.
-func entryIdentity(e *configv1.FastLaneEntry) (kind, id string, expires time.Time) {
-	switch x := e.GetEntry().(type) {
-	case *configv1.FastLaneEntry_Key:
-		return "key", x.Key.GetKeyId(), time.Time{}
-	case *configv1.FastLaneEntry_Deny:
-		return "deny", DenyID(x.Deny), denyentry.KeepUntil(x.Deny)
-	case *configv1.FastLaneEntry_IssuerKeys:
-		return "issuer_keys", x.IssuerKeys.GetIssuer(), time.Time{}
+// entryIdentity is the kind and id an entry is stored under
+// (laneentry.Of), and when it may be dropped (zero: never). A deny entry
+// is kept until denyentry.KeepUntil, not until the expires it asks for: a
+// node that joins later gets the whole state from the store, and must
+// still get every entry that covers a token some issuer could accept.
+func entryIdentity(e *configv1.FastLaneEntry) (kind, id string, expires time.Time, err error) {
+	ident, err := laneentry.Of(e)
+	if err != nil {
+		return "", "", time.Time{}, err
 	}
-	return "", "", time.Time{}
-}
-
-// DenyID is a deny entry's identity: its issuer, what it matches, and its
-// cut-off time. The same entry added twice is one entry.
-func DenyID(d *configv1.DenyEntry) string {
-	var kind, value string
-	switch m := d.GetMatch().(type) {
-	case *configv1.DenyEntry_Jti:
-		kind, value = "jti", m.Jti
-	case *configv1.DenyEntry_Subject:
-		kind, value = "sub", m.Subject
-	case *configv1.DenyEntry_ClientId:
-		kind, value = "client_id", m.ClientId
+	if d := e.GetDeny(); d != nil {
+		expires = denyentry.KeepUntil(d)
 	}
-	var before string
-	if ib := d.GetIssuedBefore(); ib != nil && kind != "jti" {
-		before = strconv.FormatInt(ib.GetSeconds(), 10) + "." + strconv.FormatInt(int64(ib.GetNanos()), 10)
-	}
-	sum := sha256.Sum256([]byte(strings.Join([]string{d.GetIssuer(), kind, value, before}, "\x00")))
-	return hex.EncodeToString(sum[:16])
+	return string(ident.Kind), ident.Key, expires, nil
 }
 
 // publish stores a producer's batch and sends it to the connected nodes.
@@ -190,7 +166,10 @@ func (s *Server) publish(ctx context.Context, req *distributionv1.PublishRequest
 	f := &s.lane
 	rows := make([]store.FastLaneEntry, len(req.GetEntries()))
 	for i, e := range req.GetEntries() {
-		kind, id, expires := entryIdentity(e)
+		kind, id, expires, err := entryIdentity(e)
+		if err != nil {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("entries[%d]: %w", i, err))
+		}
 		data, err := proto.MarshalOptions{Deterministic: true}.Marshal(e)
 		if err != nil {
 			return nil, fmt.Errorf("distribution: entry %d: %w", i, err)

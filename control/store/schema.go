@@ -1,8 +1,15 @@
 package store
 
 import (
+	"context"
+	"database/sql"
+	"fmt"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
+
+	"github.com/portico-gw/portico/gateway/laneentry"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	"github.com/portico-gw/portico/internal/sqlstore"
 )
 
@@ -79,10 +86,63 @@ func schema() sqlstore.Schema {
 			source TEXT PRIMARY KEY,
 			seq    {int} NOT NULL
 		);`,
+
+		// Step 3, in Go (rekeyDenyEntries): deny entries take the ids of
+		// gateway/laneentry, which the key service and nodes use too.
+		"",
 	}
 	epoch := strings.NewReplacer("{epoch}", newEpoch())
 	for i, st := range steps {
 		steps[i] = epoch.Replace(st)
 	}
-	return sqlstore.Schema{Migrations: "schema_migrations", LockKey: writersLock, Steps: steps}
+	return sqlstore.Schema{Migrations: "schema_migrations", LockKey: writersLock, Steps: steps,
+		Go: map[int]sqlstore.GoStep{3: rekeyDenyEntries}}
+}
+
+// rekeyDenyEntries gives every stored deny entry the id laneentry.Of
+// gives it. The control plane used to name deny entries its own way (the
+// first 16 bytes of another hash); an entry published again after the
+// change must replace its stored copy, not stand beside it. Entries are
+// stored as the FastLaneEntry the producer sent, which says its identity.
+func rekeyDenyEntries(ctx context.Context, tx *sql.Tx, rebind func(string) string) error {
+	rows, err := tx.QueryContext(ctx, "SELECT id, data FROM fast_lane_entries WHERE kind = 'deny'")
+	if err != nil {
+		return err
+	}
+	type rekey struct{ from, to string }
+	var todo []rekey
+	for rows.Next() {
+		var id string
+		var data []byte
+		if err := rows.Scan(&id, &data); err != nil {
+			_ = rows.Close()
+			return err
+		}
+		var e configv1.FastLaneEntry
+		if err := proto.Unmarshal(data, &e); err != nil {
+			_ = rows.Close()
+			return fmt.Errorf("deny entry %s: %w", id, err)
+		}
+		to, err := laneentry.Of(&e)
+		if err != nil {
+			_ = rows.Close()
+			return fmt.Errorf("deny entry %s: %w", id, err)
+		}
+		if to.Key != id {
+			todo = append(todo, rekey{id, to.Key})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		_ = rows.Close()
+		return err
+	}
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	for _, r := range todo {
+		if _, err := tx.ExecContext(ctx, rebind("UPDATE fast_lane_entries SET id = ? WHERE kind = 'deny' AND id = ?"), r.to, r.from); err != nil {
+			return fmt.Errorf("deny entry %s: %w", r.from, err)
+		}
+	}
+	return nil
 }

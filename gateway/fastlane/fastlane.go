@@ -35,6 +35,7 @@ import (
 
 	"github.com/portico-gw/portico/gateway/auth/keytable"
 	"github.com/portico-gw/portico/gateway/denyentry"
+	"github.com/portico-gw/portico/gateway/laneentry"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
 
@@ -62,7 +63,7 @@ type Lane struct {
 
 	mu      sync.Mutex
 	keys    *keytable.Table
-	deny    map[denyKey]denyItem
+	deny    map[laneentry.DenyKey]denyItem
 	issuers map[string]issuerItem
 	// compacting is set while a compaction runs; pending are the key
 	// changes applied since it started, to apply again on its result.
@@ -74,13 +75,6 @@ type Lane struct {
 	closed    bool
 	// compacted is closed and replaced after each compaction (tests).
 	compacted chan struct{}
-}
-
-// denyKey is a deny entry's identity: its issuer, what it matches, and
-// its cut-off time.
-type denyKey struct {
-	issuer, kind, value string
-	before              int64
 }
 
 type denyItem struct {
@@ -102,7 +96,7 @@ func New(opts Options) *Lane {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	l := &Lane{opts: opts, log: opts.Logger, deny: map[denyKey]denyItem{}, issuers: map[string]issuerItem{},
+	l := &Lane{opts: opts, log: opts.Logger, deny: map[laneentry.DenyKey]denyItem{}, issuers: map[string]issuerItem{},
 		compacted: make(chan struct{})}
 	if l.log == nil {
 		l.log = slog.Default()
@@ -209,7 +203,7 @@ func (l *Lane) applyLocked(entries []*configv1.FastLaneEntry) error {
 				problems = append(problems, fmt.Sprintf("entries[%d]: %v", i, err))
 				continue
 			}
-			if old, ok := l.deny[k]; ok && old.rev >= e.GetRev() {
+			if old, ok := l.deny[k]; ok && !laneentry.Wins(e.GetRev(), old.rev) {
 				continue
 			}
 			if keep := denyentry.KeepUntil(x.Deny); keep.After(now) {
@@ -229,7 +223,7 @@ func (l *Lane) applyLocked(entries []*configv1.FastLaneEntry) error {
 				continue
 			}
 			old, ok := l.issuers[name]
-			if ok && old.rev >= e.GetRev() {
+			if ok && !laneentry.Wins(e.GetRev(), old.rev) {
 				continue
 			}
 			if j := slices.IndexFunc(issuers, func(c issuerChange) bool { return c.name == name }); j >= 0 {
@@ -387,22 +381,25 @@ func (l *Lane) compact(t *keytable.Table) {
 // issuers' keys.
 func (l *Lane) tokensLocked() ([]*configv1.DenyEntry, map[string]string) {
 	deny := make([]*configv1.DenyEntry, 0, len(l.deny))
-	keys := make([]denyKey, 0, len(l.deny))
+	keys := make([]laneentry.DenyKey, 0, len(l.deny))
 	for k := range l.deny {
 		keys = append(keys, k)
 	}
 	sort.Slice(keys, func(i, j int) bool {
 		a, b := keys[i], keys[j]
-		if a.issuer != b.issuer {
-			return a.issuer < b.issuer
+		if a.Issuer != b.Issuer {
+			return a.Issuer < b.Issuer
 		}
-		if a.kind != b.kind {
-			return a.kind < b.kind
+		if a.Match != b.Match {
+			return a.Match < b.Match
 		}
-		if a.value != b.value {
-			return a.value < b.value
+		if a.Value != b.Value {
+			return a.Value < b.Value
 		}
-		return a.before < b.before
+		if a.Before.Seconds != b.Before.Seconds {
+			return a.Before.Seconds < b.Before.Seconds
+		}
+		return a.Before.Nanos < b.Before.Nanos
 	})
 	for _, k := range keys {
 		deny = append(deny, l.deny[k].entry)
@@ -425,30 +422,19 @@ func (l *Lane) Close() {
 	}
 }
 
-func identity(d *configv1.DenyEntry) (denyKey, error) {
-	k := denyKey{issuer: d.GetIssuer()}
-	switch m := d.GetMatch().(type) {
-	case *configv1.DenyEntry_Jti:
-		k.kind, k.value = "jti", m.Jti
-	case *configv1.DenyEntry_Subject:
-		k.kind, k.value = "sub", m.Subject
-	case *configv1.DenyEntry_ClientId:
-		k.kind, k.value = "client_id", m.ClientId
-	default:
-		return k, errors.New("deny entry matches nothing")
-	}
-	if k.value == "" {
-		return k, errors.New("deny entry matches an empty value")
+// identity is d's identity (laneentry.DenyKeyOf), once d is an entry a
+// node can apply: one with a valid expires, and an issued_before if it
+// denies a subject's or client's tokens.
+func identity(d *configv1.DenyEntry) (laneentry.DenyKey, error) {
+	k, err := laneentry.DenyKeyOf(d)
+	if err != nil {
+		return k, err
 	}
 	if !d.GetExpires().IsValid() {
 		return k, errors.New("deny entry has no valid expires")
 	}
-	if k.kind != "jti" {
-		ib := d.GetIssuedBefore()
-		if !ib.IsValid() {
-			return k, errors.New("a subject or client_id deny entry needs issued_before")
-		}
-		k.before = ib.AsTime().UnixNano()
+	if k.Match != "jti" && !d.GetIssuedBefore().IsValid() {
+		return k, errors.New("a subject or client_id deny entry needs issued_before")
 	}
 	return k, nil
 }

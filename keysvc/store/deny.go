@@ -2,17 +2,14 @@ package store
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/binary"
-	"encoding/hex"
 	"fmt"
-	"strconv"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/portico-gw/portico/gateway/denyentry"
+	"github.com/portico-gw/portico/gateway/laneentry"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
 
@@ -124,27 +121,9 @@ func (s *Store) scanDeny(rows *sql.Rows, err error) ([]DenyEntry, error) {
 // length first, so that no two identities write the same bytes. The IDs
 // are stored: the encoding must never change.
 func denyID(e *configv1.DenyEntry) (string, error) {
-	var kind, value string
-	switch m := e.GetMatch().(type) {
-	case *configv1.DenyEntry_Jti:
-		kind, value = "jti", m.Jti
-	case *configv1.DenyEntry_Subject:
-		kind, value = "subject", m.Subject
-	case *configv1.DenyEntry_ClientId:
-		kind, value = "client_id", m.ClientId
-	}
-	if value == "" {
+	k, err := laneentry.DenyKeyOf(e)
+	if err != nil {
 		return "", fmt.Errorf("%w: a deny entry needs a jti, subject or client_id", ErrInvalid)
 	}
-	var before string // unset, or a jti entry (one token: the time means nothing): ""
-	if ib := e.GetIssuedBefore(); ib != nil && kind != "jti" {
-		before = strconv.FormatInt(ib.GetSeconds(), 10) + "." + strconv.FormatInt(int64(ib.GetNanos()), 10)
-	}
-	var b []byte
-	for _, part := range []string{e.GetIssuer(), kind, value, before} {
-		b = binary.AppendUvarint(b, uint64(len(part)))
-		b = append(b, part...)
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:]), nil
+	return k.String(), nil
 }
