@@ -115,12 +115,12 @@ func (a *keyAPI) RotateKey(ctx context.Context, req *connect.Request[keysv1.Rota
 // rotation undone), so that a key nobody was shown does not stay valid,
 // and the error says which nodes lack it.
 func (s *Service) confirm(ctx context.Context, k store.Key, timeout time.Duration, withdraw func(context.Context) error) error {
-	if s.pub.client == nil {
+	if !s.pub.Enabled() {
 		return nil // no fast lane: nodes learn keys from the signed snapshot
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	version, err := s.pub.sync(ctx)
+	version, err := s.pub.Sync(ctx)
 	published := err == nil
 	var resp *distributionv1.WaitResponse
 	if published {
@@ -132,7 +132,7 @@ func (s *Service) confirm(ctx context.Context, k store.Key, timeout time.Duratio
 	if rerr := withdraw(context.WithoutCancel(ctx)); rerr != nil {
 		s.log.Error("withdrawing an unconfirmed key failed", "key", k.ID, "err", rerr)
 	}
-	s.pub.kick()
+	s.pub.Kick()
 	if err != nil {
 		s.log.Warn("a new key could not be published", "key", k.ID, "taken_by_the_control_plane", published, "err", err)
 		if late(ctx, err) {
@@ -173,11 +173,11 @@ func (s *Service) confirm(ctx context.Context, k store.Key, timeout time.Duratio
 func (s *Service) waitNodes(ctx context.Context, version uint64) (*distributionv1.WaitResponse, error) {
 	deadline, _ := ctx.Deadline()
 	left := time.Until(deadline)
-	resp, err := s.pub.wait(ctx, version, left-min(left/10, 100*time.Millisecond))
+	resp, err := s.pub.Wait(ctx, version, left-min(left/10, 100*time.Millisecond))
 	if err != nil && late(ctx, err) {
 		qctx, qcancel := context.WithTimeout(context.WithoutCancel(ctx), reaskTimeout)
 		defer qcancel()
-		resp, err = s.pub.wait(qctx, version, time.Millisecond)
+		resp, err = s.pub.Wait(qctx, version, time.Millisecond)
 	}
 	return resp, err
 }
@@ -211,7 +211,7 @@ func (s *Service) propagation(ctx context.Context, version uint64, wait *duratio
 	switch {
 	case wait == nil:
 		return nil
-	case s.pub.client == nil:
+	case !s.pub.Enabled():
 		return &keysv1.Propagation{State: keysv1.Propagation_STATE_NO_FAST_LANE}
 	case version == 0:
 		return &keysv1.Propagation{State: keysv1.Propagation_STATE_UNREACHED}
@@ -270,17 +270,17 @@ func (a *keyAPI) RevokeApp(ctx context.Context, req *connect.Request[keysv1.Revo
 // (the change is committed: it reaches nodes through the signed snapshot,
 // and through the lane once the publisher gets through).
 func (s *Service) publishNow(ctx context.Context) uint64 {
-	if s.pub.client == nil {
+	if !s.pub.Enabled() {
 		return 0
 	}
 	// The change is committed: a control plane that does not answer must
 	// not hold up the answer.
 	ctx, cancel := context.WithTimeout(ctx, s.opts.WaitTimeout)
 	defer cancel()
-	v, err := s.pub.sync(ctx)
+	v, err := s.pub.Sync(ctx)
 	if err != nil {
 		s.log.Warn("publishing to the fast lane failed; retrying in the background", "err", err)
-		s.pub.kick()
+		s.pub.Kick()
 		return 0
 	}
 	return v

@@ -40,6 +40,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/portico-gw/portico/gen/portico/keys/v1/keysv1connect"
+	"github.com/portico-gw/portico/internal/lanepub"
 	"github.com/portico-gw/portico/internal/svcauth"
 	"github.com/portico-gw/portico/keysvc/store"
 )
@@ -132,7 +133,7 @@ type Service struct {
 	store  *store.Store
 	log    *slog.Logger
 	now    func() time.Time
-	pub    *publisher
+	pub    *lanepub.Publisher
 	snap   *snapshotter
 	github *githubKeys      // nil: GitHub's reports are not taken
 	tokens map[string]Token // by hash
@@ -195,7 +196,7 @@ func New(opts Options) (*Service, error) {
 
 // Run publishes the changes the control plane lacks until ctx ends: at
 // once, after every change that could not be published, and every 30 s.
-func (s *Service) Run(ctx context.Context) { s.pub.run(ctx) }
+func (s *Service) Run(ctx context.Context) { s.pub.Run(ctx) }
 
 // Handler serves the key and token APIs, the scanners' endpoint and the
 // signed snapshot.
