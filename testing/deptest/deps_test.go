@@ -69,6 +69,38 @@ func isPure(path string) bool {
 	return slices.ContainsFunc(pure, func(d string) bool { return under(path, d) })
 }
 
+// gatewayInternal are the packages of the top-level internal/ that the
+// data plane may import: the rest is the services' plumbing.
+var gatewayInternal = []string{"internal/svcauth", "internal/backoff"}
+
+// planned are the paths the rules name before they exist: the quota
+// service. TestRulesNameRealPaths fails once one exists, so that it moves
+// to the checked paths.
+var planned = []string{"quota"}
+
+// TestRulesNameRealPaths: every path a rule names is a package of the
+// module, or a directory of packages; a rule about a path that was
+// renamed or removed would pass for ever, checking nothing.
+func TestRulesNameRealPaths(t *testing.T) {
+	t.Parallel()
+	pkgs := listPackages(t)
+	exists := func(dir string) bool {
+		return slices.ContainsFunc(pkgs, func(p pkg) bool { return under(p.ImportPath, dir) })
+	}
+	named := append([]string{"gen", "gateway", "control", "keysvc", "internal", "testing", "cmd"}, pure...)
+	named = append(named, gatewayInternal...)
+	for _, dir := range named {
+		if !exists(dir) {
+			t.Errorf("a rule names %s, which holds no package of the module", dir)
+		}
+	}
+	for _, dir := range planned {
+		if exists(dir) {
+			t.Errorf("%s exists now: move it from planned to the paths checked", dir)
+		}
+	}
+}
+
 // ioPackages are the standard packages a pure package may not import
 // directly. (Transitively they are unavoidable: protovalidate's CEL
 // library imports net for its IP functions.)
@@ -91,6 +123,14 @@ func TestImportDirection(t *testing.T) {
 				t.Errorf("%s imports %s: only %v of the data plane may be imported outside it", p.ImportPath, d, pure)
 			case (under(p.ImportPath, "keysvc") || under(p.ImportPath, "quota")) && under(d, "control"):
 				t.Errorf("%s imports %s: keysvc and quota import neither plane's internals", p.ImportPath, d)
+			case under(p.ImportPath, "control") && (under(d, "keysvc") || under(d, "quota")):
+				t.Errorf("%s imports %s: the control plane talks to the key service and the quota service only through their APIs", p.ImportPath, d)
+			case under(p.ImportPath, "keysvc") && under(d, "quota"), under(p.ImportPath, "quota") && under(d, "keysvc"):
+				t.Errorf("%s imports %s: the key service and the quota service import neither of each other", p.ImportPath, d)
+			case under(p.ImportPath, "internal") && !under(d, "internal") && !under(d, "gen") && !isPure(d):
+				t.Errorf("%s imports %s: internal/ imports only internal/, gen/ and %v", p.ImportPath, d, pure)
+			case under(p.ImportPath, "gateway") && under(d, "internal") && !slices.ContainsFunc(gatewayInternal, func(g string) bool { return under(d, g) }):
+				t.Errorf("%s imports %s: of internal/, the data plane imports only %v", p.ImportPath, d, gatewayInternal)
 			case under(d, "testing") && !under(p.ImportPath, "testing"):
 				t.Errorf("%s imports %s: testing/ is for tests and benchmarks only", p.ImportPath, d)
 			case isPure(p.ImportPath) && ours(d) && !isPure(d) && !under(d, "gen"):
