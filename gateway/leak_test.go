@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/portico-gw/portico/gateway"
+	"github.com/portico-gw/portico/gateway/exchange"
 	"github.com/portico-gw/portico/gateway/problem"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	demov1 "github.com/portico-gw/portico/gen/portico/demo/v1"
@@ -75,6 +77,9 @@ func TestCredentialsNeverLeak(t *testing.T) {
 	slog.SetDefault(logger)
 	t.Cleanup(func() { slog.SetDefault(prev) })
 	g := gatewaytest.Start(t, f.cfg, func(o *gateway.Options) { o.Logger = logger })
+	// Every request the node finished (its log lines are written by then).
+	var sent, finished atomic.Int64
+	gateway.OnFinish(g.Node, func(exchange.Record) { finished.Add(1) })
 
 	good := f.keys["good"]
 	token := f.issuer.Mint(t, map[string]any{"scope": "inventory:read orders:read", "plan": "pro"})
@@ -105,6 +110,7 @@ func TestCredentialsNeverLeak(t *testing.T) {
 		for k, v := range header {
 			req.Header.Set(k, v)
 		}
+		sent.Add(1)
 		resp, err := c.Do(req)
 		if err != nil {
 			t.Fatalf("%s %s: %v", method, path, err)
@@ -142,12 +148,12 @@ func TestCredentialsNeverLeak(t *testing.T) {
 	} {
 		mctx := metadata.AppendToOutgoingContext(ctx, append(md, "x-demo-echo-md", "x-api-key,authorization")...)
 		var header, trailer metadata.MD
+		sent.Add(1)
 		_, err := orders.GetOrder(mctx, &demov1.GetOrderRequest{OrderId: "o-1001"}, grpc.Header(&header), grpc.Trailer(&trailer))
 		fmt.Fprintf(&toClient, "%v %v %v\n", err, header, trailer)
 	}
 
-	// Let asynchronous log lines (upstream failures) land.
-	time.Sleep(50 * time.Millisecond)
+	gatewaytest.WaitFor(t, 10*time.Second, "every request finished", func() bool { return finished.Load() >= sent.Load() })
 	outputs := map[string]string{"logs": logs.String(), "upstream requests": upstreamSaw.String(), "responses": toClient.String()}
 	if !strings.Contains(outputs["logs"], "level=DEBUG") && !strings.Contains(outputs["logs"], "level=WARN") {
 		t.Fatalf("the node logged nothing at debug/warn level; the test would prove nothing:\n%s", outputs["logs"])

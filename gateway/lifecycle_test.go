@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -26,6 +27,7 @@ import (
 	"github.com/portico-gw/portico/gateway/upstream"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	"github.com/portico-gw/portico/testing/gatewaytest"
+	"github.com/portico-gw/portico/testing/logbuf"
 	"github.com/portico-gw/portico/testing/testca"
 )
 
@@ -121,7 +123,7 @@ func TestInFlightFinishesOnItsSnapshot(t *testing.T) {
 		}
 		done <- err
 	}()
-	time.Sleep(200 * time.Millisecond) // let the slow request reach the backend
+	waitInFlight(t, g, "inventory", 1) // the slow request is at the backend
 	empty := &configv1.Snapshot{Version: "empty-2"}
 	if err := g.Node.Apply(empty); err != nil {
 		t.Fatal(err)
@@ -208,7 +210,9 @@ routes:
 
 	g := gatewaytest.Start(t, nil, nil)
 	reload := make(chan struct{})
-	w := &configfile.Watcher{Path: path, Apply: g.Node.Apply, Interval: 20 * time.Millisecond, Reload: reload, Logger: gatewaytest.Logger()}
+	var logs logbuf.Buffer
+	w := &configfile.Watcher{Path: path, Apply: g.Node.Apply, Interval: 20 * time.Millisecond, Reload: reload,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}
 	cfg, err := w.Load()
 	if err != nil {
 		t.Fatal(err)
@@ -241,8 +245,11 @@ routes:
 		yaml("v2", b) + "bogus_field: 1\n",
 		strings.Replace(yaml("v2", b), "cluster: backend", "cluster: missing", 1),
 	} {
+		rejected := strings.Count(logs.String(), "config rejected")
 		write(bad)
-		time.Sleep(100 * time.Millisecond) // several polls
+		gatewaytest.WaitFor(t, 5*time.Second, "the bad file's rejection", func() bool {
+			return strings.Count(logs.String(), "config rejected") > rejected
+		})
 		if v := g.Node.Current().Version; v != "v1" {
 			t.Fatalf("after a bad file the node runs %q, want v1", v)
 		}
@@ -292,7 +299,7 @@ func TestGracefulShutdown(t *testing.T) {
 			results <- err
 		}()
 	}
-	time.Sleep(200 * time.Millisecond)
+	waitInFlight(t, g, "inventory", 2) // both slow requests are at the backend
 	stopped := make(chan error, 1)
 	go func() { stopped <- g.Stop() }()
 
@@ -461,4 +468,21 @@ func writeKeyPair(t *testing.T, dir string, l testca.Leaf) (string, string) {
 		t.Fatal(err)
 	}
 	return certFile, keyFile
+}
+
+// waitInFlight waits until n requests are in flight to cluster's
+// endpoints: picked by the proxy and not yet done.
+func waitInFlight(t *testing.T, g *gatewaytest.Gateway, cluster string, n int64) {
+	t.Helper()
+	gatewaytest.WaitFor(t, 10*time.Second, fmt.Sprintf("%d requests in flight to %s", n, cluster), func() bool {
+		var in int64
+		for _, c := range g.Node.ClusterStatus() {
+			if c.Name == cluster {
+				for _, e := range c.Endpoints {
+					in += e.InFlight
+				}
+			}
+		}
+		return in >= n
+	})
 }
