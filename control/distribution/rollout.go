@@ -90,6 +90,8 @@ type rollout struct {
 	evidence       string
 	cancel         context.CancelFunc
 	resume         chan struct{} // closed on resume while paused
+	// holding: paused, the rollout waits at its stage for a resume.
+	holding bool
 	// oldRate is each changed route's failure share on the old version,
 	// from the last stage that had enough calls there: the baseline once
 	// few or no nodes are left on it.
@@ -112,6 +114,10 @@ type RolloutStatus struct {
 	Evidence string
 	// Reached is how many nodes were assigned the version.
 	Reached int
+	// Holding says the rollout is paused and has come to a point where it
+	// waits for a resume (its stage's bake is over, or the next stage is
+	// due): it goes no further until then.
+	Holding bool
 }
 
 // startRolloutLocked stages next, replacing the fleet's version previous.
@@ -332,6 +338,10 @@ func (s *Server) waitWhilePaused(ctx context.Context, ro *rollout) bool {
 	for {
 		s.mu.Lock()
 		paused, resume := ro.state == RolloutPaused, ro.resume
+		if ro.holding != paused {
+			ro.holding = paused
+			s.notifyLocked()
+		}
 		s.mu.Unlock()
 		if !paused {
 			return true
@@ -657,5 +667,5 @@ func (s *Server) rolloutStatusLocked() *RolloutStatus {
 		return nil
 	}
 	return &RolloutStatus{Version: ro.next.version, Previous: ro.previous.version, Stage: stageNames[ro.stage],
-		State: ro.state, Evidence: ro.evidence, Reached: len(ro.reached)}
+		State: ro.state, Evidence: ro.evidence, Reached: len(ro.reached), Holding: ro.holding}
 }

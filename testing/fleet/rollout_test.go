@@ -203,8 +203,8 @@ func TestRolloutPauseResumeAbort(t *testing.T) {
 	if _, err := cp.admin.PauseRollout(ctx, connect.NewRequest(&adminv1.PauseRolloutRequest{})); err != nil {
 		t.Fatal(err)
 	}
-	// Three bakes later, still at the canaries.
-	time.Sleep(900 * time.Millisecond)
+	// Once its bake is over, the paused rollout holds at the canaries.
+	waitFleet(t, cp, "the paused rollout holding", func(s distribution.Status) bool { return s.Rollout != nil && s.Rollout.Holding })
 	st := cp.Distribution.Status()
 	if st.Rollout.Version != v2 || st.Rollout.State != distribution.RolloutPaused || st.Rollout.Reached != 4 {
 		t.Fatalf("paused rollout %+v, want version %d paused at the 4 canaries", st.Rollout, v2)
