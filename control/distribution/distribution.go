@@ -27,10 +27,12 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/portico-gw/portico/control/fastlane"
 	"github.com/portico-gw/portico/control/store"
 	"github.com/portico-gw/portico/gateway/routestats"
 	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
 	"github.com/portico-gw/portico/gen/portico/distribution/v1/distributionv1connect"
+	"github.com/portico-gw/portico/internal/svcauth"
 )
 
 // Options configures a Server. The zero value works, with a Store.
@@ -73,7 +75,9 @@ type Server struct {
 	// not staged.
 	ranEverywhere map[string]bool
 
-	lane fastLane
+	// lanes is the fast lane: its own package, which this server's
+	// DistributionService serves the node streams of.
+	lanes *fastlane.Server
 
 	// probes are the probes waiting for nodes' answers, by id; guarded
 	// by mu. probing holds one token while a fleet check runs.
@@ -167,7 +171,42 @@ func New(st *store.Store, opts Options) *Server {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.lanes = fastlane.New(fastlane.Options{Store: st, NodeTokenHash: opts.NodeTokenHash, PublisherTokenHash: opts.PublisherTokenHash,
+		StreamNodes: s.streamNodes, Logger: s.log, Now: s.now})
 	return s
+}
+
+// streamNodes is the ids of the nodes on the snapshot stream, and a
+// channel closed at their next change.
+func (s *Server) streamNodes() ([]string, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]string, 0, len(s.nodes))
+	for id := range s.nodes {
+		ids = append(ids, id)
+	}
+	return ids, s.changed
+}
+
+// FastLane serves one node's fast-lane stream (control/fastlane).
+func (s *Server) FastLane(ctx context.Context, stream *connect.BidiStream[distributionv1.FastLaneRequest, distributionv1.FastLaneResponse]) error {
+	return s.lanes.FastLane(ctx, stream)
+}
+
+// Lanes is the fast lane: its producers' API (Publisher) and its nodes'
+// positions (LaneNodes, WaitLane).
+func (s *Server) Lanes() *fastlane.Server { return s.lanes }
+
+// Publisher returns the fast lane's producer API.
+func (s *Server) Publisher() *fastlane.Publisher { return s.lanes.Publisher() }
+
+// LaneNodes returns every connected node's fast-lane position.
+func (s *Server) LaneNodes() []*distributionv1.NodeFastLane { return s.lanes.LaneNodes() }
+
+// WaitLane waits until cond holds of the connected nodes' fast-lane
+// positions (LaneNodes), or ctx ends.
+func (s *Server) WaitLane(ctx context.Context, cond func([]*distributionv1.NodeFastLane) bool) error {
+	return s.lanes.WaitLane(ctx, cond)
 }
 
 // Handler returns the service's path and HTTP handler.
@@ -538,11 +577,9 @@ func (s *Server) Status() Status {
 	}
 	st.Rollout = s.rolloutStatusLocked()
 	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].ID < st.Nodes[j].ID })
-	s.lane.mu.Lock()
-	defer s.lane.mu.Unlock()
 	for i := range st.Nodes {
-		if n := s.lane.nodes[st.Nodes[i].ID]; n != nil {
-			st.Nodes[i].LaneVersion, st.Nodes[i].LaneError = n.acked, n.lastErr
+		if v, e, ok := s.lanes.Position(st.Nodes[i].ID); ok {
+			st.Nodes[i].LaneVersion, st.Nodes[i].LaneError = v, e
 		}
 	}
 	return st
@@ -569,4 +606,9 @@ func (s *Server) waitUntil(ctx context.Context, cond func() bool) error {
 		case <-ch:
 		}
 	}
+}
+
+// authorizeNode checks a node's bearer token, when one is required.
+func (s *Server) authorizeNode(h http.Header) error {
+	return svcauth.Check(h, s.opts.NodeTokenHash, "a node token is required")
 }

@@ -1,4 +1,4 @@
-package distribution_test
+package fastlane_test
 
 import (
 	"context"

@@ -1,9 +1,16 @@
-package distribution
+// Package fastlane is the control plane's side of the fast lane: what
+// must reach every node at once and is never staged (API key changes,
+// token deny entries, issuers' signing keys; over-quota flags next). It
+// serves the producers' FastLaneService (Publish, Source, Wait) and each
+// node's DistributionService.FastLane stream, and keeps the lane's state
+// in the control plane's store.
+package fastlane
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"sort"
 	"sync"
@@ -50,6 +57,46 @@ const (
 	pruneEvery = 10 * time.Minute
 	pruneGrace = time.Hour
 )
+
+// Options configure a Server.
+type Options struct {
+	// Store keeps the lane's state; the caller opens and closes it.
+	Store *store.Store
+	// NodeTokenHash and PublisherTokenHash are the SHA-256 of the tokens
+	// nodes and producers must send (svcauth); empty: none required.
+	NodeTokenHash, PublisherTokenHash string
+	// StreamNodes returns the ids of the nodes on the snapshot stream, and
+	// a channel closed when they next change: Wait counts a node on the
+	// snapshot stream whose fast-lane stream is down as behind, so that a
+	// key is never shown because one node's lane happens to be down. Nil:
+	// no such nodes.
+	StreamNodes func() (ids []string, changed <-chan struct{})
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+	// Now is the clock for pruning; nil means time.Now.
+	Now func() time.Time
+}
+
+// Server is the fast lane. It is safe for concurrent use.
+type Server struct {
+	opts  Options
+	store *store.Store
+	log   *slog.Logger
+	now   func() time.Time
+	lane  fastLane
+}
+
+// New returns a Server; it reads the lane's state from the store when
+// first used.
+func New(opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Server{opts: opts, store: opts.Store, log: opts.Logger, now: opts.Now}
+}
 
 // fastLane is the Server's fast-lane state.
 type fastLane struct {
@@ -125,7 +172,7 @@ func (s *Server) laneLoad(ctx context.Context) error {
 	// Read without the lock: a slow database must not stall Status.
 	epoch, version, err := s.store.FastLaneInfo(ctx)
 	if err != nil {
-		return fmt.Errorf("distribution: reading the fast lane: %w", err)
+		return fmt.Errorf("fastlane: reading the lane: %w", err)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -172,7 +219,7 @@ func (s *Server) publish(ctx context.Context, req *distributionv1.PublishRequest
 		}
 		data, err := proto.MarshalOptions{Deterministic: true}.Marshal(e)
 		if err != nil {
-			return nil, fmt.Errorf("distribution: entry %d: %w", i, err)
+			return nil, fmt.Errorf("fastlane: entry %d: %w", i, err)
 		}
 		rows[i] = store.FastLaneEntry{Kind: kind, ID: id, Rev: e.GetRev(), Data: data, Expires: expires}
 	}
@@ -263,13 +310,11 @@ func (s *Server) laneWait(ctx context.Context, version uint64) (*distributionv1.
 		// A node on the snapshot stream but not (yet) on the fast lane
 		// counts too, as behind: a key must not be shown because a node's
 		// lane stream happens to be down.
-		s.mu.Lock()
-		streamCh := s.changed
-		onStream := make([]string, 0, len(s.nodes))
-		for id := range s.nodes {
-			onStream = append(onStream, id)
+		var onStream []string
+		var streamCh <-chan struct{}
+		if s.opts.StreamNodes != nil {
+			onStream, streamCh = s.opts.StreamNodes()
 		}
-		s.mu.Unlock()
 		f.mu.Lock()
 		ch := f.changed
 		resp := &distributionv1.WaitResponse{Nodes: int32(len(f.nodes))}
@@ -348,9 +393,16 @@ func (s *Server) FastLane(ctx context.Context, stream *connect.BidiStream[distri
 	if err := s.laneLoad(ctx); err != nil {
 		return connect.NewError(connect.CodeUnavailable, err)
 	}
-	hello, err := receiveHello(stream.Receive, (*distributionv1.FastLaneRequest).GetHello)
+	first, err := stream.Receive()
 	if err != nil {
 		return err
+	}
+	hello := first.GetHello()
+	if hello == nil {
+		return connect.NewError(connect.CodeInvalidArgument, errors.New("the stream starts with a hello"))
+	}
+	if err := protovalidate.Validate(first); err != nil {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("hello: %w", err))
 	}
 	f := &s.lane
 	n := &laneNode{id: hello.GetNodeId(), wake: make(chan struct{}, 1)}
@@ -571,4 +623,16 @@ func (p *Publisher) Wait(ctx context.Context, req *connect.Request[distributionv
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("the control plane could not read the fast lane"))
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// Position returns the fast-lane version node id acknowledged last, and
+// its last refusal; ok is false when the node is not on the lane.
+func (s *Server) Position(id string) (version uint64, lastErr string, ok bool) {
+	s.lane.mu.Lock()
+	defer s.lane.mu.Unlock()
+	n := s.lane.nodes[id]
+	if n == nil {
+		return 0, "", false
+	}
+	return n.acked, n.lastErr, true
 }
