@@ -1,0 +1,284 @@
+// Package rollout is the rollout's plan and its judge, as plain functions
+// over the fleet's nodes and their route counters: which nodes each stage
+// gives a new version, which routes a change touched, and whether the
+// new version's nodes served those routes worse than the old version's.
+// control/distribution runs the stages over the nodes' streams; this
+// package holds no state of its own and does no I/O, so it is tested
+// without streams.
+package rollout
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/portico-gw/portico/gateway/routestats"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+)
+
+// Stages are the stages, in order; each adds nodes to the ones before.
+var Stages = []string{"canary", "10%", "region", "all"}
+
+// Node is what the plan reads of a node.
+type Node struct {
+	ID, Region string
+	// Canary: the node is labelled canary=true.
+	Canary bool
+}
+
+// StageNodes lists the nodes stage assigns, cumulative: the canaries
+// (nodes labelled canary, else the first by id, two per region; a region
+// with labelled canaries takes only those), then 10 % of the fleet, then
+// the canaries' first region, then everyone.
+func StageNodes(stage int, nodes []Node) []string {
+	all := slices.Clone(nodes)
+	sort.Slice(all, func(a, b int) bool { return all[a].ID < all[b].ID })
+	region := make(map[string]string, len(all))
+	labelledRegion := map[string]bool{}
+	for _, n := range all {
+		region[n.ID] = n.Region
+		if n.Canary {
+			labelledRegion[n.Region] = true
+		}
+	}
+	var canaries []string
+	perRegion := map[string]int{}
+	for _, labelled := range []bool{true, false} {
+		for _, n := range all {
+			if n.Canary != labelled || perRegion[n.Region] >= 2 || (!labelled && labelledRegion[n.Region]) {
+				continue
+			}
+			canaries = append(canaries, n.ID)
+			perRegion[n.Region]++
+		}
+	}
+	out := slices.Clone(canaries)
+	in := make(map[string]bool, len(all))
+	for _, id := range canaries {
+		in[id] = true
+	}
+	add := func(id string) {
+		if !in[id] {
+			in[id] = true
+			out = append(out, id)
+		}
+	}
+	switch Stages[stage] {
+	case "canary":
+	case "10%":
+		want := int(math.Ceil(0.1 * float64(len(all))))
+		for _, n := range all {
+			if len(out) >= want {
+				break
+			}
+			add(n.ID)
+		}
+	case "region":
+		r := ""
+		if len(canaries) > 0 {
+			r = region[canaries[0]]
+		}
+		for _, n := range all {
+			if n.Region == r {
+				add(n.ID)
+			}
+		}
+	default:
+		for _, n := range all {
+			add(n.ID)
+		}
+	}
+	return out
+}
+
+// Criteria are when a new version counts as worse than the old.
+type Criteria struct {
+	// MinRequests is how many calls of a changed route the new version's
+	// nodes must have served for it to be judged.
+	MinRequests uint64
+	// MaxErrorRateIncrease is how much higher the new version's share of
+	// failed calls may be than the old one's.
+	MaxErrorRateIncrease float64
+	// MaxLatencyRatio and MinLatencyIncrease: the new version's p99 may not
+	// exceed the old one's by both this factor and this much.
+	MaxLatencyRatio    float64
+	MinLatencyIncrease time.Duration
+}
+
+// Observation is one node's route counters across a stage's bake: Before
+// and After, by route id, and whether the node runs the new version.
+type Observation struct {
+	Before, After map[string]routestats.Counts
+	OnNew         bool
+}
+
+// Judge judges one rollout's stages. Its OldRate carries, from stage to
+// stage, each changed route's failure share on the old version, measured
+// in the last stage that had enough calls there: the baseline once few or
+// no nodes are left on it.
+type Judge struct {
+	Criteria
+	// Changed selects the routes the change touched.
+	Changed Matcher
+	// Next and Previous are the versions, for the evidence.
+	Next, Previous int64
+	// OldRate is kept by Judge; nil starts empty.
+	OldRate map[string]float64
+}
+
+// Stage compares, for each changed route, the calls the nodes on the new
+// version served during stage's bake with those the nodes still on the
+// old one served. It returns the evidence of a regression, or "", and the
+// changed routes the new version served too few calls of to judge (some,
+// but fewer than MinRequests), comma-separated, or "". At the canaries
+// (stage 0) a route without enough calls on the old version is one the
+// change adds, judged against none failing; later, such a route is judged
+// against its OldRate, if any.
+func (j *Judge) Stage(stage int, nodes []Observation) (evidence, short string) {
+	if j.OldRate == nil {
+		j.OldRate = map[string]float64{}
+	}
+	sums := map[string]*[2]routestats.Counts{} // route → [old, new]
+	for _, n := range nodes {
+		for route, c := range n.After {
+			if !j.Changed.Match(route) {
+				continue
+			}
+			d := c
+			if prev, ok := n.Before[route]; ok && !reset(prev, c) {
+				d = c.Sub(prev)
+			}
+			if sums[route] == nil {
+				sums[route] = &[2]routestats.Counts{}
+			}
+			i := 0
+			if n.OnNew {
+				i = 1
+			}
+			sums[route][i] = sums[route][i].Add(d)
+		}
+	}
+	routes := make([]string, 0, len(sums))
+	for r := range sums {
+		routes = append(routes, r)
+	}
+	slices.Sort(routes)
+	var few []string
+	for _, r := range routes {
+		old, nw := sums[r][0], sums[r][1]
+		if nw.Requests < j.MinRequests {
+			if nw.Requests > 0 {
+				few = append(few, r)
+			}
+			continue
+		}
+		rateNew := float64(nw.Errors) / float64(nw.Requests)
+		rateOld, known := j.OldRate[r]
+		switch {
+		case old.Requests >= j.MinRequests:
+			rateOld = float64(old.Errors) / float64(old.Requests)
+			j.OldRate[r] = rateOld
+		case !known && stage == 0:
+			rateOld = 0
+			j.OldRate[r] = 0
+		case !known:
+			continue // nothing to compare with
+		}
+		if rateNew-rateOld > j.MaxErrorRateIncrease {
+			return fmt.Sprintf("route %s failed %d of %d calls (%.1f%%) on version %d, %d of %d (%.1f%%) on version %d",
+				r, nw.Errors, nw.Requests, 100*rateNew, j.Next, old.Errors, old.Requests, 100*rateOld, j.Previous), ""
+		}
+		if old.Requests >= j.MinRequests {
+			pNew, pOld := nw.Quantile(0.99), old.Quantile(0.99)
+			if float64(pNew) > j.MaxLatencyRatio*float64(pOld) && pNew-pOld >= j.MinLatencyIncrease {
+				return fmt.Sprintf("route %s p99 %v on version %d, %v on version %d", r, pNew, j.Next, pOld, j.Previous), ""
+			}
+		}
+	}
+	return "", strings.Join(few, ",")
+}
+
+// reset reports whether counters went down between two reports: the node
+// restarted, or dropped the route and counts it afresh.
+func reset(prev, now routestats.Counts) bool {
+	if now.Requests < prev.Requests || now.Errors < prev.Errors {
+		return true
+	}
+	for b := range now.Buckets {
+		if now.Buckets[b] < prev.Buckets[b] {
+			return true
+		}
+	}
+	return false
+}
+
+// Matcher selects the routes a change touched: by id, or by the prefix
+// of the routes a service derives ("<service id>."). The zero value
+// matches none; All matches every route.
+type Matcher struct {
+	All      bool
+	ids      map[string]bool
+	prefixes []string
+}
+
+// Match reports whether the change touched route.
+func (m Matcher) Match(route string) bool {
+	if m.All || m.ids[route] {
+		return true
+	}
+	for _, p := range m.prefixes {
+		if strings.HasPrefix(route, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// ChangedRoutes compares two encoded snapshots: the routes that are new
+// or differ, those whose cluster differs, and the routes of services that
+// are new, differ or whose cluster differs. If either does not decode, it
+// matches every route, with the error.
+func ChangedRoutes(prevData, nextData []byte) (Matcher, error) {
+	var prev, next configv1.Snapshot
+	if err := proto.Unmarshal(prevData, &prev); err != nil {
+		return Matcher{All: true}, err
+	}
+	if err := proto.Unmarshal(nextData, &next); err != nil {
+		return Matcher{All: true}, err
+	}
+	clusters := map[string]*configv1.Cluster{}
+	for _, c := range prev.GetClusters() {
+		clusters[c.GetName()] = c
+	}
+	changedCluster := map[string]bool{}
+	for _, c := range next.GetClusters() {
+		if !proto.Equal(clusters[c.GetName()], c) {
+			changedCluster[c.GetName()] = true
+		}
+	}
+	m := Matcher{ids: map[string]bool{}}
+	routes := map[string]*configv1.Route{}
+	for _, r := range prev.GetRoutes() {
+		routes[r.GetId()] = r
+	}
+	for _, r := range next.GetRoutes() {
+		if !proto.Equal(routes[r.GetId()], r) || changedCluster[r.GetCluster()] {
+			m.ids[r.GetId()] = true
+		}
+	}
+	services := map[string]*configv1.Service{}
+	for _, svc := range prev.GetServices() {
+		services[svc.GetId()] = svc
+	}
+	for _, svc := range next.GetServices() {
+		if !proto.Equal(services[svc.GetId()], svc) || changedCluster[svc.GetCluster()] {
+			m.prefixes = append(m.prefixes, svc.GetId()+".")
+		}
+	}
+	return m, nil
+}

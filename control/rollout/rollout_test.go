@@ -1,0 +1,146 @@
+package rollout_test
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/portico-gw/portico/control/rollout"
+	"github.com/portico-gw/portico/gateway/routestats"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+)
+
+func TestStageNodes(t *testing.T) {
+	t.Parallel()
+	var fleet []rollout.Node
+	for _, id := range []string{"eu-1", "eu-2", "eu-3", "eu-4", "eu-5", "us-1", "us-2", "us-3", "us-4", "us-5", "us-6", "us-7"} {
+		fleet = append(fleet, rollout.Node{ID: id, Region: id[:2]})
+	}
+	for i, want := range [][]string{
+		{"eu-1", "eu-2", "us-1", "us-2"},                         // two per region, first by id
+		{"eu-1", "eu-2", "us-1", "us-2"},                         // 10 % of 12 is 2: the canaries already
+		{"eu-1", "eu-2", "us-1", "us-2", "eu-3", "eu-4", "eu-5"}, // the canaries' first region
+		{"eu-1", "eu-2", "us-1", "us-2", "eu-3", "eu-4", "eu-5", "us-3", "us-4", "us-5", "us-6", "us-7"},
+	} {
+		if got := rollout.StageNodes(i, fleet); !reflect.DeepEqual(got, want) {
+			t.Errorf("StageNodes(%s) = %v, want %v", rollout.Stages[i], got, want)
+		}
+	}
+	// A region with labelled canaries takes only those.
+	fleet[3].Canary = true // eu-4
+	if got, want := rollout.StageNodes(0, fleet), []string{"eu-4", "us-1", "us-2"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("StageNodes(canary) with eu-4 labelled = %v, want %v", got, want)
+	}
+	if got := rollout.StageNodes(3, nil); len(got) != 0 {
+		t.Errorf("StageNodes of no fleet = %v", got)
+	}
+}
+
+// counts is n calls, failed of them failing, each taking d.
+func counts(n, failed uint64, d time.Duration) routestats.Counts {
+	var r routestats.Route
+	for i := uint64(0); i < n; i++ {
+		r.Observe(i < failed, d)
+	}
+	return r.Counts()
+}
+
+func judge() *rollout.Judge {
+	return &rollout.Judge{
+		Criteria: rollout.Criteria{MinRequests: 20, MaxErrorRateIncrease: 0.05, MaxLatencyRatio: 2, MinLatencyIncrease: 50 * time.Millisecond},
+		Changed:  rollout.Matcher{All: true}, Next: 2, Previous: 1,
+	}
+}
+
+func obs(onNew bool, routes map[string]routestats.Counts) rollout.Observation {
+	return rollout.Observation{After: routes, OnNew: onNew}
+}
+
+func TestJudge(t *testing.T) {
+	t.Parallel()
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name          string
+		stage         int
+		nodes         []rollout.Observation
+		evidence, few string
+	}{
+		{"as good", 0, []rollout.Observation{
+			obs(true, map[string]routestats.Counts{"r": counts(100, 1, 5*ms)}),
+			obs(false, map[string]routestats.Counts{"r": counts(100, 1, 5*ms)})}, "", ""},
+		{"failing", 0, []rollout.Observation{
+			obs(true, map[string]routestats.Counts{"r": counts(100, 30, 5*ms)}),
+			obs(false, map[string]routestats.Counts{"r": counts(100, 1, 5*ms)})}, "route r failed 30 of 100 calls", ""},
+		{"slow", 0, []rollout.Observation{
+			obs(true, map[string]routestats.Counts{"r": counts(100, 0, 300*ms)}),
+			obs(false, map[string]routestats.Counts{"r": counts(100, 0, 5*ms)})}, "route r p99", ""},
+		{"too few on the new version", 0, []rollout.Observation{
+			obs(true, map[string]routestats.Counts{"r": counts(5, 5, 5*ms)}),
+			obs(false, map[string]routestats.Counts{"r": counts(100, 0, 5*ms)})}, "", "r"},
+		{"a new route at the canaries, against none failing", 0, []rollout.Observation{
+			obs(true, map[string]routestats.Counts{"new": counts(50, 10, 5*ms)})}, "route new failed 10 of 50", ""},
+		{"a route with no old calls after the canaries", 1, []rollout.Observation{
+			obs(true, map[string]routestats.Counts{"new": counts(50, 10, 5*ms)})}, "", ""},
+	} {
+		ev, few := judge().Stage(tc.stage, tc.nodes)
+		if tc.evidence == "" && ev != "" || tc.evidence != "" && !strings.Contains(ev, tc.evidence) || few != tc.few {
+			t.Errorf("%s: evidence %q, too few %q; want %q, %q", tc.name, ev, few, tc.evidence, tc.few)
+		}
+	}
+
+	// The old version's rate carries to later stages, where too few
+	// nodes are left on it; counters that went down (a restart) count
+	// whole.
+	j := judge()
+	if ev, _ := j.Stage(0, []rollout.Observation{
+		obs(true, map[string]routestats.Counts{"r": counts(100, 0, 5*ms)}),
+		obs(false, map[string]routestats.Counts{"r": counts(100, 0, 5*ms)})}); ev != "" {
+		t.Fatalf("a good canary stage: %s", ev)
+	}
+	restarted := rollout.Observation{Before: map[string]routestats.Counts{"r": counts(500, 0, 5*ms)}, After: map[string]routestats.Counts{"r": counts(40, 20, 5*ms)}, OnNew: true}
+	if ev, _ := j.Stage(3, []rollout.Observation{restarted}); !strings.Contains(ev, "failed 20 of 40") {
+		t.Errorf("a later stage after a restart, judged on the carried rate: %q", ev)
+	}
+
+	// Only the changed routes count.
+	j = judge()
+	j.Changed = rollout.Matcher{}
+	if ev, _ := j.Stage(0, []rollout.Observation{obs(true, map[string]routestats.Counts{"r": counts(100, 100, 5*ms)})}); ev != "" {
+		t.Errorf("an unchanged route judged: %s", ev)
+	}
+}
+
+func TestChangedRoutes(t *testing.T) {
+	t.Parallel()
+	cluster := func(addr string) *configv1.Cluster {
+		return &configv1.Cluster{Name: "c", Endpoints: []*configv1.Endpoint{{Address: addr}}}
+	}
+	route := func(id, path string) *configv1.Route { return &configv1.Route{Id: id, Path: path, Cluster: "c"} }
+	enc := func(s *configv1.Snapshot) []byte {
+		b, err := proto.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	prev := enc(&configv1.Snapshot{Clusters: []*configv1.Cluster{cluster("a:1"), {Name: "d"}}, Routes: []*configv1.Route{route("same", "/s"), route("edited", "/e")},
+		Services: []*configv1.Service{{Id: "svc", Cluster: "d"}}})
+	next := enc(&configv1.Snapshot{Clusters: []*configv1.Cluster{cluster("a:1"), {Name: "d", Protocol: configv1.Protocol_PROTOCOL_GRPC}},
+		Routes:   []*configv1.Route{route("same", "/s"), route("edited", "/e2"), route("added", "/a")},
+		Services: []*configv1.Service{{Id: "svc", Cluster: "d"}}})
+	m, err := rollout.ChangedRoutes(prev, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for route, want := range map[string]bool{"same": false, "edited": true, "added": true, "svc.Get": true, "other.Get": false} {
+		if m.Match(route) != want {
+			t.Errorf("Match(%q) = %v, want %v", route, !want, want)
+		}
+	}
+	if m, err := rollout.ChangedRoutes([]byte("\xff"), next); err == nil || !m.Match("anything") {
+		t.Errorf("ChangedRoutes of undecodable bytes: %v, matches all %v", err, m.All)
+	}
+}
