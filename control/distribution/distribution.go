@@ -69,7 +69,7 @@ type Server struct {
 	// waiters.
 	changed chan struct{}
 	// rollout is the newest staged rollout, nil before one.
-	rollout *rollout
+	rollout *staged
 	// ranEverywhere holds the snapshots every node was sent (rollouts
 	// that finished, versions sent at once): going back to one of them is
 	// not staged.

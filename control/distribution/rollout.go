@@ -4,17 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"slices"
-	"sort"
-	"strings"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
+	"github.com/portico-gw/portico/control/rollout"
 	"github.com/portico-gw/portico/control/store"
 	"github.com/portico-gw/portico/gateway/routestats"
-	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
 
 // RolloutOptions stage a new version through the fleet. The zero value
@@ -66,8 +60,8 @@ func (o RolloutOptions) withDefaults() RolloutOptions {
 	return o
 }
 
-// The stages, in order; each adds nodes to the ones before.
-var stageNames = []string{"canary", "10%", "region", "all"}
+// stageNames are the stages, in order (control/rollout).
+var stageNames = rollout.Stages
 
 // Rollout states.
 const (
@@ -80,27 +74,24 @@ const (
 	RolloutReplaced = "replaced" // a newer version was published
 )
 
-// rollout is one version on its way through the stages.
-type rollout struct {
+// staged is one version on its way through the stages.
+type staged struct {
 	next, previous *target
-	changed        routeMatcher
-	reached        map[string]bool // nodes assigned next
-	stage          int
-	state          string
-	evidence       string
-	cancel         context.CancelFunc
-	resume         chan struct{} // closed on resume while paused
+	// judge judges the stages of the routes the change touched.
+	judge    rollout.Judge
+	reached  map[string]bool // nodes assigned next
+	stage    int
+	state    string
+	evidence string
+	cancel   context.CancelFunc
+	resume   chan struct{} // closed on resume while paused
 	// holding: paused, the rollout waits at its stage for a resume.
 	holding bool
-	// oldRate is each changed route's failure share on the old version,
-	// from the last stage that had enough calls there: the baseline once
-	// few or no nodes are left on it.
-	oldRate map[string]float64
 }
 
 // ended reports whether ro is over: done, reverted, aborted or replaced.
 // A halted rollout is not: its nodes stay where it stopped.
-func (ro *rollout) ended() bool {
+func (ro *staged) ended() bool {
 	return ro.state != RolloutRunning && ro.state != RolloutPaused && ro.state != RolloutHalted
 }
 
@@ -127,8 +118,7 @@ func (s *Server) startRolloutLocked(next, previous *target) {
 		ro.cancel()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ro := &rollout{next: next, previous: previous, reached: map[string]bool{}, state: RolloutRunning, cancel: cancel,
-		oldRate: map[string]float64{}}
+	ro := &staged{next: next, previous: previous, reached: map[string]bool{}, state: RolloutRunning, cancel: cancel}
 	s.rollout = ro
 	// The canaries at once, with the publish: a pause that comes right
 	// after it holds the version there, not before it.
@@ -138,7 +128,7 @@ func (s *Server) startRolloutLocked(next, previous *target) {
 
 // assignStageLocked assigns ro's version to the nodes of stage i and
 // pushes it.
-func (s *Server) assignStageLocked(ro *rollout, i int) {
+func (s *Server) assignStageLocked(ro *staged, i int) {
 	ro.stage = i
 	for _, id := range s.stageNodesLocked(i) {
 		ro.reached[id] = true
@@ -150,18 +140,22 @@ func (s *Server) assignStageLocked(ro *rollout, i int) {
 }
 
 // runRollout takes ro through the stages.
-func (s *Server) runRollout(ctx context.Context, ro *rollout) {
+func (s *Server) runRollout(ctx context.Context, ro *staged) {
 	opts := s.opts.Rollout
 	defer ro.cancel()
 	// Which routes the change touched: both snapshots decoded here, off
 	// the lock the streams take. Only judging, after the first bake, reads
 	// it.
-	changed, err := changedRoutes(ro.previous.data, ro.next.data)
+	changed, err := rollout.ChangedRoutes(ro.previous.data, ro.next.data)
 	if err != nil {
 		s.log.Error("rollout: comparing versions failed; judging every route", "err", err)
 	}
 	s.mu.Lock()
-	ro.changed = changed
+	ro.judge = rollout.Judge{
+		Criteria: rollout.Criteria{MinRequests: opts.MinRequests, MaxErrorRateIncrease: opts.MaxErrorRateIncrease,
+			MaxLatencyRatio: opts.MaxLatencyRatio, MinLatencyIncrease: opts.MinLatencyIncrease},
+		Changed: changed, Next: ro.next.version, Previous: ro.previous.version,
+	}
 	s.mu.Unlock()
 	for i := range stageNames {
 		// The canaries were assigned when the version was published; each
@@ -268,7 +262,7 @@ func (s *Server) runRollout(ctx context.Context, ro *rollout) {
 
 // record keeps what happened to a rollout in the audit log, with its
 // evidence: the version's lasting record of why it did not go everywhere.
-func (s *Server) record(action string, ro *rollout) {
+func (s *Server) record(action string, ro *staged) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// Version is the version the fleet keeps: what a control plane that
@@ -285,7 +279,7 @@ func (s *Server) record(action string, ro *rollout) {
 // control plane that restarts publishes that, not the version that was
 // turned back. A newer version committed meanwhile supersedes both, and
 // then only the audit entry is written.
-func (s *Server) commitRevert(ro *rollout, action string) {
+func (s *Server) commitRevert(ro *staged, action string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	audit := store.AuditEntry{Actor: "system", Action: action, Object: fmt.Sprintf("version %d", ro.next.version), Detail: ro.evidence}
@@ -334,7 +328,7 @@ func (s *Server) commitRevert(ro *rollout, action string) {
 var errSuperseded = errors.New("a newer version was committed")
 
 // waitWhilePaused returns once ro is not paused; false if ctx ended.
-func (s *Server) waitWhilePaused(ctx context.Context, ro *rollout) bool {
+func (s *Server) waitWhilePaused(ctx context.Context, ro *staged) bool {
 	for {
 		s.mu.Lock()
 		paused, resume := ro.state == RolloutPaused, ro.resume
@@ -355,7 +349,7 @@ func (s *Server) waitWhilePaused(ctx context.Context, ro *rollout) bool {
 }
 
 // revertLocked puts every node back on ro's previous version at once.
-func (s *Server) revertLocked(ro *rollout) {
+func (s *Server) revertLocked(ro *staged) {
 	delete(s.ranEverywhere, ro.next.sha256) // it did not pass: going back to it is staged
 	back := &target{version: ro.previous.version, sha256: ro.previous.sha256, data: ro.previous.data}
 	s.target = back
@@ -368,7 +362,7 @@ func (s *Server) revertLocked(ro *rollout) {
 
 // stageSettled reports whether every node ro reached runs its version,
 // or the version is halted.
-func (s *Server) stageSettled(ro *rollout) bool {
+func (s *Server) stageSettled(ro *staged) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ro.next.halted != nil {
@@ -382,70 +376,14 @@ func (s *Server) stageSettled(ro *rollout) bool {
 	return true
 }
 
-// stageNodesLocked lists the nodes stage i assigns (cumulative): the
-// canaries (nodes labelled canary=true, else the first by id, two per
-// region), 10 % of the fleet, the canaries' first region, everyone.
+// stageNodesLocked lists the nodes stage i assigns, cumulative
+// (rollout.StageNodes).
 func (s *Server) stageNodesLocked(i int) []string {
-	var all []*node
+	nodes := make([]rollout.Node, 0, len(s.nodes))
 	for _, n := range s.nodes {
-		all = append(all, n)
+		nodes = append(nodes, rollout.Node{ID: n.ID, Region: n.Region, Canary: n.Labels["canary"] == "true"})
 	}
-	sort.Slice(all, func(a, b int) bool { return all[a].ID < all[b].ID })
-	// Regions with labelled canaries take only those.
-	labelledRegion := map[string]bool{}
-	for _, n := range all {
-		if n.Labels["canary"] == "true" {
-			labelledRegion[n.Region] = true
-		}
-	}
-	var canaries []string
-	perRegion := map[string]int{}
-	for _, labelled := range []bool{true, false} {
-		for _, n := range all {
-			if (n.Labels["canary"] == "true") != labelled || perRegion[n.Region] >= 2 || (!labelled && labelledRegion[n.Region]) {
-				continue
-			}
-			canaries = append(canaries, n.ID)
-			perRegion[n.Region]++
-		}
-	}
-	out := slices.Clone(canaries)
-	in := make(map[string]bool, len(all))
-	for _, id := range canaries {
-		in[id] = true
-	}
-	add := func(id string) {
-		if !in[id] {
-			in[id] = true
-			out = append(out, id)
-		}
-	}
-	switch stageNames[i] {
-	case "canary":
-	case "10%":
-		want := int(math.Ceil(0.1 * float64(len(all))))
-		for _, n := range all {
-			if len(out) >= want {
-				break
-			}
-			add(n.ID)
-		}
-	case "region":
-		region := ""
-		if len(canaries) > 0 {
-			region = s.nodes[canaries[0]].Region
-		}
-		for _, n := range all {
-			if n.Region == region {
-				add(n.ID)
-			}
-		}
-	default:
-		for _, n := range all {
-			add(n.ID)
-		}
-	}
-	return out
+	return rollout.StageNodes(i, nodes)
 }
 
 // countsLocked copies every node's latest route counters.
@@ -457,154 +395,19 @@ func (s *Server) countsLocked() map[string]map[string]routestats.Counts {
 	return out
 }
 
-// judgeLocked compares, for each changed route, the calls nodes on the new
-// version served during the bake with those nodes still on the old one
-// served; it returns the evidence of a regression, or "", and the changed
-// routes the new version served too few calls of to judge (some, but
-// fewer than MinRequests), or "".
-func (s *Server) judgeLocked(ro *rollout, before, after map[string]map[string]routestats.Counts) (evidence, short string) {
-	opts := s.opts.Rollout
-	sums := map[string]*[2]routestats.Counts{} // route → [old, new]
+// judgeLocked judges the stage ro reached (rollout.Judge) on the nodes
+// still connected: those assigned the version that run it, against those
+// not assigned it.
+func (s *Server) judgeLocked(ro *staged, before, after map[string]map[string]routestats.Counts) (evidence, short string) {
+	var obs []rollout.Observation
 	for id, now := range after {
 		onNew := ro.reached[id]
 		if n := s.nodes[id]; n == nil || (onNew && n.SHA256 != ro.next.sha256) {
 			continue
 		}
-		for route, c := range now {
-			if !ro.changed.match(route) {
-				continue
-			}
-			d := c
-			if prev, ok := before[id][route]; ok && !reset(prev, c) {
-				d = c.Sub(prev)
-			}
-			if sums[route] == nil {
-				sums[route] = &[2]routestats.Counts{}
-			}
-			if onNew {
-				sums[route][1] = sums[route][1].Add(d)
-			} else {
-				sums[route][0] = sums[route][0].Add(d)
-			}
-		}
+		obs = append(obs, rollout.Observation{Before: before[id], After: now, OnNew: onNew})
 	}
-	routes := make([]string, 0, len(sums))
-	for r := range sums {
-		routes = append(routes, r)
-	}
-	slices.Sort(routes)
-	var few []string
-	for _, r := range routes {
-		old, nw := sums[r][0], sums[r][1]
-		if nw.Requests < opts.MinRequests {
-			if nw.Requests > 0 {
-				few = append(few, r)
-			}
-			continue
-		}
-		rateNew := float64(nw.Errors) / float64(nw.Requests)
-		rateOld, known := ro.oldRate[r]
-		switch {
-		case old.Requests >= opts.MinRequests:
-			rateOld = float64(old.Errors) / float64(old.Requests)
-			ro.oldRate[r] = rateOld
-		case !known && ro.stage == 0:
-			// Too few calls on the old version at the canaries: a route
-			// the change adds. Judged against none failing.
-			rateOld = 0
-			ro.oldRate[r] = 0
-		case !known:
-			continue // nothing to compare with
-		}
-		if rateNew-rateOld > opts.MaxErrorRateIncrease {
-			return fmt.Sprintf("route %s failed %d of %d calls (%.1f%%) on version %d, %d of %d (%.1f%%) on version %d",
-				r, nw.Errors, nw.Requests, 100*rateNew, ro.next.version, old.Errors, old.Requests, 100*rateOld, ro.previous.version), ""
-		}
-		if old.Requests >= opts.MinRequests {
-			pNew, pOld := nw.Quantile(0.99), old.Quantile(0.99)
-			if float64(pNew) > opts.MaxLatencyRatio*float64(pOld) && pNew-pOld >= opts.MinLatencyIncrease {
-				return fmt.Sprintf("route %s p99 %v on version %d, %v on version %d", r, pNew, ro.next.version, pOld, ro.previous.version), ""
-			}
-		}
-	}
-	return "", strings.Join(few, ",")
-}
-
-// reset reports whether counters went down between two reports: the node
-// restarted, or dropped the route and counts it afresh.
-func reset(prev, now routestats.Counts) bool {
-	if now.Requests < prev.Requests || now.Errors < prev.Errors {
-		return true
-	}
-	for b := range now.Buckets {
-		if now.Buckets[b] < prev.Buckets[b] {
-			return true
-		}
-	}
-	return false
-}
-
-// routeMatcher selects the routes a change touched: by id, or by the
-// prefix of the routes a service derives ("<service id>.").
-type routeMatcher struct {
-	all      bool
-	ids      map[string]bool
-	prefixes []string
-}
-
-func (m routeMatcher) match(route string) bool {
-	if m.all || m.ids[route] {
-		return true
-	}
-	for _, p := range m.prefixes {
-		if strings.HasPrefix(route, p) {
-			return true
-		}
-	}
-	return false
-}
-
-// changedRoutes compares two snapshots: the routes that are new or
-// differ, those whose cluster differs, and the routes of services that
-// are new, differ or whose cluster differs.
-func changedRoutes(prevData, nextData []byte) (routeMatcher, error) {
-	var prev, next configv1.Snapshot
-	if err := proto.Unmarshal(prevData, &prev); err != nil {
-		return routeMatcher{all: true}, err
-	}
-	if err := proto.Unmarshal(nextData, &next); err != nil {
-		return routeMatcher{all: true}, err
-	}
-	clusters := map[string]*configv1.Cluster{}
-	for _, c := range prev.GetClusters() {
-		clusters[c.GetName()] = c
-	}
-	changedCluster := map[string]bool{}
-	for _, c := range next.GetClusters() {
-		if !proto.Equal(clusters[c.GetName()], c) {
-			changedCluster[c.GetName()] = true
-		}
-	}
-	m := routeMatcher{ids: map[string]bool{}}
-	routes := map[string]*configv1.Route{}
-	for _, r := range prev.GetRoutes() {
-		routes[r.GetId()] = r
-	}
-	for _, r := range next.GetRoutes() {
-		if !proto.Equal(routes[r.GetId()], r) || changedCluster[r.GetCluster()] {
-			m.ids[r.GetId()] = true
-		}
-	}
-	services := map[string]*configv1.Service{}
-	for _, svc := range prev.GetServices() {
-		services[svc.GetId()] = svc
-	}
-	for _, svc := range next.GetServices() {
-		if !proto.Equal(services[svc.GetId()], svc) || changedCluster[svc.GetCluster()] {
-			m.prefixes = append(m.prefixes, svc.GetId()+".")
-		}
-	}
-	return m, nil
+	return ro.judge.Stage(ro.stage, obs)
 }
 
 // Close stops the rollout in progress, if any, where it is: nodes keep
