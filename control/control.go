@@ -12,6 +12,7 @@ import (
 	"github.com/portico-gw/portico/control/admin"
 	"github.com/portico-gw/portico/control/distribution"
 	"github.com/portico-gw/portico/control/store"
+	"github.com/portico-gw/portico/control/versions"
 )
 
 // Options configures a Plane.
@@ -66,16 +67,16 @@ func New(ctx context.Context, opts Options) (*Plane, error) {
 	if opts.PublisherToken != "" {
 		publisherTokenHash = store.SHA256([]byte(opts.PublisherToken))
 	}
-	dist := distribution.New(opts.Store, distribution.Options{Logger: log, Rollout: opts.Rollout,
+	// Every version, a team's change, a rollback or a rollout's revert,
+	// is written through one Writer, which publishes it. (A failure to
+	// publish leaves the fleet on the version before; the next start
+	// publishes it.)
+	var dist *distribution.Server
+	w := versions.New(opts.Store, func(ctx context.Context, v int64) error { return dist.Publish(ctx, v) }, log)
+	dist = distribution.New(opts.Store, distribution.Options{Logger: log, Rollout: opts.Rollout, Versions: w,
 		NodeTokenHash: nodeTokenHash, PublisherTokenHash: publisherTokenHash})
 	p := &Plane{Distribution: dist}
-	p.Admin = admin.New(opts.Store, admin.Options{Logger: log, Fleet: dist, OnCommit: func(v int64) {
-		// The version is stored; a failure to publish it leaves the fleet
-		// on the one before, and the next start publishes it.
-		if err := dist.Publish(context.WithoutCancel(ctx), v); err != nil {
-			log.Error("publishing a version failed", "version", v, "err", err)
-		}
-	}})
+	p.Admin = admin.New(opts.Store, admin.Options{Logger: log, Fleet: dist, Versions: w})
 	if err := dist.PublishLatest(ctx); err != nil {
 		return nil, fmt.Errorf("control: publishing the newest version: %w", err)
 	}

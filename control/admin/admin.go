@@ -24,6 +24,7 @@ import (
 
 	"github.com/portico-gw/portico/control/compile"
 	"github.com/portico-gw/portico/control/store"
+	"github.com/portico-gw/portico/control/versions"
 	"github.com/portico-gw/portico/gen/portico/admin/v1/adminv1connect"
 )
 
@@ -33,9 +34,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// OnCommit, if set, is called after every new version is stored, with
-	// its number (the distribution server's cue to push it).
-	OnCommit func(version int64)
+	// Versions writes the versions, and publishes them; nil means a
+	// Writer on the store that publishes nothing.
+	Versions *versions.Writer
 	// Fleet, if set, is what GetRollout reports and the rollout calls
 	// steer.
 	Fleet Fleet
@@ -48,7 +49,7 @@ type Service struct {
 	listVersions func(ctx context.Context, before int64, limit int) ([]store.Version, error)
 	log          *slog.Logger
 	now          func() time.Time
-	onCommit     func(int64)
+	versions     *versions.Writer
 	fleetOf      Fleet
 }
 
@@ -56,9 +57,12 @@ var _ adminv1connect.AdminServiceHandler = (*Service)(nil)
 
 // New returns the admin service over st.
 func New(st *store.Store, opts Options) *Service {
-	s := &Service{store: st, listVersions: st.List, log: opts.Logger, now: opts.Now, onCommit: opts.OnCommit, fleetOf: opts.Fleet}
+	s := &Service{store: st, listVersions: st.List, log: opts.Logger, now: opts.Now, versions: opts.Versions, fleetOf: opts.Fleet}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if s.versions == nil {
+		s.versions = versions.New(st, nil, s.log)
 	}
 	if s.now == nil {
 		s.now = time.Now

@@ -21,6 +21,7 @@ import (
 
 	"github.com/portico-gw/portico/control/admin"
 	"github.com/portico-gw/portico/control/store"
+	"github.com/portico-gw/portico/control/versions"
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 	"github.com/portico-gw/portico/gen/portico/admin/v1/adminv1connect"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
@@ -45,7 +46,8 @@ func newFixture(t *testing.T) *fixture {
 	return newFixtureWith(t, admin.Options{})
 }
 
-// newFixtureWith is newFixture with opts (OnCommit is the fixture's).
+// newFixtureWith is newFixture with opts (Versions is the fixture's: it
+// publishes to f.commits).
 func newFixtureWith(t *testing.T, opts admin.Options) *fixture {
 	t.Helper()
 	ctx := context.Background()
@@ -58,7 +60,7 @@ func newFixtureWith(t *testing.T, opts admin.Options) *fixture {
 		t.Fatal(err)
 	}
 	f := &fixture{store: st, commits: make(chan int64, 100)}
-	opts.OnCommit = func(v int64) { f.commits <- v }
+	opts.Versions = versions.New(st, func(_ context.Context, v int64) error { f.commits <- v; return nil }, nil)
 	svc := admin.New(st, opts)
 	f.versionReads = admin.CountVersionReads(svc)
 	mux := http.NewServeMux()
@@ -360,7 +362,7 @@ func TestApplyDryRunAndVersions(t *testing.T) {
 		seen = append(seen, <-f.commits)
 	}
 	if !slices.Equal(seen, []int64{1, 2, 3, 4, 5, 6, 7}) {
-		t.Errorf("OnCommit saw %v", seen)
+		t.Errorf("the versions published were %v", seen)
 	}
 }
 

@@ -12,13 +12,10 @@ import (
 
 	"github.com/portico-gw/portico/control/compile"
 	"github.com/portico-gw/portico/control/store"
+	"github.com/portico-gw/portico/control/versions"
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
-
-// commitAttempts bounds how often a change is recomputed after losing a
-// race with another writer.
-const commitAttempts = 8
 
 // current returns the newest version (Number 0 if there is none) and its
 // config.
@@ -61,57 +58,63 @@ type change struct {
 }
 
 // commit applies ch to the newest config, compiles the result, and stores
-// it as a new version; after losing a race it starts again from the new
-// newest version. A change that changes nothing creates no version.
+// it as a new version (control/versions: after losing a race it starts
+// again from the new newest version). A change that changes nothing
+// creates no version.
 func (s *Service) commit(ctx context.Context, ch change) (*adminv1.Change, error) {
-	for range commitAttempts {
-		prev, cfg, err := s.current(ctx)
-		if err != nil {
-			return nil, s.storeFailed(ctx, ch.action, err)
+	var diff string
+	var unchanged *adminv1.Change
+	v, err := s.versions.Commit(ctx, func(ctx context.Context, prev store.Version) (store.Commit, error) {
+		cfg := &adminv1.Config{}
+		if prev.Number > 0 {
+			var err error
+			if cfg, err = s.config(ctx, prev); err != nil {
+				return store.Commit{}, s.storeFailed(ctx, ch.action, err)
+			}
 		}
 		next := proto.CloneOf(cfg)
 		if err := ch.apply(next); err != nil {
 			s.audit(ctx, &store.AuditEntry{Actor: ch.by.id, Team: ch.team, Action: ch.action, Object: ch.object,
 				Outcome: connect.CodeOf(err).String(), Detail: err.Error()})
-			return nil, err
+			return store.Commit{}, err
 		}
-		diff := Diff(cfg, next)
-		unchanged := &adminv1.Change{Version: versionProto(prev), Changed: false, Diff: diff}
+		diff = Diff(cfg, next)
+		unchanged = &adminv1.Change{Version: versionProto(prev), Changed: false, Diff: diff}
 		if diff == "" && !ch.dryRun {
-			return unchanged, nil
+			return store.Commit{}, versions.ErrSkip
 		}
 		// A dry run compiles too, so that it is refused as the change
 		// would be.
 		res, err := compile.Compile(next, "v"+strconv.FormatInt(prev.Number+1, 10))
 		if err != nil {
-			return nil, s.refuse(ctx, ch, err)
+			return store.Commit{}, s.refuse(ctx, ch, err)
 		}
 		if err := s.checkFleet(ctx, cfg, next, res); err != nil {
-			return nil, s.refuse(ctx, ch, err)
+			return store.Commit{}, s.refuse(ctx, ch, err)
 		}
 		if ch.dryRun {
-			return unchanged, nil
+			return store.Commit{}, versions.ErrSkip
 		}
 		cfgBytes, err := proto.MarshalOptions{Deterministic: true}.Marshal(next)
 		if err != nil {
-			return nil, s.storeFailed(ctx, ch.action, err)
+			return store.Commit{}, s.storeFailed(ctx, ch.action, err)
 		}
-		v, err := s.store.Commit(ctx, prev.Number, store.Commit{
+		return store.Commit{
 			Config: cfgBytes, Snapshot: res.Bytes, CreatedBy: ch.by.id, Message: ch.message, Diff: diff,
 			Audit: store.AuditEntry{Actor: ch.by.id, Team: ch.team, Action: ch.action, Object: ch.object, Detail: ch.message},
-		})
-		if errors.Is(err, store.ErrConflict) {
-			continue
-		}
-		if err != nil {
-			return nil, s.storeFailed(ctx, ch.action, err)
-		}
-		if s.onCommit != nil {
-			s.onCommit(v.Number)
-		}
-		return &adminv1.Change{Version: versionProto(v), Changed: true, Diff: diff}, nil
+		}, nil
+	})
+	switch {
+	case errors.Is(err, versions.ErrSkip):
+		return unchanged, nil
+	case errors.Is(err, versions.ErrBusy):
+		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("%s: other changes kept landing first; try again", ch.action))
+	case err != nil && connect.CodeOf(err) == connect.CodeUnknown:
+		return nil, s.storeFailed(ctx, ch.action, err)
+	case err != nil:
+		return nil, err
 	}
-	return nil, connect.NewError(connect.CodeAborted, fmt.Errorf("%s: other changes kept landing first; try again", ch.action))
+	return &adminv1.Change{Version: versionProto(v), Changed: true, Diff: diff}, nil
 }
 
 // refuse answers a config that does not compile, and audits the refusal.

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/portico-gw/portico/control/store"
+	"github.com/portico-gw/portico/control/versions"
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 )
 
@@ -219,29 +220,35 @@ func (s *Service) Rollback(ctx context.Context, req *connect.Request[adminv1.Rol
 	if msg == "" {
 		msg = object
 	}
-	for range commitAttempts {
-		prev, cfg, err := s.current(ctx)
-		if err != nil {
-			return nil, s.storeFailed(ctx, "rollback", err)
-		}
+	var diff string
+	var current store.Version
+	v, err := s.versions.Commit(ctx, func(ctx context.Context, prev store.Version) (store.Commit, error) {
+		current = prev
 		if prev.SnapshotSHA256 == target.SnapshotSHA256 {
-			return connect.NewResponse(&adminv1.RollbackResponse{Change: &adminv1.Change{Version: versionProto(prev)}}), nil
+			return store.Commit{}, versions.ErrSkip
 		}
-		diff := Diff(cfg, targetCfg)
-		v, err := s.store.Commit(ctx, prev.Number, store.Commit{
+		cfg := &adminv1.Config{}
+		if prev.Number > 0 {
+			var err error
+			if cfg, err = s.config(ctx, prev); err != nil {
+				return store.Commit{}, s.storeFailed(ctx, "rollback", err)
+			}
+		}
+		diff = Diff(cfg, targetCfg)
+		return store.Commit{
 			Config: cfgBytes, Snapshot: snapBytes, CreatedBy: c.id, Message: "rollback to " + object + ": " + msg, Diff: diff, RollbackOf: to,
 			Audit: store.AuditEntry{Actor: c.id, Action: "rollback", Object: object, Detail: msg},
-		})
-		if errors.Is(err, store.ErrConflict) {
-			continue
-		}
-		if err != nil {
-			return nil, s.storeFailed(ctx, "rollback", err)
-		}
-		if s.onCommit != nil {
-			s.onCommit(v.Number)
-		}
-		return connect.NewResponse(&adminv1.RollbackResponse{Change: &adminv1.Change{Version: versionProto(v), Changed: true, Diff: diff}}), nil
+		}, nil
+	})
+	switch {
+	case errors.Is(err, versions.ErrSkip):
+		return connect.NewResponse(&adminv1.RollbackResponse{Change: &adminv1.Change{Version: versionProto(current)}}), nil
+	case errors.Is(err, versions.ErrBusy):
+		return nil, connect.NewError(connect.CodeAborted, errors.New("rollback: other changes kept landing first; try again"))
+	case err != nil && connect.CodeOf(err) == connect.CodeUnknown:
+		return nil, s.storeFailed(ctx, "rollback", err)
+	case err != nil:
+		return nil, err
 	}
-	return nil, connect.NewError(connect.CodeAborted, errors.New("rollback: other changes kept landing first; try again"))
+	return connect.NewResponse(&adminv1.RollbackResponse{Change: &adminv1.Change{Version: versionProto(v), Changed: true, Diff: diff}}), nil
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/portico-gw/portico/control/fastlane"
 	"github.com/portico-gw/portico/control/store"
+	"github.com/portico-gw/portico/control/versions"
 	"github.com/portico-gw/portico/gateway/routestats"
 	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
 	"github.com/portico-gw/portico/gen/portico/distribution/v1/distributionv1connect"
@@ -52,6 +53,9 @@ type Options struct {
 	// producers (the key service) must send to FastLaneService. Empty lets
 	// any caller publish (tests, a loopback-only dev).
 	PublisherTokenHash string
+	// Versions writes the versions the rollouts commit (reverts, aborts);
+	// nil means a Writer on the store that publishes through this server.
+	Versions *versions.Writer
 }
 
 // Server is the control plane's side of the distribution streams. It is
@@ -170,6 +174,9 @@ func New(st *store.Store, opts Options) *Server {
 	}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if s.opts.Versions == nil {
+		s.opts.Versions = versions.New(st, s.Publish, s.log)
 	}
 	s.lanes = fastlane.New(fastlane.Options{Store: st, NodeTokenHash: opts.NodeTokenHash, PublisherTokenHash: opts.PublisherTokenHash,
 		StreamNodes: s.streamNodes, Logger: s.log, Now: s.now})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/portico-gw/portico/control/rollout"
 	"github.com/portico-gw/portico/control/store"
+	"github.com/portico-gw/portico/control/versions"
 	"github.com/portico-gw/portico/gateway/routestats"
 )
 
@@ -283,49 +284,39 @@ func (s *Server) commitRevert(ro *staged, action string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	audit := store.AuditEntry{Actor: "system", Action: action, Object: fmt.Sprintf("version %d", ro.next.version), Detail: ro.evidence}
-	err := func() error {
-		latest, err := s.store.Latest(ctx)
-		if err != nil {
-			return err
-		}
+	_, err := s.opts.Versions.Commit(ctx, func(ctx context.Context, latest store.Version) (store.Commit, error) {
 		if latest.Number != ro.next.version {
-			return errSuperseded
+			return store.Commit{}, versions.ErrSkip // superseded
 		}
 		prev, err := s.store.Get(ctx, ro.previous.version)
 		if err != nil {
-			return err
+			return store.Commit{}, err
 		}
 		cfg, err := s.store.Blob(ctx, prev.ConfigSHA256)
 		if err != nil {
-			return err
+			return store.Commit{}, err
 		}
 		snap, err := s.store.Blob(ctx, prev.SnapshotSHA256)
 		if err != nil {
-			return err
+			return store.Commit{}, err
 		}
-		v, err := s.store.Commit(ctx, latest.Number, store.Commit{
+		return store.Commit{
 			Config: cfg, Snapshot: snap, CreatedBy: "system", RollbackOf: prev.Number,
 			Message: fmt.Sprintf("%s of version %d: %s", action, ro.next.version, ro.evidence),
 			Diff:    fmt.Sprintf("the config of version %d again", prev.Number),
 			Audit:   audit,
-		})
-		if err != nil {
-			return err
-		}
-		return s.Publish(ctx, v.Number)
-	}()
+		}, nil
+	})
 	if err == nil {
 		return
 	}
-	if !errors.Is(err, errSuperseded) {
+	if !errors.Is(err, versions.ErrSkip) {
 		s.log.Error("recording a revert as a version failed", "version", ro.next.version, "err", err)
 	}
 	if err := s.store.AppendAudit(ctx, &audit); err != nil {
 		s.log.Error("recording a rollout in the audit log failed", "action", action, "version", ro.next.version, "err", err)
 	}
 }
-
-var errSuperseded = errors.New("a newer version was committed")
 
 // waitWhilePaused returns once ro is not paused; false if ctx ended.
 func (s *Server) waitWhilePaused(ctx context.Context, ro *staged) bool {
