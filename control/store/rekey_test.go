@@ -85,3 +85,37 @@ func TestRekeyDenyEntries(t *testing.T) {
 		t.Errorf("entries after the entry came again: %v, want it once", got)
 	}
 }
+
+// TestHaltsFromAudit: the halts the audit log held before rollouts had a
+// table become halted rollouts, with the version the fleet kept.
+func TestHaltsFromAudit(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dsn := "sqlite:" + filepath.Join(t.TempDir(), "control.db")
+	old := schema()
+	old.Steps, old.Go = old.Steps[:3], map[int]sqlstore.GoStep{3: rekeyDenyEntries}
+	db, err := sqlstore.Open(ctx, dsn, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = db.SQL().ExecContext(ctx, `INSERT INTO audit (at, actor, team, action, object, outcome, detail, version) VALUES
+		(1, 'system', '', 'rollout.halt', 'version 7', 'ok', 'node n refused it: bad cluster', 6),
+		(2, 'system', '', 'rollout.revert', 'version 8', 'ok', 'slow', 7)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Close()
+	s, err := Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r, err := s.GetRollout(ctx, 7)
+	if err != nil || r.State != "halted" || r.Previous != 6 || r.Evidence != "node n refused it: bad cluster" {
+		t.Errorf("the halt of version 7 as a rollout: %+v, %v", r, err)
+	}
+	if _, err := s.GetRollout(ctx, 8); err == nil {
+		t.Error("a revert became a rollout row: only halts are carried over")
+	}
+}

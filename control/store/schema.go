@@ -90,13 +90,26 @@ func schema() sqlstore.Schema {
 		// Step 3, in Go (rekeyDenyEntries): deny entries take the ids of
 		// gateway/laneentry, which the key service and nodes use too.
 		"",
+
+		// Each staged rollout's state, by the version it rolls out (see
+		// SaveRollout). Step 4's Go part (haltsFromAudit) carries over the
+		// halts the audit log held before.
+		`CREATE TABLE rollouts (
+			version    {int} PRIMARY KEY,
+			previous   {int} NOT NULL,
+			stage      {int} NOT NULL,
+			state      TEXT NOT NULL,
+			evidence   TEXT NOT NULL,
+			nodes      TEXT NOT NULL,
+			updated_at {int} NOT NULL
+		);`,
 	}
 	epoch := strings.NewReplacer("{epoch}", newEpoch())
 	for i, st := range steps {
 		steps[i] = epoch.Replace(st)
 	}
 	return sqlstore.Schema{Migrations: "schema_migrations", LockKey: writersLock, Steps: steps,
-		Go: map[int]sqlstore.GoStep{3: rekeyDenyEntries}}
+		Go: map[int]sqlstore.GoStep{3: rekeyDenyEntries, 4: haltsFromAudit}}
 }
 
 // rekeyDenyEntries gives every stored deny entry the id laneentry.Of
@@ -142,6 +155,51 @@ func rekeyDenyEntries(ctx context.Context, tx *sql.Tx, rebind func(string) strin
 	for _, r := range todo {
 		if _, err := tx.ExecContext(ctx, rebind("UPDATE fast_lane_entries SET id = ? WHERE kind = 'deny' AND id = ?"), r.to, r.from); err != nil {
 			return fmt.Errorf("deny entry %s: %w", r.from, err)
+		}
+	}
+	return nil
+}
+
+// haltsFromAudit records, as halted rollouts, the halts the control plane
+// kept in its audit log before rollouts had a table: "rollout.halt" of
+// "version N", with the version the fleet kept.
+func haltsFromAudit(ctx context.Context, tx *sql.Tx, rebind func(string) string) error {
+	rows, err := tx.QueryContext(ctx, "SELECT object, version, detail, at FROM audit WHERE action = 'rollout.halt' ORDER BY id")
+	if err != nil {
+		return err
+	}
+	type halt struct {
+		version, kept int64
+		detail        string
+		at            int64
+	}
+	var halts []halt
+	for rows.Next() {
+		var object, detail string
+		var kept, at int64
+		if err := rows.Scan(&object, &kept, &detail, &at); err != nil {
+			_ = rows.Close()
+			return err
+		}
+		var v int64
+		if _, err := fmt.Sscanf(object, "version %d", &v); err != nil || kept <= 0 {
+			continue
+		}
+		halts = append(halts, halt{v, kept, detail, at})
+	}
+	if err := rows.Err(); err != nil {
+		_ = rows.Close()
+		return err
+	}
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	for _, h := range halts {
+		_, err := tx.ExecContext(ctx, rebind(`INSERT INTO rollouts (version, previous, stage, state, evidence, nodes, updated_at) VALUES (?, ?, 0, 'halted', ?, '', ?)
+			ON CONFLICT (version) DO UPDATE SET previous = excluded.previous, state = excluded.state, evidence = excluded.evidence, updated_at = excluded.updated_at`),
+			h.version, h.kept, h.detail, h.at)
+		if err != nil {
+			return err
 		}
 	}
 	return nil

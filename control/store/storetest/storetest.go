@@ -48,6 +48,7 @@ func Run(t *testing.T, newDB func(t *testing.T) Opener) {
 		{"FastLanePrune", testFastLanePrune},
 		{"FastLaneInvalid", testFastLaneInvalid},
 		{"FastLaneConcurrent", testFastLaneConcurrent},
+		{"Rollouts", testRollouts},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -483,5 +484,37 @@ func testCanceled(t *testing.T, o Opener) {
 	}
 	if _, err := s.Latest(ctx(t)); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("after a canceled commit: %v, want no version", err)
+	}
+}
+
+// testRollouts: a rollout's state is kept by its version, replaced by a
+// later save, and survives a reopen; one never saved is ErrNotFound.
+func testRollouts(t *testing.T, o Opener) {
+	s := open(t, o)
+	if _, err := s.GetRollout(ctx(t), 2); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("GetRollout of none = %v, want ErrNotFound", err)
+	}
+	if err := s.SaveRollout(ctx(t), store.Rollout{Version: 2, Previous: 1, Stage: 0, State: "running"}); err != nil {
+		t.Fatal(err)
+	}
+	want := store.Rollout{Version: 2, Previous: 1, Stage: 2, State: "reverted", Evidence: "route r failed 30 of 100 calls", Nodes: []string{"node-a", "node-b"}}
+	if err := s.SaveRollout(ctx(t), want); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SaveRollout(ctx(t), store.Rollout{Version: 3, Previous: 1, State: "halted"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := open(t, o).GetRollout(ctx(t), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Version != want.Version || got.Previous != want.Previous || got.Stage != want.Stage || got.State != want.State || got.Evidence != want.Evidence ||
+		!slices.Equal(got.Nodes, want.Nodes) || got.UpdatedAt.IsZero() {
+		t.Errorf("GetRollout(2) = %+v, want %+v", got, want)
+	}
+	for _, bad := range []store.Rollout{{Version: 0, State: "running"}, {Version: 4}} {
+		if err := s.SaveRollout(ctx(t), bad); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("SaveRollout(%+v) = %v, want ErrInvalid", bad, err)
+		}
 	}
 }
