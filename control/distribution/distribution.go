@@ -79,6 +79,14 @@ type Server struct {
 	// not staged.
 	ranEverywhere map[string]bool
 
+	// rows are the rollouts' states to record in the store (by
+	// version), saved the last queued of each; rowsWake wakes the
+	// goroutine that writes them, which stopRows stops (rowsDone closed).
+	rows, saved map[int64]store.Rollout
+	rowsWake    chan struct{}
+	stopRows    context.CancelFunc
+	rowsDone    chan struct{}
+
 	// lanes is the fast lane: its own package, which this server's
 	// DistributionService serves the node streams of.
 	lanes *fastlane.Server
@@ -178,6 +186,9 @@ func New(st *store.Store, opts Options) *Server {
 	if s.opts.Versions == nil {
 		s.opts.Versions = versions.New(st, s.Publish, s.log)
 	}
+	rctx, cancel := context.WithCancel(context.Background())
+	s.rows, s.saved, s.rowsWake, s.stopRows, s.rowsDone = map[int64]store.Rollout{}, map[int64]store.Rollout{}, make(chan struct{}, 1), cancel, make(chan struct{})
+	go s.writeRows(rctx)
 	s.lanes = fastlane.New(fastlane.Options{Store: st, NodeTokenHash: opts.NodeTokenHash, PublisherTokenHash: opts.PublisherTokenHash,
 		StreamNodes: s.streamNodes, Logger: s.log, Now: s.now})
 	return s
@@ -234,21 +245,23 @@ func (s *Server) PublishLatest(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	entries, err := s.store.Audit(ctx, store.AuditQuery{Limit: 100})
-	if err != nil {
+	r, err := s.store.GetRollout(ctx, v.Number)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return s.Publish(ctx, v.Number)
+	case err != nil:
 		return err
-	}
-	for _, e := range entries {
-		if e.Action == "rollout.halt" && e.Object == fmt.Sprintf("version %d", v.Number) && e.Version > 0 {
-			s.log.Warn("the newest version was halted; publishing the version the fleet kept", "halted", v.Number, "kept", e.Version)
-			if err := s.Publish(ctx, e.Version); err != nil {
-				return err
-			}
-			s.mu.Lock()
-			s.ranEverywhere[s.target.sha256] = true
-			s.mu.Unlock()
-			return nil
+	case r.State == RolloutHalted && r.Previous > 0:
+		s.log.Warn("the newest version was halted; publishing the version the fleet kept", "halted", v.Number, "kept", r.Previous)
+		if err := s.Publish(ctx, r.Previous); err != nil {
+			return err
 		}
+		s.mu.Lock()
+		s.ranEverywhere[s.target.sha256] = true
+		s.mu.Unlock()
+		return nil
+	case (r.State == RolloutRunning || r.State == RolloutPaused) && r.Previous > 0 && s.opts.Rollout.Bake > 0:
+		return s.resume(ctx, v, r)
 	}
 	return s.Publish(ctx, v.Number)
 }
@@ -300,6 +313,7 @@ func (s *Server) Publish(ctx context.Context, version int64) error {
 		if ro := s.rollout; ro != nil && !ro.ended() {
 			ro.state = RolloutReplaced
 			ro.cancel()
+			s.saveLocked(ro)
 		}
 		s.ranEverywhere[next.sha256] = true
 	}
@@ -363,6 +377,9 @@ func (s *Server) versionLocked(sha256 string) int64 {
 func (s *Server) notifyLocked() {
 	close(s.changed)
 	s.changed = make(chan struct{})
+	if ro := s.rollout; ro != nil {
+		s.saveLocked(ro)
+	}
 }
 
 // receiveHello receives a node stream's first message, which must be a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/portico-gw/portico/control/rollout"
@@ -88,6 +89,8 @@ type staged struct {
 	resume   chan struct{} // closed on resume while paused
 	// holding: paused, the rollout waits at its stage for a resume.
 	holding bool
+	// resumed: taken up by a control plane that restarted (resume).
+	resumed bool
 }
 
 // ended reports whether ro is over: done, reverted, aborted or replaced.
@@ -117,6 +120,7 @@ func (s *Server) startRolloutLocked(next, previous *target) {
 	if ro := s.rollout; ro != nil && !ro.ended() {
 		ro.state = RolloutReplaced
 		ro.cancel()
+		s.saveLocked(ro)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ro := &staged{next: next, previous: previous, reached: map[string]bool{}, state: RolloutRunning, cancel: cancel}
@@ -134,6 +138,7 @@ func (s *Server) assignStageLocked(ro *staged, i int) {
 	for _, id := range s.stageNodesLocked(i) {
 		ro.reached[id] = true
 	}
+	s.saveLocked(ro)
 	for _, n := range s.nodes {
 		s.pushLocked(n)
 	}
@@ -158,10 +163,26 @@ func (s *Server) runRollout(ctx context.Context, ro *staged) {
 		Changed: changed, Next: ro.next.version, Previous: ro.previous.version,
 	}
 	s.mu.Unlock()
-	for i := range stageNames {
-		// The canaries were assigned when the version was published; each
-		// later stage waits while the rollout is paused.
-		if i > 0 {
+	first := ro.stage
+	if ro.resumed {
+		// A control plane that restarted mid-rollout: the stage's nodes
+		// reconnect first (or AckTimeout passes), so that the stage is
+		// judged on them and not on an empty fleet.
+		wctx, cancel := context.WithTimeout(ctx, opts.AckTimeout)
+		err := s.waitUntil(wctx, func() bool { return s.reachedConnected(ro) })
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			s.log.Warn("rollout: resuming without every node of the stage back", "version", ro.next.version, "stage", stageNames[first])
+		}
+	}
+	for i := first; i < len(stageNames); i++ {
+		// The canaries were assigned when the version was published (a
+		// resumed stage when it was reached); each later stage waits
+		// while the rollout is paused.
+		if i > first {
 			if !s.waitWhilePaused(ctx, ro) {
 				return
 			}
@@ -402,13 +423,122 @@ func (s *Server) judgeLocked(ro *staged, before, after map[string]map[string]rou
 }
 
 // Close stops the rollout in progress, if any, where it is: nodes keep
-// what they run.
+// what they run. What the rollouts' states were is written to the store
+// before it returns.
 func (s *Server) Close() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if ro := s.rollout; ro != nil {
 		ro.cancel()
 	}
+	s.mu.Unlock()
+	s.stopRows()
+	<-s.rowsDone
+}
+
+// reachedConnected reports whether every node ro reached is
+// connected.
+func (s *Server) reachedConnected(ro *staged) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range ro.reached {
+		if s.nodes[id] == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// saveLocked queues ro's state for the store, if it changed since it was
+// last queued.
+func (s *Server) saveLocked(ro *staged) {
+	r := store.Rollout{Version: ro.next.version, Previous: ro.previous.version, Stage: ro.stage, State: ro.state, Evidence: ro.evidence}
+	for id := range ro.reached {
+		r.Nodes = append(r.Nodes, id)
+	}
+	slices.Sort(r.Nodes)
+	if old, ok := s.saved[r.Version]; ok && old.Previous == r.Previous && old.Stage == r.Stage && old.State == r.State &&
+		old.Evidence == r.Evidence && slices.Equal(old.Nodes, r.Nodes) {
+		return
+	}
+	s.saved[r.Version], s.rows[r.Version] = r, r
+	select {
+	case s.rowsWake <- struct{}{}:
+	default:
+	}
+}
+
+// writeRows writes the queued rollout states until ctx ends, then the
+// last ones.
+func (s *Server) writeRows(ctx context.Context) {
+	defer close(s.rowsDone)
+	for {
+		done := false
+		select {
+		case <-ctx.Done():
+			done = true
+		case <-s.rowsWake:
+		}
+		s.mu.Lock()
+		rows := s.rows
+		s.rows = map[int64]store.Rollout{}
+		s.mu.Unlock()
+		for _, r := range rows {
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			if err := s.store.SaveRollout(wctx, r); err != nil {
+				s.log.Error("recording a rollout's state failed", "version", r.Version, "state", r.State, "err", err)
+			}
+			cancel()
+		}
+		if done {
+			return
+		}
+	}
+}
+
+// resume takes up, after a restart, the rollout r of version v where the
+// control plane stood: the same version, from the same one, at the same
+// stage with the same nodes, paused if it was.
+func (s *Server) resume(ctx context.Context, v store.Version, r store.Rollout) error {
+	load := func(n int64) (*target, error) {
+		ver, err := s.store.Get(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		data, err := s.store.Blob(ctx, ver.SnapshotSHA256)
+		if err != nil {
+			return nil, err
+		}
+		return &target{version: ver.Number, sha256: ver.SnapshotSHA256, data: data, odd: map[string]bool{}}, nil
+	}
+	next, err := load(v.Number)
+	if err != nil {
+		return fmt.Errorf("distribution: resuming the rollout of version %d: %w", v.Number, err)
+	}
+	prev, err := load(r.Previous)
+	if err != nil {
+		return fmt.Errorf("distribution: resuming the rollout of version %d: %w", v.Number, err)
+	}
+	next.previous = prev
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.target != nil {
+		return nil // something was published first
+	}
+	s.target = next
+	s.ranEverywhere[prev.sha256] = true
+	rctx, cancel := context.WithCancel(context.Background())
+	ro := &staged{next: next, previous: prev, reached: map[string]bool{}, state: r.State, cancel: cancel, stage: min(r.Stage, len(stageNames)-1), resumed: true}
+	for _, id := range r.Nodes {
+		ro.reached[id] = true
+	}
+	if ro.state == RolloutPaused {
+		ro.resume = make(chan struct{})
+	}
+	s.rollout = ro
+	s.log.Info("resuming a rollout", "version", next.version, "from", prev.version, "stage", stageNames[ro.stage], "state", ro.state, "nodes", len(ro.reached))
+	go s.runRollout(rctx, ro)
+	s.notifyLocked()
+	return nil
 }
 
 // Pause stops the rollout in progress from going past its current stage.
