@@ -1,14 +1,13 @@
 package main
 
 import (
-	"context"
-	"flag"
 	"fmt"
 	"strconv"
 	"text/tabwriter"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
@@ -22,75 +21,96 @@ import (
 // for the issuer's max_token_lifetime (gateway/denyentry).
 const defaultLifetime = 15 * time.Minute
 
-// deny runs porticoctl deny: the token service's deny list of access
+// denyCmd is porticoctl deny: the token service's deny list of access
 // tokens.
-func (c *cli) deny(ctx context.Context, args []string) int {
-	return c.dispatch(ctx, "deny", args, subcommand{"add", c.denyAdd}, subcommand{"list", c.denyList})
+func (c *cli) denyCmd() *cobra.Command {
+	return group(&cobra.Command{
+		Use:   "deny",
+		Short: "Deny access tokens, and list the deny entries",
+		Long: `Deny manages the deny list of the key service's token service: access tokens
+that nodes refuse although their signature and times are good.`,
+	}, c.remote(c.denyAddCmd()), c.remote(c.denyListCmd()))
 }
 
-func (c *cli) denyAdd(ctx context.Context, args []string) int {
-	const cmd = "deny add"
-	fs := c.flags(cmd)
-	jti := fs.String("jti", "", "deny the one token with this jti")
-	subject := fs.String("subject", "", "deny the subject's tokens issued before -issued-before")
-	clientID := fs.String("client-id", "", "deny the client's tokens issued before -issued-before")
-	issuedBefore := fs.String("issued-before", "", `with -subject or -client-id: RFC 3339, or "now"`)
-	issuer := fs.String("issuer", "", "only this issuer's tokens (default every issuer's)")
-	tokenExpires := fs.String("token-expires", "", "with -jti: the token's exp, RFC 3339 or Unix seconds, so that the entry lasts until then even for a token without iat")
-	expires := fs.String("expires", "", "when the entry asks to lapse, RFC 3339; nodes keep it until every token it covers has expired")
-	ttl := fs.Duration("ttl", 0, "the entry asks to lapse this long from now (default 15m after -issued-before, or after now for -jti)")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+func (c *cli) denyAddCmd() *cobra.Command {
+	var jti, subject, clientID, issuedBefore, issuer, tokenExpires, expires string
+	var ttl time.Duration
+	cmd := &cobra.Command{
+		Use:   "add (--jti ID | --subject SUB --issued-before TIME | --client-id ID --issued-before TIME) [flags]",
+		Short: "Deny one token, or a subject's or client's tokens issued before a time",
+		Long: `Add denies one token (--jti ID, with --token-expires EXP, the token's exp, if
+it is known), or a subject's or client's tokens issued before TIME, of one
+issuer (--issuer) or of every issuer.
+
+The entry asks to lapse at --expires, or --ttl from now, by default 15m after
+--issued-before, or after now for --jti (or at the token's exp, EXP, if
+later); nodes keep it until every token it covers has expired, for the
+issuer's max_token_lifetime.
+
+TIME is RFC 3339 (2026-11-29T18:00:00Z); --issued-before also takes "now".
+EXP is RFC 3339 or Unix seconds (a token's exp claim).`,
+		Example: `  porticoctl deny add --jti b7c1 --token-expires 1764440100
+  porticoctl deny add --subject user-42 --issued-before now --issuer login
+  porticoctl deny add --client-id app-compromised --issued-before 2026-11-29T18:00:00Z --ttl 1h`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ttlSet := cmd.Flags().Changed("ttl")
+			now := time.Now()
+			e, base, problem := denyEntry(now, jti, subject, clientID, issuedBefore)
+			var lapse time.Time
+			if problem == "" && tokenExpires != "" {
+				problem = tokenExp(e, tokenExpires)
+			}
+			switch {
+			case problem != "":
+			case expires != "" && ttlSet:
+				problem = "--expires or --ttl, not both"
+			case expires != "":
+				var err error
+				if lapse, err = time.Parse(time.RFC3339, expires); err != nil {
+					problem = fmt.Sprintf("--expires %q is not an RFC 3339 time", expires)
+				}
+			case ttlSet:
+				if ttl <= 0 {
+					problem = fmt.Sprintf("--ttl is more than 0, not %s", ttl)
+				}
+				lapse = now.Add(ttl)
+			default:
+				lapse = base.Add(defaultLifetime)
+				if te := e.GetTokenExpires(); te != nil && te.AsTime().After(lapse) {
+					lapse = te.AsTime()
+				}
+			}
+			if problem == "" && !lapse.After(now) {
+				problem = fmt.Sprintf("the entry would lapse at once: %s is not in the future", lapse.Format(time.RFC3339))
+			}
+			if problem != "" {
+				return usagef("%s", problem)
+			}
+			e.Issuer = issuer
+			e.Expires = timestamppb.New(lapse)
+			resp, err := c.tokens.Deny(cmd.Context(), connect.NewRequest(&keysv1.DenyRequest{Entry: e}))
+			if err != nil {
+				return failed(err)
+			}
+			if c.structured() {
+				return c.printMessage(resp.Msg)
+			}
+			fmt.Fprintf(c.stdout, "denied %s (%s) until %s\n", denyMatch(e), denyIssuer(e), formatTime(e.GetExpires()))
+			c.printLane(cmd.CommandPath(), resp.Msg.GetVersion())
+			return nil
+		},
 	}
-	ttlSet := false
-	fs.Visit(func(f *flag.Flag) { ttlSet = ttlSet || f.Name == "ttl" })
-	now := time.Now()
-	e, base, problem := denyEntry(now, *jti, *subject, *clientID, *issuedBefore)
-	var lapse time.Time
-	if problem == "" && *tokenExpires != "" {
-		problem = tokenExp(e, *tokenExpires)
-	}
-	switch {
-	case problem != "":
-	case fs.NArg() > 0:
-		problem = fmt.Sprintf("unexpected %q: all of deny add's arguments are flags", fs.Arg(0))
-	case *expires != "" && ttlSet:
-		problem = "-expires or -ttl, not both"
-	case *expires != "":
-		var err error
-		if lapse, err = time.Parse(time.RFC3339, *expires); err != nil {
-			problem = fmt.Sprintf("-expires %q is not an RFC 3339 time", *expires)
-		}
-	case ttlSet:
-		if *ttl <= 0 {
-			problem = fmt.Sprintf("-ttl is more than 0, not %s", *ttl)
-		}
-		lapse = now.Add(*ttl)
-	default:
-		lapse = base.Add(defaultLifetime)
-		if te := e.GetTokenExpires(); te != nil && te.AsTime().After(lapse) {
-			lapse = te.AsTime()
-		}
-	}
-	if problem == "" && !lapse.After(now) {
-		problem = fmt.Sprintf("the entry would lapse at once: %s is not in the future", lapse.Format(time.RFC3339))
-	}
-	if problem != "" {
-		fmt.Fprintf(c.stderr, "porticoctl %s: %s\n", cmd, problem)
-		return exitUsage
-	}
-	e.Issuer = *issuer
-	e.Expires = timestamppb.New(lapse)
-	resp, err := c.tokens.Deny(ctx, connect.NewRequest(&keysv1.DenyRequest{Entry: e}))
-	if err != nil {
-		return c.failed(cmd, err)
-	}
-	if c.json {
-		return c.printJSON(resp.Msg)
-	}
-	fmt.Fprintf(c.stdout, "denied %s (%s) until %s\n", denyMatch(e), denyIssuer(e), formatTime(e.GetExpires()))
-	c.printLane(cmd, resp.Msg.GetVersion())
-	return exitOK
+	f := cmd.Flags()
+	f.StringVar(&jti, "jti", "", "deny the one token whose jti is `ID`")
+	f.StringVar(&subject, "subject", "", "deny the subject `SUB`'s tokens issued before --issued-before")
+	f.StringVar(&clientID, "client-id", "", "deny the client `ID`'s tokens issued before --issued-before")
+	f.StringVar(&issuedBefore, "issued-before", "", "with --subject or --client-id: RFC 3339 `TIME`, or \"now\"")
+	f.StringVar(&issuer, "issuer", "", "only the tokens of the issuer `NAME` (default every issuer's)")
+	f.StringVar(&tokenExpires, "token-expires", "", "with --jti: the token's exp `EXP`, RFC 3339 or Unix seconds, so that the entry lasts until then even for a token without iat")
+	f.StringVar(&expires, "expires", "", "when the entry asks to lapse, RFC 3339 `TIME`; nodes keep it until every token it covers has expired")
+	f.DurationVar(&ttl, "ttl", 0, "the entry asks to lapse this long from now (default 15m after --issued-before, or after now for --jti)")
+	return cmd
 }
 
 // tokenExp sets a jti entry's token_expires from v, an RFC 3339 time or
@@ -98,13 +118,13 @@ func (c *cli) denyAdd(ctx context.Context, args []string) int {
 // anything is.
 func tokenExp(e *configv1.DenyEntry, v string) (problem string) {
 	if e.GetJti() == "" {
-		return "-token-expires goes with -jti: it is one token's exp"
+		return "--token-expires goes with --jti: it is one token's exp"
 	}
 	t, err := time.Parse(time.RFC3339, v)
 	if err != nil {
 		secs, perr := strconv.ParseInt(v, 10, 64)
 		if perr != nil || secs <= 0 {
-			return fmt.Sprintf("-token-expires %q is neither an RFC 3339 time nor Unix seconds", v)
+			return fmt.Sprintf("--token-expires %q is neither an RFC 3339 time nor Unix seconds", v)
 		}
 		t = time.Unix(secs, 0)
 	}
@@ -126,15 +146,15 @@ func denyEntry(now time.Time, jti, subject, clientID, issuedBefore string) (e *c
 	}
 	switch {
 	case n != 1:
-		return nil, now, "one of -jti ID, -subject SUB or -client-id ID"
+		return nil, now, "one of --jti ID, --subject SUB or --client-id ID"
 	case jti != "":
 		if issuedBefore != "" {
-			return nil, now, "-issued-before goes with -subject or -client-id; -jti names one token"
+			return nil, now, "--issued-before goes with --subject or --client-id; --jti names one token"
 		}
 		e.Match = &configv1.DenyEntry_Jti{Jti: jti}
 		return e, now, ""
 	case issuedBefore == "":
-		return nil, now, `-subject and -client-id need -issued-before TIME (RFC 3339, or "now")`
+		return nil, now, `--subject and --client-id need --issued-before TIME (RFC 3339, or "now")`
 	case subject != "":
 		e.Match = &configv1.DenyEntry_Subject{Subject: subject}
 	default:
@@ -144,7 +164,7 @@ func denyEntry(now time.Time, jti, subject, clientID, issuedBefore string) (e *c
 	if issuedBefore != "now" {
 		t, err := time.Parse(time.RFC3339, issuedBefore)
 		if err != nil {
-			return nil, now, fmt.Sprintf(`-issued-before %q is neither an RFC 3339 time nor "now"`, issuedBefore)
+			return nil, now, fmt.Sprintf(`--issued-before %q is neither an RFC 3339 time nor "now"`, issuedBefore)
 		}
 		base = t
 	}
@@ -152,29 +172,30 @@ func denyEntry(now time.Time, jti, subject, clientID, issuedBefore string) (e *c
 	return e, base, ""
 }
 
-func (c *cli) denyList(ctx context.Context, args []string) int {
-	const cmd = "deny list"
-	if len(args) > 0 {
-		fmt.Fprintf(c.stderr, "porticoctl %s: unexpected %q: deny list takes no arguments\n", cmd, args[0])
-		return exitUsage
+func (c *cli) denyListCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List the deny entries",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			resp, err := c.tokens.ListDenyEntries(cmd.Context(), connect.NewRequest(&keysv1.ListDenyEntriesRequest{}))
+			if err != nil {
+				return failed(err)
+			}
+			if c.structured() {
+				return c.printMessage(resp.Msg)
+			}
+			tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "MATCH\tISSUER\tISSUED BEFORE\tEXPIRES")
+			for _, e := range resp.Msg.GetEntries() {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", denyMatchShort(e), dash(e.GetIssuer()), dash(formatTime(e.GetIssuedBefore())), formatTime(e.GetExpires()))
+			}
+			if err := tw.Flush(); err != nil {
+				return &failure{err: err}
+			}
+			return nil
+		},
 	}
-	resp, err := c.tokens.ListDenyEntries(ctx, connect.NewRequest(&keysv1.ListDenyEntriesRequest{}))
-	if err != nil {
-		return c.failed(cmd, err)
-	}
-	if c.json {
-		return c.printJSON(resp.Msg)
-	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "MATCH\tISSUER\tISSUED BEFORE\tEXPIRES")
-	for _, e := range resp.Msg.GetEntries() {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", denyMatchShort(e), dash(e.GetIssuer()), dash(formatTime(e.GetIssuedBefore())), formatTime(e.GetExpires()))
-	}
-	if err := tw.Flush(); err != nil {
-		fmt.Fprintf(c.stderr, "porticoctl %s: %v\n", cmd, err)
-		return exitFailed
-	}
-	return exitOK
 }
 
 // denyMatch says in words which tokens an entry denies.

@@ -48,8 +48,8 @@ func only[T proto.Message](t *testing.T, f *fakeKeys, procedure string) T {
 func TestKeysCreate(t *testing.T) {
 	t.Parallel()
 	f, url := keyService(t)
-	code, out, errOut := ctl(t, keysEnv(url), "keys", "create", "-app", "shop", "-tenant", "acme", "-plan", "gold",
-		"-scope", "orders:read", "-scope", "orders:write", "-env", "test", "-priority", "paid", "-not-after", "2027-01-02T03:04:05Z", "-wait", "30s")
+	code, out, errOut := ctl(t, keysEnv(url), "keys", "create", "--app", "shop", "--tenant", "acme", "--plan", "gold",
+		"--scope", "orders:read", "--scope", "orders:write", "--env", "test", "--priority", "paid", "--not-after", "2027-01-02T03:04:05Z", "--wait", "30s")
 	if code != 0 {
 		t.Fatalf("keys create = %d %q %q", code, out, errOut)
 	}
@@ -70,7 +70,7 @@ func TestKeysCreate(t *testing.T) {
 	// The defaults: a live key, the plan's priority, never ending, 10 s
 	// for the nodes.
 	f, url = keyService(t)
-	if code, out, errOut = ctl(t, keysEnv(url), "keys", "create", "-app", "shop", "-tenant", "acme", "-plan", "gold"); code != 0 {
+	if code, out, errOut = ctl(t, keysEnv(url), "keys", "create", "--app", "shop", "--tenant", "acme", "--plan", "gold"); code != 0 {
 		t.Fatalf("keys create = %d %q %q", code, out, errOut)
 	}
 	req = only[*keysv1.CreateKeyRequest](t, f, keysv1connect.KeyServiceCreateKeyProcedure)
@@ -83,8 +83,8 @@ func TestKeysCreate(t *testing.T) {
 	}
 
 	// JSON, for scripts: the whole answer, the key in it once.
-	if code, out, errOut = ctl(t, keysEnv(url), "-output", "json", "keys", "create", "-app", "shop", "-tenant", "acme", "-plan", "gold"); code != 0 {
-		t.Fatalf("keys create -output json = %d %q %q", code, out, errOut)
+	if code, out, errOut = ctl(t, keysEnv(url), "--output", "json", "keys", "create", "--app", "shop", "--tenant", "acme", "--plan", "gold"); code != 0 {
+		t.Fatalf("keys create --output json = %d %q %q", code, out, errOut)
 	}
 	var js struct {
 		RawKey string `json:"rawKey"`
@@ -94,7 +94,7 @@ func TestKeysCreate(t *testing.T) {
 		} `json:"key"`
 	}
 	if err := json.Unmarshal([]byte(out), &js); err != nil || js.RawKey != fakeRawKey || js.Key.KeyID != "key_01" || js.Key.Prefix != fakePrefix || strings.Count(out, fakeSecret) != 1 {
-		t.Errorf("keys create -output json printed %q (%v)", out, err)
+		t.Errorf("keys create --output json printed %q (%v)", out, err)
 	}
 }
 
@@ -109,13 +109,13 @@ func TestKeysCreateNotEveryNode(t *testing.T) {
 	} {
 		f, url := keyService(t)
 		f.setFail(keysv1connect.KeyServiceCreateKeyProcedure, connect.NewError(code, errors.New(msg)))
-		exit, out, errOut := ctl(t, keysEnv(url), "keys", "create", "-app", "shop", "-tenant", "acme", "-plan", "gold")
+		exit, out, errOut := ctl(t, keysEnv(url), "keys", "create", "--app", "shop", "--tenant", "acme", "--plan", "gold")
 		if want := "porticoctl keys create: " + code.String() + ": " + msg + "\n"; exit != 1 || out != "" || errOut != want {
 			t.Errorf("keys create (%s) = %d %q %q, want 1 and %q", code, exit, out, errOut, want)
 		}
 	}
 	// A key service that is not there made no key.
-	exit, _, errOut := ctl(t, keysEnv("http://127.0.0.1:1"), "keys", "create", "-app", "shop", "-tenant", "acme", "-plan", "gold")
+	exit, _, errOut := ctl(t, keysEnv("http://127.0.0.1:1"), "keys", "create", "--app", "shop", "--tenant", "acme", "--plan", "gold")
 	if exit != 1 || !strings.HasPrefix(errOut, "porticoctl keys create: unavailable: ") || strings.Contains(errOut, "no answer came") {
 		t.Errorf("keys create with no key service = %d %q", exit, errOut)
 	}
@@ -129,8 +129,8 @@ func TestKeysCutOff(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"keys", "create", "-app", "shop", "-tenant", "acme", "-plan", "gold"},
-			"porticoctl keys create: no answer came; a key may exist that nobody has seen: look for it with porticoctl keys list -app shop, and revoke it\n"},
+		{[]string{"keys", "create", "--app", "shop", "--tenant", "acme", "--plan", "gold"},
+			"porticoctl keys create: no answer came; a key may exist that nobody has seen: look for it with porticoctl keys list --app shop, and revoke it\n"},
 		{[]string{"keys", "rotate", "key_00"},
 			"porticoctl keys rotate: no answer came; the key may have been rotated: porticoctl keys get key_00 shows its successor and end\n"},
 	} {
@@ -171,8 +171,8 @@ func TestKeysCutOff(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	code, out, errOut := ctl(t, keysEnv(srv.URL), "keys", "create", "-app", "shop", "-tenant", "acme", "-plan", "gold")
-	if code != 1 || out != "" || !strings.HasSuffix(errOut, "porticoctl keys create: no answer came; a key may exist that nobody has seen: look for it with porticoctl keys list -app shop, and revoke it\n") {
+	code, out, errOut := ctl(t, keysEnv(srv.URL), "keys", "create", "--app", "shop", "--tenant", "acme", "--plan", "gold")
+	if code != 1 || out != "" || !strings.HasSuffix(errOut, "porticoctl keys create: no answer came; a key may exist that nobody has seen: look for it with porticoctl keys list --app shop, and revoke it\n") {
 		t.Errorf("keys create, connection lost = %d %q %q", code, out, errOut)
 	}
 }
@@ -186,10 +186,10 @@ func TestKeysRotate(t *testing.T) {
 		stops   string
 	}{
 		"defaults":         {[]string{"key_00"}, 24 * time.Hour, 10 * time.Second, "2026-11-30T18:00:00Z"},
-		"flags after id":   {[]string{"key_00", "-overlap", "1h", "-wait", "5s"}, time.Hour, 5 * time.Second, "2026-11-29T19:00:00Z"},
-		"flags before id":  {[]string{"-overlap", "0s", "key_00"}, 0, 10 * time.Second, "2026-11-29T18:00:00Z"},
-		"flags around id":  {[]string{"-overlap", "2h", "key_00", "-wait", "1m"}, 2 * time.Hour, time.Minute, "2026-11-29T20:00:00Z"},
-		"longest overlaps": {[]string{"key_00", "-overlap", "720h", "-wait", "2m"}, 720 * time.Hour, 2 * time.Minute, "2026-12-29T18:00:00Z"},
+		"flags after id":   {[]string{"key_00", "--overlap", "1h", "--wait", "5s"}, time.Hour, 5 * time.Second, "2026-11-29T19:00:00Z"},
+		"flags before id":  {[]string{"--overlap", "0s", "key_00"}, 0, 10 * time.Second, "2026-11-29T18:00:00Z"},
+		"flags around id":  {[]string{"--overlap", "2h", "key_00", "--wait", "1m"}, 2 * time.Hour, time.Minute, "2026-11-29T20:00:00Z"},
+		"longest overlaps": {[]string{"key_00", "--overlap", "720h", "--wait", "2m"}, 720 * time.Hour, 2 * time.Minute, "2026-12-29T18:00:00Z"},
 	} {
 		f, url := keyService(t)
 		code, out, errOut := ctl(t, keysEnv(url), append([]string{"keys", "rotate"}, tc.args...)...)
@@ -210,20 +210,20 @@ func TestKeysRotate(t *testing.T) {
 		}
 	}
 	_, url := keyService(t)
-	code, out, _ := ctl(t, keysEnv(url), "-output", "json", "keys", "rotate", "key_00")
+	code, out, _ := ctl(t, keysEnv(url), "--output", "json", "keys", "rotate", "key_00")
 	var js struct {
 		RawKey   string                    `json:"rawKey"`
 		Previous struct{ NotAfter string } `json:"previous"`
 	}
 	if err := json.Unmarshal([]byte(out), &js); code != 0 || err != nil || js.RawKey != fakeRawKey || js.Previous.NotAfter != "2026-11-30T18:00:00Z" || strings.Count(out, fakeSecret) != 1 {
-		t.Errorf("keys rotate -output json = %d %q (%v)", code, out, err)
+		t.Errorf("keys rotate --output json = %d %q (%v)", code, out, err)
 	}
 }
 
 func TestKeysRevoke(t *testing.T) {
 	t.Parallel()
 	f, url := keyService(t)
-	code, out, errOut := ctl(t, keysEnv(url), "keys", "revoke", "key_00", "-reason", "leaked in a log")
+	code, out, errOut := ctl(t, keysEnv(url), "keys", "revoke", "key_00", "--reason", "leaked in a log")
 	if code != 0 || out != "revoked key key_00 (ak_live_Old1) of app shop\non the fast lane as version 42\n" || errOut != "" {
 		t.Errorf("keys revoke = %d %q %q", code, out, errOut)
 	}
@@ -231,18 +231,18 @@ func TestKeysRevoke(t *testing.T) {
 		t.Errorf("RevokeKey(%v)", req)
 	}
 
-	// -app revokes every active key of the app, with RevokeApp.
+	// --app revokes every active key of the app, with RevokeApp.
 	f, url = keyService(t)
 	f.keys = testKeys()
-	code, out, errOut = ctl(t, keysEnv(url), "keys", "revoke", "-app", "shop", "-reason", "app retired")
+	code, out, errOut = ctl(t, keysEnv(url), "keys", "revoke", "--app", "shop", "--reason", "app retired")
 	if code != 0 || out != "revoked 3 keys of app shop\n  key_01 (ak_live_Aa01)\n  key_02 (ak_test_Bb02)\n  key_04 (ak_live_Dd04)\non the fast lane as version 42\n" || errOut != "" {
-		t.Errorf("keys revoke -app = %d %q %q", code, out, errOut)
+		t.Errorf("keys revoke --app = %d %q %q", code, out, errOut)
 	}
 	if req := only[*keysv1.RevokeAppRequest](t, f, keysv1connect.KeyServiceRevokeAppProcedure); req.GetAppId() != "shop" || req.GetReason() != "app retired" {
 		t.Errorf("RevokeApp(%v)", req)
 	}
-	if code, out, _ = ctl(t, keysEnv(url), "keys", "revoke", "-app", "nobody"); code != 0 || out != "app nobody has no active keys\n" {
-		t.Errorf("keys revoke -app nobody = %d %q", code, out)
+	if code, out, _ = ctl(t, keysEnv(url), "keys", "revoke", "--app", "nobody"); code != 0 || out != "app nobody has no active keys\n" {
+		t.Errorf("keys revoke --app nobody = %d %q", code, out)
 	}
 
 	// Version 0: committed, but the control plane was not reached.
@@ -252,15 +252,15 @@ func TestKeysRevoke(t *testing.T) {
 	if code != 0 || out != "revoked key key_00 (ak_live_Old1) of app shop\n" || !strings.Contains(errOut, "reaches the nodes with the next snapshot") {
 		t.Errorf("keys revoke, no fast lane = %d %q %q", code, out, errOut)
 	}
-	code, out, _ = ctl(t, keysEnv(url), "-output", "json", "keys", "revoke", "key_00")
+	code, out, _ = ctl(t, keysEnv(url), "--output", "json", "keys", "revoke", "key_00")
 	var js struct{ Key struct{ Status string } }
 	if code != 0 || json.Unmarshal([]byte(out), &js) != nil || js.Key.Status != "KEY_STATUS_REVOKED" {
-		t.Errorf("keys revoke -output json = %d %q", code, out)
+		t.Errorf("keys revoke --output json = %d %q", code, out)
 	}
 }
 
-// TestKeysRevokeWaits: keys revoke waits (10 s unless -wait says
-// otherwise, -wait 0 not at all) for every node to have the revocation,
+// TestKeysRevokeWaits: keys revoke waits (10 s unless --wait says
+// otherwise, --wait 0 not at all) for every node to have the revocation,
 // and says whether they all do; a revocation some nodes lack is still
 // committed, so the command succeeds and names them.
 func TestKeysRevokeWaits(t *testing.T) {
@@ -278,10 +278,10 @@ func TestKeysRevokeWaits(t *testing.T) {
 	f, url = keyService(t)
 	f.keys = testKeys()
 	f.propagation = &keysv1.Propagation{State: keysv1.Propagation_STATE_INCOMPLETE, Nodes: 5, Behind: []*keysv1.LaggingNode{{NodeId: "gw-eu-1", Version: 41}, {NodeId: "gw-us-3", Version: 40, Error: "bad entry"}}}
-	code, out, errOut = ctl(t, keysEnv(url), "keys", "revoke", "-app", "shop", "-wait", "3s")
+	code, out, errOut = ctl(t, keysEnv(url), "keys", "revoke", "--app", "shop", "--wait", "3s")
 	if code != 0 || !strings.HasSuffix(out, "on the fast lane as version 42\n") ||
 		errOut != "porticoctl keys revoke: 2 of 5 nodes did not have it after 3s: gw-eu-1 (at version 41), gw-us-3 (at version 40, refused: bad entry); the change is committed and reaches them when they catch up\n" {
-		t.Errorf("keys revoke -app, nodes behind = %d %q %q", code, out, errOut)
+		t.Errorf("keys revoke --app, nodes behind = %d %q %q", code, out, errOut)
 	}
 	if req := only[*keysv1.RevokeAppRequest](t, f, keysv1connect.KeyServiceRevokeAppProcedure); req.GetWaitForNodes().AsDuration() != 3*time.Second {
 		t.Errorf("RevokeApp(%v), want a 3 s wait", req)
@@ -304,15 +304,15 @@ func TestKeysRevokeWaits(t *testing.T) {
 	}
 
 	f, url = keyService(t)
-	if code, _, errOut = ctl(t, keysEnv(url), "keys", "revoke", "key_00", "-wait", "0"); code != 0 || errOut != "" {
-		t.Errorf("keys revoke -wait 0 = %d %q", code, errOut)
+	if code, _, errOut = ctl(t, keysEnv(url), "keys", "revoke", "key_00", "--wait", "0"); code != 0 || errOut != "" {
+		t.Errorf("keys revoke --wait 0 = %d %q", code, errOut)
 	}
 	if req := only[*keysv1.RevokeKeyRequest](t, f, keysv1connect.KeyServiceRevokeKeyProcedure); req.GetWaitForNodes() != nil {
-		t.Errorf("RevokeKey(%v) with -wait 0, want no wait", req)
+		t.Errorf("RevokeKey(%v) with --wait 0, want no wait", req)
 	}
 	for _, wait := range []string{"3m", "-1s"} {
-		if code, _, errOut = ctl(t, keysEnv(url), "keys", "revoke", "key_00", "-wait", wait); code != 2 || !strings.Contains(errOut, "-wait is at least 0 and at most 2m0s") {
-			t.Errorf("keys revoke -wait %s = %d %q, want a usage error", wait, code, errOut)
+		if code, _, errOut = ctl(t, keysEnv(url), "keys", "revoke", "key_00", "--wait", wait); code != 2 || !strings.Contains(errOut, "--wait is at least 0 and at most 2m0s") {
+			t.Errorf("keys revoke --wait %s = %d %q, want a usage error", wait, code, errOut)
 		}
 	}
 }
@@ -339,7 +339,7 @@ func TestKeysList(t *testing.T) {
 	t.Parallel()
 	f, url := keyService(t)
 	f.keys = testKeys()
-	code, out, errOut := ctl(t, keysEnv(url), "keys", "list", "-app", "shop")
+	code, out, errOut := ctl(t, keysEnv(url), "keys", "list", "--app", "shop")
 	want := `KEY ID  PREFIX        APP   TENANT  PLAN  ENV   STATUS  CREATED               NOT AFTER
 key_01  ak_live_Aa01  shop  acme    gold  live  active  2026-11-01T09:00:00Z  2099-01-01T00:00:00Z
 key_02  ak_test_Bb02  shop  acme    gold  test  active  2026-11-01T09:00:00Z  -
@@ -361,25 +361,25 @@ key_02  ak_test_Bb02  shop  acme    gold  test  active  2026-11-01T09:00:00Z  -
 		t.Errorf("page tokens = %q, want \"\" and 2", tokens)
 	}
 
-	code, out, _ = ctl(t, keysEnv(url), "keys", "list", "-all", "-tenant", "acme")
+	code, out, _ = ctl(t, keysEnv(url), "keys", "list", "--all", "--tenant", "acme")
 	if lines := strings.Split(out, "\n"); code != 0 || len(lines) != 6 ||
 		strings.Join(strings.Fields(lines[3]), " ") != "key_03 ak_live_Cc03 shop acme gold live revoked 2026-11-01T09:00:00Z -" || !strings.HasPrefix(lines[4], "key_05 ") {
-		t.Errorf("keys list -all -tenant acme = %d %q", code, out)
+		t.Errorf("keys list --all --tenant acme = %d %q", code, out)
 	}
-	code, out, _ = ctl(t, keysEnv(url), "keys", "list", "-all", "-tenant", "beta")
+	code, out, _ = ctl(t, keysEnv(url), "keys", "list", "--all", "--tenant", "beta")
 	if code != 0 || !strings.Contains(out, "key_04  ak_live_Dd04  shop  beta    free  live  expired  ") {
-		t.Errorf("keys list -all -tenant beta = %d %q", code, out)
+		t.Errorf("keys list --all --tenant beta = %d %q", code, out)
 	}
 
 	// Every key, five: three pages, in one JSON answer.
 	n := len(f.requests())
-	code, out, _ = ctl(t, keysEnv(url), "-output", "json", "keys", "list", "-all")
+	code, out, _ = ctl(t, keysEnv(url), "--output", "json", "keys", "list", "--all")
 	var js struct {
 		Keys          []struct{ KeyID string } `json:"keys"`
 		NextPageToken string                   `json:"nextPageToken"`
 	}
 	if code != 0 || json.Unmarshal([]byte(out), &js) != nil || len(js.Keys) != 5 || js.Keys[4].KeyID != "key_05" || js.NextPageToken != "" {
-		t.Errorf("keys list -output json = %d %q", code, out)
+		t.Errorf("keys list --output json = %d %q", code, out)
 	}
 	tokens = nil
 	for _, c := range f.requests()[n:] {
@@ -434,12 +434,12 @@ rev        12
 		!strings.Contains(out, "status      revoked\n") || !strings.Contains(out, "revoked by  scanner:github\nreason      found in a public repository\n") {
 		t.Errorf("keys get revoked = %d %q", code, out)
 	}
-	code, out, _ = ctl(t, keysEnv(url), "-output", "json", "keys", "get", "key_01")
+	code, out, _ = ctl(t, keysEnv(url), "--output", "json", "keys", "get", "key_01")
 	var js struct {
 		Key struct{ KeyID, Priority string }
 	}
 	if code != 0 || json.Unmarshal([]byte(out), &js) != nil || js.Key.KeyID != "key_01" || js.Key.Priority != "PRIORITY_PAID" {
-		t.Errorf("keys get -output json = %d %q", code, out)
+		t.Errorf("keys get --output json = %d %q", code, out)
 	}
 	if code, _, errOut = ctl(t, keysEnv(url), "keys", "get", "key_99"); code != 1 || errOut != "porticoctl keys get: not_found: no key key_99\n" {
 		t.Errorf("keys get key_99 = %d %q", code, errOut)
@@ -460,13 +460,13 @@ func TestKeysServerErrors(t *testing.T) {
 		f.setFail(p, denied)
 	}
 	for _, args := range [][]string{
-		{"keys", "create", "-app", "shop", "-tenant", "acme", "-plan", "gold"},
+		{"keys", "create", "--app", "shop", "--tenant", "acme", "--plan", "gold"},
 		{"keys", "rotate", "key_00"},
 		{"keys", "revoke", "key_00"},
-		{"keys", "revoke", "-app", "shop"},
+		{"keys", "revoke", "--app", "shop"},
 		{"keys", "get", "key_00"},
 		{"keys", "list"},
-		{"deny", "add", "-jti", "abc"},
+		{"deny", "add", "--jti", "abc"},
 		{"deny", "list"},
 	} {
 		cmd := strings.Join(args[:2], " ")
@@ -492,10 +492,10 @@ func TestKeysServerAndToken(t *testing.T) {
 	}{
 		"own variables":          {map[string]string{"PORTICO_SERVER": "http://127.0.0.1:1", "PORTICO_TOKEN": "admin", "PORTICO_KEYS_SERVER": "URL", "PORTICO_KEYS_TOKEN": "keys"}, nil, "Bearer keys"},
 		"the control plane's":    {map[string]string{"PORTICO_SERVER": "URL", "PORTICO_TOKEN": "admin"}, nil, "Bearer admin"},
-		"-server":                {map[string]string{"PORTICO_TOKEN": "admin"}, []string{"-server", "URL"}, "Bearer admin"},
-		"-keys-server wins":      {map[string]string{"PORTICO_SERVER": "URL", "PORTICO_KEYS_SERVER": "http://127.0.0.1:1"}, []string{"-keys-server", "URL"}, ""},
-		"-keys-token-file wins":  {map[string]string{"PORTICO_KEYS_SERVER": "URL", "PORTICO_TOKEN": "admin", "PORTICO_KEYS_TOKEN": "keys"}, []string{"-keys-token-file", tokenFile}, "Bearer from-the-file"},
-		"admin token from -file": {map[string]string{"PORTICO_KEYS_SERVER": "URL", "PORTICO_TOKEN": "admin"}, []string{"-token-file", tokenFile}, "Bearer from-the-file"},
+		"--server":               {map[string]string{"PORTICO_TOKEN": "admin"}, []string{"--server", "URL"}, "Bearer admin"},
+		"--keys-server wins":     {map[string]string{"PORTICO_SERVER": "URL", "PORTICO_KEYS_SERVER": "http://127.0.0.1:1"}, []string{"--keys-server", "URL"}, ""},
+		"--keys-token-file wins": {map[string]string{"PORTICO_KEYS_SERVER": "URL", "PORTICO_TOKEN": "admin", "PORTICO_KEYS_TOKEN": "keys"}, []string{"--keys-token-file", tokenFile}, "Bearer from-the-file"},
+		"admin token from -file": {map[string]string{"PORTICO_KEYS_SERVER": "URL", "PORTICO_TOKEN": "admin"}, []string{"--token-file", tokenFile}, "Bearer from-the-file"},
 	} {
 		f, url := keyService(t)
 		for k, v := range tc.env {
@@ -514,8 +514,8 @@ func TestKeysServerAndToken(t *testing.T) {
 			t.Errorf("%s: keys list = %d %q, calls %v, want one with Authorization %q", name, code, errOut, calls, tc.wantAuth)
 		}
 	}
-	if code, _, errOut := ctl(t, nil, "-keys-token-file", filepath.Join(t.TempDir(), "none"), "keys", "list"); code != 2 || !strings.Contains(errOut, "-keys-token-file: ") {
-		t.Errorf("a missing -keys-token-file = %d %q, want 2", code, errOut)
+	if code, _, errOut := ctl(t, nil, "--keys-token-file", filepath.Join(t.TempDir(), "none"), "keys", "list"); code != 2 || !strings.Contains(errOut, "--keys-token-file: ") {
+		t.Errorf("a missing --keys-token-file = %d %q, want 2", code, errOut)
 	}
 }
 
@@ -523,30 +523,30 @@ func TestKeysServerAndToken(t *testing.T) {
 func TestKeysUsage(t *testing.T) {
 	t.Parallel()
 	f, url := keyService(t)
-	create := []string{"keys", "create", "-app", "shop", "-tenant", "acme", "-plan", "gold"}
+	create := []string{"keys", "create", "--app", "shop", "--tenant", "acme", "--plan", "gold"}
 	for name, tc := range map[string]struct {
 		args []string
 		want string
 	}{
 		"keys alone":          {[]string{"keys"}, "create, rotate, revoke, list or get"},
 		"keys nonsense":       {[]string{"keys", "make"}, `"make" is not create, rotate, revoke, list or get`},
-		"create without app":  {[]string{"keys", "create", "-tenant", "acme", "-plan", "gold"}, "-app, -tenant and -plan are required"},
-		"create without plan": {[]string{"keys", "create", "-app", "shop", "-tenant", "acme"}, "-app, -tenant and -plan are required"},
+		"create without app":  {[]string{"keys", "create", "--tenant", "acme", "--plan", "gold"}, "--app, --tenant and --plan are required"},
+		"create without plan": {[]string{"keys", "create", "--app", "shop", "--tenant", "acme"}, "--app, --tenant and --plan are required"},
 		"create extra":        {append(create, "key"), `unexpected "key"`},
-		"create bad env":      {append(create, "-env", "prod"), `-env is live or test, not "prod"`},
-		"create bad priority": {append(create, "-priority", "unspecified"), `-priority is sheddable, free, paid or partner, not "unspecified"`},
-		"create bad time":     {append(create, "-not-after", "tomorrow"), `-not-after "tomorrow" is not an RFC 3339 time`},
-		"create long wait":    {append(create, "-wait", "3m"), "-wait is more than 0 and at most 2m0s, not 3m0s"},
-		"create no wait":      {append(create, "-wait", "0s"), "-wait is more than 0"},
-		"create unknown flag": {append(create, "-secret", "x"), "flag provided but not defined: -secret"},
+		"create bad env":      {append(create, "--env", "prod"), `--env is live or test, not "prod"`},
+		"create bad priority": {append(create, "--priority", "unspecified"), `--priority is sheddable, free, paid or partner, not "unspecified"`},
+		"create bad time":     {append(create, "--not-after", "tomorrow"), `--not-after "tomorrow" is not an RFC 3339 time`},
+		"create long wait":    {append(create, "--wait", "3m"), "--wait is more than 0 and at most 2m0s, not 3m0s"},
+		"create no wait":      {append(create, "--wait", "0s"), "--wait is more than 0"},
+		"create unknown flag": {append(create, "--secret", "x"), "unknown flag: --secret"},
 		"rotate no id":        {[]string{"keys", "rotate"}, "which key? porticoctl keys rotate KEY_ID"},
 		"rotate two ids":      {[]string{"keys", "rotate", "key_00", "key_01"}, `unexpected "key_01"`},
-		"rotate overlap":      {[]string{"keys", "rotate", "key_00", "-overlap", "-1h"}, "-overlap is between 0 and 720h0m0s, not -1h0m0s"},
-		"rotate long overlap": {[]string{"keys", "rotate", "key_00", "-overlap", "721h"}, "-overlap is between 0 and 720h0m0s"},
-		"rotate long wait":    {[]string{"keys", "rotate", "key_00", "-wait", "121s"}, "-wait is more than 0 and at most 2m0s"},
+		"rotate overlap":      {[]string{"keys", "rotate", "key_00", "--overlap", "-1h"}, "--overlap is between 0 and 720h0m0s, not -1h0m0s"},
+		"rotate long overlap": {[]string{"keys", "rotate", "key_00", "--overlap", "721h"}, "--overlap is between 0 and 720h0m0s"},
+		"rotate long wait":    {[]string{"keys", "rotate", "key_00", "--wait", "121s"}, "--wait is more than 0 and at most 2m0s"},
 		"revoke nothing":      {[]string{"keys", "revoke"}, "one key or one app"},
-		"revoke both":         {[]string{"keys", "revoke", "key_00", "-app", "shop"}, "one key or one app"},
-		"revoke only reason":  {[]string{"keys", "revoke", "-reason", "x"}, "one key or one app"},
+		"revoke both":         {[]string{"keys", "revoke", "key_00", "--app", "shop"}, "one key or one app"},
+		"revoke only reason":  {[]string{"keys", "revoke", "--reason", "x"}, "one key or one app"},
 		"list extra":          {[]string{"keys", "list", "shop"}, `unexpected "shop"`},
 		"get no id":           {[]string{"keys", "get"}, "which key? porticoctl keys get KEY_ID"},
 		"get two ids":         {[]string{"keys", "get", "key_00", "key_01"}, `unexpected "key_01"`},

@@ -9,18 +9,23 @@
 //
 // API keys and the access-token deny list are the key service's:
 //
-//	porticoctl keys create -app shop -tenant acme -plan gold   # the key, shown once
-//	porticoctl keys rotate KEY_ID -overlap 24h
-//	porticoctl keys revoke -app shop -reason "leaked"
-//	porticoctl deny add -subject user-42 -issued-before now
+//	porticoctl keys create --app shop --tenant acme --plan gold   # the key, shown once
+//	porticoctl keys rotate KEY_ID --overlap 24h
+//	porticoctl keys revoke --app shop --reason "leaked"
+//	porticoctl deny add --subject user-42 --issued-before now
 //
-// The server and token come from -server and -token-file, or from
-// PORTICO_SERVER and PORTICO_TOKEN; the key service's from -keys-server
-// and -keys-token-file, or PORTICO_KEYS_SERVER and PORTICO_KEYS_TOKEN,
+// The server and token come from --server and --token-file, or from
+// PORTICO_SERVER and PORTICO_TOKEN; the key service's from --keys-server
+// and --keys-token-file, or PORTICO_KEYS_SERVER and PORTICO_KEYS_TOKEN,
 // else the same as the control plane's (portico dev serves both on one
 // address). Exit status: 0 done, 1 refused or failed (problems listed
 // with their field paths), 2 bad usage; a team's CI can gate on it.
-// -output json prints the answers as JSON for scripts.
+// -o json prints the answers as JSON for scripts.
+//
+// The commands are cobra's: porticoctl help COMMAND, or COMMAND --help,
+// says what each takes, and porticoctl completion SHELL prints a
+// completion script. The single-dash long flags of earlier releases
+// (-team demo) still work.
 package main
 
 import (

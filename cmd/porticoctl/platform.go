@@ -1,16 +1,16 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"strings"
 
 	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
 
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 )
 
-// parseUpstream parses a team's -upstream: a host ("orders.internal"), a
+// parseUpstream parses a team's --upstream: a host ("orders.internal"), a
 // domain ("*.orders.internal") or a network ("10.20.0.0/16",
 // "fd00::/64"), with optional ports after a colon ("…:443,8000-8099").
 // The control plane checks the values; this only splits them.
@@ -39,41 +39,57 @@ func parseUpstream(v string) (*adminv1.Upstream, error) {
 	return u, nil
 }
 
-// platform reads or replaces the platform's objects: porticoctl platform
-// get, porticoctl platform put -f FILE.
-func (c *cli) platform(ctx context.Context, args []string) int {
-	if len(args) == 0 || (args[0] != "get" && args[0] != "put") {
-		fmt.Fprintln(c.stderr, "porticoctl platform: get, or put -f FILE [-m MESSAGE]")
-		return exitUsage
+// platformCmd reads or replaces the platform's objects: porticoctl
+// platform get, porticoctl platform put -f FILE.
+func (c *cli) platformCmd() *cobra.Command {
+	get := &cobra.Command{
+		Use:   "get",
+		Short: "Print the platform's objects, as YAML-ready JSON",
+		Long: `Get prints the platform's objects (products, plans, scopes, issuers, rate
+limiting, upstream identities) as JSON that platform put -f takes back.`,
+		Example: `  porticoctl platform get > platform.json`,
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			resp, err := c.admin.GetPlatform(cmd.Context(), connect.NewRequest(&adminv1.GetPlatformRequest{}))
+			if err != nil {
+				return failed(err)
+			}
+			return c.printMessage(resp.Msg.GetPlatform())
+		},
 	}
-	if args[0] == "get" {
-		resp, err := c.admin.GetPlatform(ctx, connect.NewRequest(&adminv1.GetPlatformRequest{}))
-		if err != nil {
-			return c.failed("platform get", err)
-		}
-		return c.printJSON(resp.Msg.GetPlatform())
+	var file, msg string
+	put := &cobra.Command{
+		Use:   "put -f FILE [flags]",
+		Short: "Replace the platform's objects with FILE's (platform admins)",
+		Long: `Put replaces the platform's objects (products, plans, scopes, issuers, rate
+limiting, upstream identities) with those of FILE, YAML or JSON (by its .json
+name), as platform get prints them. Only platform admins may.`,
+		Example: `  porticoctl platform put -f platform.yaml -m "plan gold: 200 calls a second"`,
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return usagef("-f FILE is required")
+			}
+			p := &adminv1.Platform{}
+			if err := readConfigFile(file, p); err != nil {
+				return &usageError{msg: err.Error()}
+			}
+			resp, err := c.admin.PutPlatform(cmd.Context(), connect.NewRequest(&adminv1.PutPlatformRequest{Platform: p, Message: msg}))
+			if err != nil {
+				return failed(err)
+			}
+			if c.structured() {
+				return c.printMessage(resp.Msg)
+			}
+			c.printChange(resp.Msg.GetChange(), "the platform")
+			return nil
+		},
 	}
-	fs := c.flags("platform put")
-	file := fs.String("f", "", "the platform's objects, YAML or JSON (as platform get prints them)")
-	msg := fs.String("m", "", "why")
-	if err := fs.Parse(args[1:]); err != nil {
-		return exitUsage
-	}
-	if *file == "" {
-		fmt.Fprintln(c.stderr, "porticoctl platform put: -f FILE is required")
-		return exitUsage
-	}
-	p := &adminv1.Platform{}
-	if err := readConfigFile(*file, p); err != nil {
-		fmt.Fprintf(c.stderr, "porticoctl platform put: %v\n", err)
-		return exitUsage
-	}
-	resp, err := c.admin.PutPlatform(ctx, connect.NewRequest(&adminv1.PutPlatformRequest{Platform: p, Message: *msg}))
-	if err != nil {
-		return c.failed("platform put", err)
-	}
-	if c.json {
-		return c.printJSON(resp.Msg)
-	}
-	return c.printChange(resp.Msg.GetChange(), "the platform")
+	put.Flags().StringVarP(&file, "file", "f", "", "the `FILE` of the platform's objects, YAML or JSON")
+	must(put.MarkFlagFilename("file", "yaml", "yml", "json"))
+	messageFlag(put, &msg)
+	return group(&cobra.Command{
+		Use:   "platform",
+		Short: "Read or replace the platform's objects",
+	}, c.remote(get), c.remote(put))
 }

@@ -139,33 +139,33 @@ func TestApplyDiffVersionsRollback(t *testing.T) {
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 3 || !strings.HasPrefix(lines[0], "3\t") {
 		t.Errorf("versions (platform) = %d %q", code, out)
 	}
-	code, out, _ = ctl(t, env, "-output", "json", "versions", "-limit", "1")
+	code, out, _ = ctl(t, env, "--output", "json", "versions", "--limit", "1")
 	var js struct {
 		Versions []struct{ Number string } `json:"versions"`
 	}
 	if code != 0 || json.Unmarshal([]byte(out), &js) != nil || len(js.Versions) != 1 || js.Versions[0].Number != "3" {
-		t.Errorf("versions -output json = %d %q", code, out)
+		t.Errorf("versions --output json = %d %q", code, out)
 	}
 	// One route at a time.
 	routeFile := filepath.Join(t.TempDir(), "route.yaml")
 	if err := os.WriteFile(routeFile, []byte("id: orders.extra\npath: /v1/orders/extra\ncluster: orders-legacy\nauth: {public: true, reviewer: security}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if code, out, errOut = ctl(t, env, "route", "put", "-team", "orders", "-f", routeFile); code != 0 || out != "version 4\n+ orders route orders.extra\n" {
+	if code, out, errOut = ctl(t, env, "route", "put", "--team", "orders", "-f", routeFile); code != 0 || out != "version 4\n+ orders route orders.extra\n" {
 		t.Errorf("route put = %d %q %q", code, out, errOut)
 	}
-	if code, out, errOut = ctl(t, env, "route", "delete", "-team", "orders", "orders.extra"); code != 0 || out != "version 5\n- orders route orders.extra\n" {
+	if code, out, errOut = ctl(t, env, "route", "delete", "--team", "orders", "orders.extra"); code != 0 || out != "version 5\n- orders route orders.extra\n" {
 		t.Errorf("route delete = %d %q %q", code, out, errOut)
 	}
-	if code, _, errOut = ctl(t, env, "route", "delete", "-team", "orders", "orders.extra"); code != 1 || !strings.Contains(errOut, "not_found") {
+	if code, _, errOut = ctl(t, env, "route", "delete", "--team", "orders", "orders.extra"); code != 1 || !strings.Contains(errOut, "not_found") {
 		t.Errorf("route delete again = %d %q", code, errOut)
 	}
 	// Teams are the platform's to declare.
-	if code, _, errOut = ctl(t, env, "team", "put", "payments", "-own", "/v1/payments"); code != 1 || !strings.Contains(errOut, "permission_denied") {
+	if code, _, errOut = ctl(t, env, "team", "put", "payments", "--own", "/v1/payments"); code != 1 || !strings.Contains(errOut, "permission_denied") {
 		t.Errorf("team put by a team = %d %q", code, errOut)
 	}
 	if code, out, errOut = ctl(t, map[string]string{"PORTICO_SERVER": url, "PORTICO_TOKEN": platformToken},
-		"team", "put", "payments", "-own", "api.example.com/v1/payments", "-own", "/internal/payments"); code != 0 || !strings.HasSuffix(out, "+ team payments\n") {
+		"team", "put", "payments", "--own", "api.example.com/v1/payments", "--own", "/internal/payments"); code != 0 || !strings.HasSuffix(out, "+ team payments\n") {
 		t.Errorf("team put = %d %q %q", code, out, errOut)
 	}
 	// Rollback is the platform's.
@@ -217,21 +217,27 @@ func TestUsageAndLocalErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		"no command":        {nil, 2, "usage: porticoctl"},
-		"unknown command":   {[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
-		"apply without -f":  {[]string{"apply"}, 2, "-f DIR is required"},
-		"bad output":        {[]string{"-output", "xml", "versions"}, 2, "-output is text or json"},
-		"rollback nonsense": {[]string{"rollback", "latest"}, 2, "not a version number"},
-		"team without put":  {[]string{"team", "payments"}, 2, "porticoctl team put NAME"},
-		"team bad own":      {[]string{"team", "put", "payments", "-own", "payments"}, 2, "want HOST/PREFIX"},
-		"rollout nonsense":  {[]string{"rollout", "faster"}, 2, "is not status, pause, resume or abort"},
-		"route no team":     {[]string{"route", "put", "-f", "x.yaml"}, 2, "-team is required"},
-		"route bad file":    {[]string{"route", "put", "-team", "orders", "-f", writeDir(t, map[string]string{"r.yaml": "idd: x\n"}) + "/r.yaml"}, 1, "idd"},
-		"empty directory":   {[]string{"apply", "-f", t.TempDir()}, 1, "no .yaml, .yml or .json files"},
-		"two teams":         {[]string{"apply", "-f", writeDir(t, map[string]string{"a.yaml": "team: orders\n", "b.yaml": "team: search\n"})}, 1, `team "search", but the directory is team "orders"'s`},
-		"unknown field":     {[]string{"apply", "-f", writeDir(t, map[string]string{"a.yaml": "team: orders\nroutez: []\n"})}, 1, "routez"},
-		"missing source":    {[]string{"apply", "-f", writeDir(t, map[string]string{"a.yaml": servicesYAML})}, 1, `source "orders.proto"`},
-		"server down":       {[]string{"versions"}, 1, "porticoctl versions: unavailable"},
+		"no command":         {nil, 2, "Usage:\n  porticoctl [command]"},
+		"unknown command":    {[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		"apply without -f":   {[]string{"apply"}, 2, "-f DIR is required"},
+		"bad output":         {[]string{"--output", "xml", "versions"}, 2, `invalid argument "xml" for "-o, --output" flag: want text or json`},
+		"rollback nonsense":  {[]string{"rollback", "latest"}, 2, "not a version number"},
+		"rollback without N": {[]string{"rollback"}, 2, "porticoctl rollback: which version? porticoctl rollback N"},
+		"unknown flag":       {[]string{"--nope", "versions"}, 2, "unknown flag: --nope"},
+		"bad flag value":     {[]string{"versions", "--limit", "many"}, 2, `invalid argument "many" for "--limit" flag`},
+		"no flag value":      {[]string{"versions", "--limit"}, 2, "flag needs an argument: --limit"},
+		"an argument":        {[]string{"nodes", "all"}, 2, `unexpected "all"`},
+		"missing token file": {[]string{"versions", "--token-file", "/nonexistent/token"}, 2, "--token-file: open /nonexistent/token"},
+		"team without put":   {[]string{"team", "payments"}, 2, `porticoctl team: "payments" is not put`},
+		"team bad own":       {[]string{"team", "put", "payments", "--own", "payments"}, 2, "want HOST/PREFIX"},
+		"rollout nonsense":   {[]string{"rollout", "faster"}, 2, "is not status, pause, resume or abort"},
+		"route no team":      {[]string{"route", "put", "-f", "x.yaml"}, 2, "porticoctl route put: --team is required"},
+		"route bad file":     {[]string{"route", "put", "--team", "orders", "-f", writeDir(t, map[string]string{"r.yaml": "idd: x\n"}) + "/r.yaml"}, 1, "idd"},
+		"empty directory":    {[]string{"apply", "-f", t.TempDir()}, 1, "no .yaml, .yml or .json files"},
+		"two teams":          {[]string{"apply", "-f", writeDir(t, map[string]string{"a.yaml": "team: orders\n", "b.yaml": "team: search\n"})}, 1, `team "search", but the directory is team "orders"'s`},
+		"unknown field":      {[]string{"apply", "-f", writeDir(t, map[string]string{"a.yaml": "team: orders\nroutez: []\n"})}, 1, "routez"},
+		"missing source":     {[]string{"apply", "-f", writeDir(t, map[string]string{"a.yaml": servicesYAML})}, 1, `source "orders.proto"`},
+		"server down":        {[]string{"versions"}, 1, "porticoctl versions: unavailable"},
 	} {
 		code, _, errOut := ctl(t, env, tc.args...)
 		if code != tc.code || !strings.Contains(errOut, tc.want) {
@@ -278,16 +284,16 @@ func TestParseUpstream(t *testing.T) {
 }
 
 // TestTeamUpstreamsAndPlatform: a platform admin gives a team its
-// backends with team put -upstream, and identities with platform put; the
+// backends with team put --upstream, and identities with platform put; the
 // control plane refuses a cluster outside them, naming the field.
 func TestTeamUpstreamsAndPlatform(t *testing.T) {
 	t.Parallel()
 	url, token := server(t)
 	platform := map[string]string{"PORTICO_SERVER": url, "PORTICO_TOKEN": platformToken}
 	team := map[string]string{"PORTICO_SERVER": url, "PORTICO_TOKEN": token}
-	code, out, errOut := ctl(t, platform, "team", "put", "orders", "-own", "/v1/orders", "-upstream", "*.orders.internal:443", "-upstream", "127.0.0.1/32:9")
+	code, out, errOut := ctl(t, platform, "team", "put", "orders", "--own", "/v1/orders", "--upstream", "*.orders.internal:443", "--upstream", "127.0.0.1/32:9")
 	if code != 0 || !strings.Contains(out, "~ team orders") {
-		t.Fatalf("team put -upstream = %d %q %q", code, out, errOut)
+		t.Fatalf("team put --upstream = %d %q %q", code, out, errOut)
 	}
 	pf := filepath.Join(t.TempDir(), "platform.yaml")
 	if err := os.WriteFile(pf, []byte("upstreamIdentities:\n  - {name: orders-mtls, teams: [orders]}\n"), 0o644); err != nil {
