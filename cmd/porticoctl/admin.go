@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -90,15 +91,15 @@ changed the team's objects, a platform admin every version.`,
 			if c.structured() {
 				return c.printMessage(resp.Msg)
 			}
+			t := newTable(c.stdout, "VERSION", "CREATED", "AUTHOR", "SHA256", "MESSAGE")
 			for _, v := range resp.Msg.GetVersions() {
 				sha := v.GetSha256()
 				if len(sha) > 12 {
 					sha = sha[:12]
 				}
-				line := fmt.Sprintf("%d\t%s\t%s\t%s\t%s", v.GetNumber(), v.GetCreatedAt().AsTime().Format(time.RFC3339), v.GetCreatedBy(), sha, v.GetMessage())
-				fmt.Fprintln(c.stdout, strings.TrimRight(line, "\t"))
+				t.row(strconv.FormatInt(v.GetNumber(), 10), v.GetCreatedAt().AsTime().Format(time.RFC3339), v.GetCreatedBy(), sha, v.GetMessage())
 			}
-			return nil
+			return t.flush()
 		},
 	}
 	cmd.Flags().IntVar(&limit, "limit", 20, "list the newest `N` versions (at most 1000)")
@@ -378,10 +379,11 @@ func (c *cli) nodesCmd() *cobra.Command {
 	return c.remote(&cobra.Command{
 		Use:   "nodes",
 		Short: "List the connected nodes and what each runs",
-		Long: `Nodes lists the connected gateway nodes: pool, region, the version and
-fast-lane version each runs, the upstream identities it holds, its last NACK
-(each refused object with its error), a fast-lane refusal and the endpoints it
-cannot use. A team admin sees its own team's identities and endpoints.`,
+		Long: `Nodes lists the connected gateway nodes, a row each: pool, region, the
+version and fast-lane version it runs, the upstream identities it holds and
+the endpoints it cannot use. Below the table comes what each node refused: its
+last NACK, with each refused object and its error, and fast-lane entries. A
+team admin sees its own team's identities and endpoints.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			resp, err := c.admin.GetRollout(cmd.Context(), connect.NewRequest(&adminv1.GetRolloutRequest{}))
@@ -391,28 +393,38 @@ cannot use. A team admin sees its own team's identities and endpoints.`,
 			if c.structured() {
 				return c.printMessage(&adminv1.GetRolloutResponse{Nodes: resp.Msg.GetNodes()})
 			}
-			for _, n := range resp.Msg.GetNodes() {
-				line := fmt.Sprintf("%s\t%s\t%s\tversion %d\tfast lane %d", n.GetId(), n.GetPool(), n.GetRegion(), n.GetVersion(), n.GetFastLaneVersion())
-				if ids := n.GetUpstreamIdentities(); len(ids) > 0 {
-					line += "\tidentities " + strings.Join(ids, ",")
-				}
-				if nk := n.GetLastNack(); nk != nil {
-					line += fmt.Sprintf("\tNACK version %d: %s", nk.GetVersion(), nk.GetError())
-					for _, o := range nk.GetObjects() {
-						line += "\n  " + objectLine(o)
-					}
-				}
-				if e := n.GetFastLaneError(); e != "" {
-					line += "\tfast lane refused: " + e
-				}
-				if u := n.GetUnhealthyEndpoints(); len(u) > 0 {
-					line += "\tunhealthy " + strings.Join(u, ",")
-				}
-				fmt.Fprintln(c.stdout, line)
-			}
-			return nil
+			return printNodes(c.stdout, resp.Msg.GetNodes())
 		},
 	})
+}
+
+// printNodes prints a table of nodes, and below it what each refused: its
+// last NACK, with the objects that caused it, and fast-lane entries.
+func printNodes(w io.Writer, nodes []*adminv1.Node) error {
+	t := newTable(w, "NODE", "POOL", "REGION", "VERSION", "FAST LANE", "IDENTITIES", "UNHEALTHY")
+	var refusals []string
+	for _, n := range nodes {
+		t.row(n.GetId(), n.GetPool(), n.GetRegion(), strconv.FormatInt(n.GetVersion(), 10), strconv.FormatUint(n.GetFastLaneVersion(), 10),
+			strings.Join(n.GetUpstreamIdentities(), ","), strings.Join(n.GetUnhealthyEndpoints(), ","))
+		if nk := n.GetLastNack(); nk != nil {
+			refusals = append(refusals, fmt.Sprintf("%s refused version %d: %s", n.GetId(), nk.GetVersion(), nk.GetError()))
+			for _, o := range nk.GetObjects() {
+				refusals = append(refusals, "  "+objectLine(o))
+			}
+		}
+		if e := n.GetFastLaneError(); e != "" {
+			refusals = append(refusals, fmt.Sprintf("%s refused fast-lane entries: %s", n.GetId(), e))
+		}
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if len(refusals) > 0 {
+		if _, err := fmt.Fprintf(w, "\n%s\n", strings.Join(refusals, "\n")); err != nil {
+			return &failure{err: err}
+		}
+	}
+	return nil
 }
 
 // objectLine names a refused object and why: "team orders cluster pay:

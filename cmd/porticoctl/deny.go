@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"strconv"
-	"text/tabwriter"
 	"time"
 
 	"connectrpc.com/connect"
@@ -185,15 +184,11 @@ func (c *cli) denyListCmd() *cobra.Command {
 			if c.structured() {
 				return c.printMessage(resp.Msg)
 			}
-			tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "MATCH\tISSUER\tISSUED BEFORE\tEXPIRES")
+			t := newTable(c.stdout, "MATCH", "ISSUER", "ISSUED BEFORE", "EXPIRES")
 			for _, e := range resp.Msg.GetEntries() {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", denyMatchShort(e), dash(e.GetIssuer()), dash(formatTime(e.GetIssuedBefore())), formatTime(e.GetExpires()))
+				t.row(denyMatchShort(e), e.GetIssuer(), formatTime(e.GetIssuedBefore()), formatTime(e.GetExpires()))
 			}
-			if err := tw.Flush(); err != nil {
-				return &failure{err: err}
-			}
-			return nil
+			return t.flush()
 		},
 	}
 }

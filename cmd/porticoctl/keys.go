@@ -355,16 +355,12 @@ func (c *cli) listKeysCmd() *cobra.Command {
 			if c.structured() {
 				return c.printMessage(&keysv1.ListKeysResponse{Keys: keys})
 			}
-			tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "KEY ID\tPREFIX\tAPP\tTENANT\tPLAN\tENV\tSTATUS\tCREATED\tNOT AFTER")
+			t := newTable(c.stdout, "KEY ID", "PREFIX", "APP", "TENANT", "PLAN", "ENV", "STATUS", "CREATED", "NOT AFTER")
 			for _, k := range keys {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.GetKeyId(), k.GetPrefix(), k.GetAppId(), k.GetTenantId(), k.GetPlan(),
-					envName(k.GetEnv()), keyStatus(k, now), formatTime(k.GetCreated()), dash(formatTime(k.GetNotAfter())))
+				t.row(k.GetKeyId(), k.GetPrefix(), k.GetAppId(), k.GetTenantId(), k.GetPlan(),
+					envName(k.GetEnv()), keyStatus(k, now), formatTime(k.GetCreated()), formatTime(k.GetNotAfter()))
 			}
-			if err := tw.Flush(); err != nil {
-				return &failure{err: err}
-			}
-			return nil
+			return t.flush()
 		},
 	}
 	cmd.Flags().StringVar(&app, "app", "", "only this `APP`'s keys")
@@ -472,12 +468,4 @@ func formatTime(ts *timestamppb.Timestamp) string {
 		return ""
 	}
 	return ts.AsTime().Format(time.RFC3339)
-}
-
-// dash stands in for an empty table cell.
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }

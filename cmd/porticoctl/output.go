@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"slices"
 	"strings"
+	"text/tabwriter"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -48,4 +50,39 @@ func (c *cli) printMessage(m proto.Message) error {
 		return &failure{err: err}
 	}
 	return nil
+}
+
+// table is a text table: a header row in capitals, then a row a thing,
+// its columns aligned when it is flushed (kubectl's layout).
+type table struct{ tw *tabwriter.Writer }
+
+// newTable starts a table on w with the given column headers.
+func newTable(w io.Writer, headers ...string) *table {
+	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
+	t.row(headers...)
+	return t
+}
+
+// row adds a row; an empty cell is printed as "-".
+func (t *table) row(cells ...string) {
+	for i, c := range cells {
+		cells[i] = dash(c)
+	}
+	fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
+}
+
+// flush prints the table.
+func (t *table) flush() error {
+	if err := t.tw.Flush(); err != nil {
+		return &failure{err: err}
+	}
+	return nil
+}
+
+// dash stands in for an empty table cell.
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -132,11 +133,13 @@ func TestApplyDiffVersionsRollback(t *testing.T) {
 	// The team sees the versions that changed its objects (the one that
 	// declared it, its apply), a platform admin all three.
 	code, out, _ = ctl(t, env, "versions")
-	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 2 || !strings.HasPrefix(lines[0], "3\t") || !strings.HasSuffix(lines[0], "orders from its directory") {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 3 || !regexp.MustCompile(`^VERSION  CREATED  +AUTHOR  +SHA256  +MESSAGE$`).MatchString(lines[0]) ||
+		!regexp.MustCompile(`^3        \S+Z  +\S+  +[0-9a-f]{12}  orders from its directory$`).MatchString(lines[1]) || !regexp.MustCompile(`^[12]  `).MatchString(lines[2]) {
 		t.Errorf("versions (team) = %d %q", code, out)
 	}
 	code, out, _ = ctl(t, map[string]string{"PORTICO_SERVER": url, "PORTICO_TOKEN": platformToken}, "versions")
-	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 3 || !strings.HasPrefix(lines[0], "3\t") {
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); code != 0 || len(lines) != 4 || !strings.HasPrefix(lines[0], "VERSION  ") || !strings.HasPrefix(lines[1], "3  ") {
 		t.Errorf("versions (platform) = %d %q", code, out)
 	}
 	code, out, _ = ctl(t, env, "--output", "json", "versions", "--limit", "1")
@@ -184,7 +187,7 @@ func TestApplyDiffVersionsRollback(t *testing.T) {
 	if code, _, errOut = ctl(t, platform, "rollout", "pause"); code != 1 || !strings.Contains(errOut, "failed_precondition") {
 		t.Errorf("rollout pause with none = %d %q", code, errOut)
 	}
-	if code, out, _ = ctl(t, env, "nodes"); code != 0 || out != "" {
+	if code, out, _ = ctl(t, env, "nodes"); code != 0 || out != "NODE  POOL  REGION  VERSION  FAST LANE  IDENTITIES  UNHEALTHY\n" {
 		t.Errorf("nodes = %d %q", code, out)
 	}
 }
@@ -329,5 +332,30 @@ clusters:
 	if code != 1 || !strings.Contains(errOut, "team orders: clusters[orders-secure].endpoints[0].address: api.search.internal:443 is outside team \"orders\"'s upstreams") ||
 		!strings.Contains(errOut, `team orders: clusters[orders-secure].tls.identity: no upstream identity "gateway"`) {
 		t.Errorf("apply outside the team's upstreams = %d %q\n%s", code, out, errOut)
+	}
+}
+
+func TestPrintNodes(t *testing.T) {
+	t.Parallel()
+	nodes := []*adminv1.Node{
+		{Id: "gw-eu-1", Pool: "public", Region: "eu", Version: 7, FastLaneVersion: 12, UpstreamIdentities: []string{"orders-mtls", "gateway"}},
+		{Id: "gw-us-2", Pool: "internal", Region: "us", Version: 6, FastLaneVersion: 11, UnhealthyEndpoints: []string{"orders/10.0.0.1:443"},
+			LastNack:      &adminv1.Nack{Version: 7, Error: "1 object refused", Objects: []*adminv1.NackObject{{Team: "orders", Kind: "cluster", Name: "pay", Error: "no such identity"}}},
+			FastLaneError: "bad entry"},
+	}
+	var b bytes.Buffer
+	if err := printNodes(&b, nodes); err != nil {
+		t.Fatal(err)
+	}
+	want := `NODE     POOL      REGION  VERSION  FAST LANE  IDENTITIES           UNHEALTHY
+gw-eu-1  public    eu      7        12         orders-mtls,gateway  -
+gw-us-2  internal  us      6        11         -                    orders/10.0.0.1:443
+
+gw-us-2 refused version 7: 1 object refused
+  team orders cluster pay: no such identity
+gw-us-2 refused fast-lane entries: bad entry
+`
+	if b.String() != want {
+		t.Errorf("printNodes printed\n%s\nwant\n%s", b.String(), want)
 	}
 }
