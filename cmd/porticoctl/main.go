@@ -20,7 +20,7 @@
 // else the same as the control plane's (portico dev serves both on one
 // address). Exit status: 0 done, 1 refused or failed (problems listed
 // with their field paths), 2 bad usage; a team's CI can gate on it.
-// -o json prints the answers as JSON for scripts.
+// -o json and -o yaml print the answers as JSON or YAML for scripts.
 //
 // The commands are cobra's: porticoctl help COMMAND, or COMMAND --help,
 // says what each takes, and porticoctl completion SHELL prints a

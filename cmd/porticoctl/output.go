@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"buf.build/go/protoyaml"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
@@ -17,10 +18,11 @@ type format string
 const (
 	formatText format = "text" // for people: sentences and tables
 	formatJSON format = "json" // the answer's proto as protojson
+	formatYAML format = "yaml" // the same as YAML, which -f files take too
 )
 
 // formats are the values of --output, as completion offers them.
-var formats = []string{string(formatText), string(formatJSON)}
+var formats = []string{string(formatText), string(formatJSON), string(formatYAML)}
 
 func (f *format) String() string { return string(*f) }
 
@@ -32,21 +34,29 @@ func (f *format) Set(v string) error {
 	return nil
 }
 
-// Type is the value's name in the help: -o, --output text|json.
+// Type is the value's name in the help: -o, --output text|json|yaml.
 func (f *format) Type() string { return strings.Join(formats, "|") }
 
 // structured reports whether answers are printed as their protos (-o
-// json) rather than as text.
+// json, -o yaml) rather than as text.
 func (c *cli) structured() bool { return c.output != formatText }
 
-// printMessage prints m as JSON (with -o json, and for platform get,
-// whose text is its JSON).
+// printMessage prints m as YAML with -o yaml, else as JSON (with -o
+// json, and for platform get, whose text is its JSON). Both spell fields
+// as protojson does, as the files of apply and platform put do.
 func (c *cli) printMessage(m proto.Message) error {
-	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(m)
+	var b []byte
+	var err error
+	if c.output == formatYAML {
+		b, err = protoyaml.MarshalOptions{Indent: 2}.Marshal(m)
+	} else {
+		b, err = protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(m)
+		b = append(b, '\n')
+	}
 	if err != nil {
 		return &failure{err: err}
 	}
-	if _, err := fmt.Fprintln(c.stdout, string(b)); err != nil {
+	if _, err := c.stdout.Write(b); err != nil {
 		return &failure{err: err}
 	}
 	return nil

@@ -44,10 +44,11 @@ func parseUpstream(v string) (*adminv1.Upstream, error) {
 func (c *cli) platformCmd() *cobra.Command {
 	get := &cobra.Command{
 		Use:   "get",
-		Short: "Print the platform's objects, as YAML-ready JSON",
+		Short: "Print the platform's objects, as JSON or YAML for platform put",
 		Long: `Get prints the platform's objects (products, plans, scopes, issuers, rate
-limiting, upstream identities) as JSON that platform put -f takes back.`,
-		Example: `  porticoctl platform get > platform.json`,
+limiting, upstream identities) as JSON, or with -o yaml as YAML, that platform
+put -f takes back.`,
+		Example: `  porticoctl platform get -o yaml > platform.yaml`,
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			resp, err := c.admin.GetPlatform(cmd.Context(), connect.NewRequest(&adminv1.GetPlatformRequest{}))

@@ -93,8 +93,8 @@ both on one), with --keys-token-file (default $PORTICO_KEYS_TOKEN, else the
 admin token). Global flags go before or after the command.
 
 Exit status: 0 done, 1 refused or failed (problems listed with their field
-paths), 2 bad usage; a team's CI can gate on it. -o json prints the
-answers as JSON, for scripts.
+paths), 2 bad usage; a team's CI can gate on it. -o json and -o yaml print
+the answers as JSON or YAML, for scripts.
 
 Flags are spelled --name VALUE or --name=VALUE (-f, -m and -o are short for
 --file, --message and --output); the single-dash long flags of earlier
@@ -127,7 +127,7 @@ releases (-team demo) still work.`,
 	pf.StringVar(&c.tokenFile, "token-file", "", "the admin token's `FILE` (default $PORTICO_TOKEN)")
 	pf.StringVar(&c.keysServer, "keys-server", "", "the key service's `URL` (default $PORTICO_KEYS_SERVER, else --server's)")
 	pf.StringVar(&c.keysTokenFile, "keys-token-file", "", "the key service's token `FILE` (default $PORTICO_KEYS_TOKEN, else the admin token)")
-	pf.VarP(&c.output, "output", "o", "how to print answers: text for people, json for scripts")
+	pf.VarP(&c.output, "output", "o", "how to print answers: text for people, json or yaml for scripts")
 	must(root.MarkPersistentFlagFilename("token-file"))
 	must(root.MarkPersistentFlagFilename("keys-token-file"))
 	must(root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(formats, cobra.ShellCompDirectiveNoFileComp)))

@@ -147,7 +147,7 @@ func TestCompletion(t *testing.T) {
 		want []string
 	}{
 		{[]string{"keys", ""}, []string{"create", "rotate", "revoke", "list", "get"}},
-		{[]string{"-o", ""}, []string{"text", "json"}},
+		{[]string{"-o", ""}, []string{"text", "json", "yaml"}},
 		{[]string{"keys", "create", "--env", ""}, []string{"live", "test"}},
 		{[]string{"keys", "create", "--pri"}, []string{"--priority"}},
 		{[]string{"help", "rollout", ""}, []string{"status", "pause", "resume", "abort"}},

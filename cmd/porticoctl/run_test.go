@@ -223,7 +223,7 @@ func TestUsageAndLocalErrors(t *testing.T) {
 		"no command":         {nil, 2, "Usage:\n  porticoctl [command]"},
 		"unknown command":    {[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 		"apply without -f":   {[]string{"apply"}, 2, "-f DIR is required"},
-		"bad output":         {[]string{"--output", "xml", "versions"}, 2, `invalid argument "xml" for "-o, --output" flag: want text or json`},
+		"bad output":         {[]string{"--output", "xml", "versions"}, 2, `invalid argument "xml" for "-o, --output" flag: want text, json or yaml`},
 		"rollback nonsense":  {[]string{"rollback", "latest"}, 2, "not a version number"},
 		"rollback without N": {[]string{"rollback"}, 2, "porticoctl rollback: which version? porticoctl rollback N"},
 		"unknown flag":       {[]string{"--nope", "versions"}, 2, "unknown flag: --nope"},
