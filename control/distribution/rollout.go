@@ -40,18 +40,27 @@ type RolloutOptions struct {
 	MinLatencyIncrease time.Duration
 }
 
+// The rollout defaults: what a zero field of RolloutOptions means, and
+// DefaultBake, the stage length `portico control` stages with unless told.
+const (
+	DefaultBake                 = time.Minute
+	DefaultAckTimeout           = 30 * time.Second
+	DefaultMinRequests          = 20
+	DefaultMaxErrorRateIncrease = 0.05
+)
+
 func (o RolloutOptions) withDefaults() RolloutOptions {
 	if o.AckTimeout <= 0 {
-		o.AckTimeout = 30 * time.Second
+		o.AckTimeout = DefaultAckTimeout
 	}
 	if o.MinRequests == 0 {
-		o.MinRequests = 20
+		o.MinRequests = DefaultMinRequests
 	}
 	if o.MaxBake < o.Bake {
 		o.MaxBake = 5 * o.Bake
 	}
 	if o.MaxErrorRateIncrease <= 0 {
-		o.MaxErrorRateIncrease = 0.05
+		o.MaxErrorRateIncrease = DefaultMaxErrorRateIncrease
 	}
 	if o.MaxLatencyRatio <= 0 {
 		o.MaxLatencyRatio = 2
