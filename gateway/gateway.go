@@ -11,10 +11,15 @@
 //     port fails here and Addr reports the bound addresses (port 0 works).
 //  2. Apply installs a snapshot; it may be called at any time, from any
 //     goroutine, before or during Run. Until the first Apply every request
-//     is answered 404 no_route.
-//  3. Run serves until its context is done, then drains: listeners close,
-//     HTTP/2 clients get GOAWAY, idle connections close, and in-flight
-//     requests get up to Options.DrainTimeout to finish.
+//     is answered 404 no_route. Options.ConfigFile and Options.Control
+//     make Run call it, from a file or a control plane.
+//  3. Run runs the node's sources (the config file or the control plane's
+//     stream, the signed key snapshot: first what they hold on disk,
+//     then their watches and streams), serves until its context is done,
+//     then drains: listeners close, HTTP/2 clients get GOAWAY, idle
+//     connections close, and in-flight requests get up to
+//     Options.DrainTimeout to finish. It returns once every goroutine it
+//     started has stopped.
 //  4. Close releases the listeners of a Node that never ran. Run closes
 //     everything itself.
 package gateway
@@ -31,6 +36,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/portico-gw/portico/gateway/auth"
 	"github.com/portico-gw/portico/gateway/auth/jwt"
@@ -90,7 +97,26 @@ type Options struct {
 
 	// RateLimit configures the rate limit buckets and their Redis sync.
 	RateLimit RateLimitOptions
+
+	// ConfigFile, if set, is the node's config: Run applies it before
+	// serving (a file that does not load is fatal) and again whenever it
+	// changes. Not with Control.
+	ConfigFile *ConfigFileOptions
+	// Control, if set, makes the node follow a control plane: Run serves
+	// the cached snapshot, if any, then holds the stream.
+	Control *ControlOptions
+	// KeySnapshot, if set, makes Run poll the key service's signed key
+	// snapshot into the fast lane.
+	KeySnapshot *KeySnapshotOptions
 }
+
+// The defaults of Options, which `portico gateway`'s flags show.
+const (
+	DefaultMaxHeaderBytes    = 64 << 10
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultIdleTimeout       = 2 * time.Minute
+	DefaultDrainTimeout      = 30 * time.Second
+)
 
 // Listener is one socket of a pool.
 type Listener struct {
@@ -123,6 +149,11 @@ type Node struct {
 	// stopSync stops the rate limit sync; nil without Redis.
 	stopSync context.CancelFunc
 	syncDone chan struct{}
+	// ownRedis is the Redis client the node made from
+	// RateLimitOptions.RedisAddrs, closed with it.
+	ownRedis redis.UniversalClient
+	// src are the config and credential sources Run runs.
+	src *sources
 
 	state atomic.Pointer[state]
 	// applyMu serialises the changes of state: Apply, and the fast lane's
@@ -209,8 +240,17 @@ func New(opts Options) (*Node, error) {
 	}
 	empty.creds = n.creds.View()
 	n.state.Store(empty)
+	if n.src, err = n.newSources(opts); err != nil {
+		n.Close()
+		return nil, err
+	}
 	n.limits = ratelimit.NewTable(ratelimit.Options{MaxBuckets: opts.RateLimit.MaxBuckets, Now: opts.Now})
-	if rc := opts.RateLimit.Redis; rc != nil {
+	rc := opts.RateLimit.Redis
+	if rc == nil && len(opts.RateLimit.RedisAddrs) > 0 {
+		rc = redisClient(opts.RateLimit)
+		n.ownRedis = rc
+	}
+	if rc != nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		n.stopSync, n.syncDone = cancel, make(chan struct{})
 		r := &redissync.Runner{
@@ -241,16 +281,19 @@ func withDefaults(o Options) Options {
 		o.Logger = slog.Default()
 	}
 	if o.MaxHeaderBytes <= 0 {
-		o.MaxHeaderBytes = 64 << 10
+		o.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
 	if o.ReadHeaderTimeout <= 0 {
-		o.ReadHeaderTimeout = 10 * time.Second
+		o.ReadHeaderTimeout = DefaultReadHeaderTimeout
 	}
 	if o.IdleTimeout <= 0 {
-		o.IdleTimeout = 2 * time.Minute
+		o.IdleTimeout = DefaultIdleTimeout
 	}
 	if o.DrainTimeout <= 0 {
-		o.DrainTimeout = 30 * time.Second
+		o.DrainTimeout = DefaultDrainTimeout
+	}
+	if o.RateLimit.NodeID == "" && (o.RateLimit.Redis != nil || len(o.RateLimit.RedisAddrs) > 0) {
+		o.RateLimit.NodeID = defaultRateLimitNodeID()
 	}
 	return o
 }
@@ -300,9 +343,14 @@ func (n *Node) Run(ctx context.Context) error {
 	if !n.ran.CompareAndSwap(false, true) {
 		return errors.New("gateway: Run called twice")
 	}
-	errc := make(chan error, len(n.servers))
+	if err := n.src.boot(n); err != nil {
+		n.Close()
+		return err
+	}
+	errc := make(chan error, len(n.servers)+1)
 	for i, srv := range n.servers {
 		ln := n.listeners[i]
+		n.log.Info("listening", "pool", n.pools[i].name, "addr", ln.Addr().String(), "tls", srv.TLSConfig != nil)
 		// The guard holds HTTP/1 request heads to the limit exactly.
 		fo := framing.Options{MaxHeaderBytes: n.opts.MaxHeaderBytes}
 		if srv.TLSConfig != nil {
@@ -317,11 +365,17 @@ func (n *Node) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	srcCtx, stopSources := context.WithCancel(ctx)
+	sourcesDone := n.src.run(srcCtx, errc)
 	var err error
 	select {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
+	// The sources stop first: nothing applies a snapshot to a node that
+	// is draining.
+	stopSources()
+	sourcesDone()
 	n.shutdown()
 	return err
 }
@@ -358,6 +412,9 @@ func (n *Node) Close() {
 		}
 		if n.limits != nil {
 			n.limits.Close()
+		}
+		if n.ownRedis != nil {
+			_ = n.ownRedis.Close()
 		}
 	})
 }

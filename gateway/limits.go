@@ -21,7 +21,13 @@ type RateLimitOptions struct {
 	// takes back its share (gateway/ratelimit/redissync). Nil means this
 	// node's buckets are the whole truth, as for a single node.
 	Redis redis.UniversalClient
+	// RedisAddrs, when Redis is nil, are the Redis the node connects to
+	// itself (and closes when it stops): one address, or the seed
+	// addresses of a Redis Cluster. RedisPassword is their AUTH password.
+	RedisAddrs    []string
+	RedisPassword string
 	// NodeID names this node in Redis; it must be unique in the fleet.
+	// Empty means the host name and the process id.
 	NodeID string
 	// MaxBuckets bounds the buckets in memory; 0 means the default.
 	MaxBuckets int
