@@ -1,12 +1,15 @@
 // Package control wires the control plane together: the admin API, the
-// distribution streams, and the store under both. `portico control` and
-// `portico dev` serve its Handler.
+// distribution streams, and the store under both. Run is the whole
+// `portico control` role (open the store, build the Plane, serve it until
+// the context ends); New builds a Plane over a store the caller holds,
+// for tests and for embedding.
 package control
 
 import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 
 	"github.com/portico-gw/portico/control/admin"
@@ -15,10 +18,16 @@ import (
 	"github.com/portico-gw/portico/control/versions"
 )
 
-// Options configures a Plane.
+// Options configures a Plane (New) or the whole role (Run). The zero
+// value works for Run: SQLite in the working directory, the API on
+// DefaultListen, unstaged rollouts.
 type Options struct {
-	// Store holds the versions; the caller opens and closes it.
+	// Store holds the versions; the caller opens and closes it. Run opens
+	// StoreDSN instead when Store is nil.
 	Store *store.Store
+	// StoreDSN is the store Run opens: postgres://user@host/db or
+	// sqlite:PATH; empty means DefaultStoreDSN.
+	StoreDSN string
 	// BootstrapToken, if set, is made a platform-admin token (see
 	// admin.Bootstrap).
 	BootstrapToken string
@@ -30,9 +39,32 @@ type Options struct {
 	// streams (kept here as its hash only).
 	NodeToken string
 	// PublisherToken, if set, is the credential producers (the key
-	// service) must present to put changes on the fast lane.
+	// service) must present to put changes on the fast lane. Run refuses
+	// to serve beyond loopback without it: an open publisher could put
+	// any key on every node.
 	PublisherToken string
+
+	// Listen is the address Run serves on; empty means DefaultListen.
+	Listen string
+	// Listener, if set, is served instead of binding Listen; Run owns it.
+	Listener net.Listener
+	// TLSCertFile and TLSKeyFile, if set, serve TLS; else cleartext
+	// HTTP/1.1 and h2c (the nodes' streams need HTTP/2).
+	TLSCertFile, TLSKeyFile string
+	// Handlers are more paths Run serves on the same listener, by
+	// http.ServeMux pattern (`portico dev` serves the key service beside
+	// the control plane).
+	Handlers map[string]http.Handler
+	// OnServe, if set, is called with the Plane once Run serves it, before
+	// any request is answered; it must not block.
+	OnServe func(*Plane)
 }
+
+// The defaults of Options for Run, which `portico control`'s flags show.
+const (
+	DefaultListen   = ":7000"
+	DefaultStoreDSN = "sqlite:portico-control.db"
+)
 
 // Plane is a running control plane.
 type Plane struct {
