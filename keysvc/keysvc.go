@@ -17,8 +17,12 @@
 // revocation reaches them within one poll period even when no stream is
 // up.
 //
-// Lifecycle: New(ctx, Options); serve Handler; Run(ctx) publishes in the
-// background until ctx ends.
+// Lifecycle: Run(ctx, Options) is the whole `portico keys` role: it opens
+// the store and the signing key, serves, publishes and closes. Embedded
+// (portico dev, tests): New(Options) over a store the caller holds, or
+// Open(ctx, Options), which opens them and is undone by Close; serve
+// Handler (at Paths); (*Service).Run(ctx) publishes in the background
+// until ctx ends.
 package keysvc
 
 import (
@@ -30,6 +34,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -86,10 +91,14 @@ type Scanner struct {
 	Key *ecdsa.PublicKey
 }
 
-// Options configure a Service.
+// Options configure a Service (New, Open) or the whole role (Run).
 type Options struct {
-	// Store holds the keys; the caller opens and closes it.
+	// Store holds the keys; the caller opens and closes it. Open and Run
+	// open StoreDSN instead when Store is nil.
 	Store *store.Store
+	// StoreDSN is the store Open and Run open: postgres://user@host/db or
+	// sqlite:PATH; empty means DefaultStoreDSN.
+	StoreDSN string
 	// ControlURL is the control plane whose fast lane carries the
 	// changes; empty: none (nodes learn changes from the signed snapshot
 	// only, and CreateKey does not wait).
@@ -108,35 +117,63 @@ type Options struct {
 	// GitHubLeakPath, verified with GitHub's published keys; nil: that
 	// path answers 404.
 	GitHub *GitHubOptions
-	// SigningKey signs the key snapshot; nil: no snapshot is served.
+	// SigningKey signs the key snapshot; nil: no snapshot is served, or,
+	// for Open and Run, the key in SigningKeyFile.
 	SigningKey ed25519.PrivateKey
+	// SigningKeyFile, for Open and Run without a SigningKey, holds the
+	// signing key (see LoadSigningKey); empty means
+	// DefaultSigningKeyFile.
+	SigningKeyFile string
 	// SnapshotTokenHash, if set, is the hex SHA-256 of the token a node
 	// must send to fetch the snapshot.
 	SnapshotTokenHash string
 	// WaitTimeout bounds CreateKey's and RotateKey's wait for every node
 	// when the request sets none, and how long other changes try to
-	// publish before they answer version 0; zero means 10 s.
+	// publish before they answer version 0; zero means
+	// DefaultWaitTimeout.
 	WaitTimeout time.Duration
 	// Overlap is how long a rotated key keeps working when the request
-	// says nothing; zero means 24 h.
+	// says nothing; zero means DefaultOverlap.
 	Overlap time.Duration
 	// Now is the clock; nil: time.Now.
 	Now func() time.Time
 	// Rand is the source of keys; nil: crypto/rand.
 	Rand   io.Reader
 	Logger *slog.Logger
+
+	// Listen is the address Run serves on; empty means DefaultListen.
+	Listen string
+	// Listener, if set, is served by Run instead of binding Listen; Run
+	// owns it.
+	Listener net.Listener
+	// TLSCertFile and TLSKeyFile, if set, make Run serve TLS.
+	TLSCertFile, TLSKeyFile string
 }
+
+// The defaults of Options for Open and Run, which `portico keys`'s flags
+// show.
+const (
+	DefaultListen         = ":7100"
+	DefaultStoreDSN       = "sqlite:portico-keys.db"
+	DefaultSigningKeyFile = "portico-keys-signing.pem"
+	// DefaultWaitTimeout and DefaultOverlap are what a zero WaitTimeout
+	// and Overlap mean.
+	DefaultWaitTimeout = 10 * time.Second
+	DefaultOverlap     = 24 * time.Hour
+)
 
 // Service is the key service. It is safe for concurrent use.
 type Service struct {
-	opts   Options
-	store  *store.Store
-	log    *slog.Logger
-	now    func() time.Time
-	pub    *lanepub.Publisher
-	snap   *snapshotter
-	github *githubKeys      // nil: GitHub's reports are not taken
-	tokens map[string]Token // by hash
+	opts  Options
+	store *store.Store
+	// ownStore is set when Open opened the store, which Close closes.
+	ownStore bool
+	log      *slog.Logger
+	now      func() time.Time
+	pub      *lanepub.Publisher
+	snap     *snapshotter
+	github   *githubKeys      // nil: GitHub's reports are not taken
+	tokens   map[string]Token // by hash
 }
 
 // New returns a Service over opts.Store.
@@ -145,10 +182,10 @@ func New(opts Options) (*Service, error) {
 		return nil, errors.New("keysvc: a store is required")
 	}
 	if opts.WaitTimeout <= 0 {
-		opts.WaitTimeout = 10 * time.Second
+		opts.WaitTimeout = DefaultWaitTimeout
 	}
 	if opts.Overlap <= 0 {
-		opts.Overlap = 24 * time.Hour
+		opts.Overlap = DefaultOverlap
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -209,6 +246,12 @@ func (s *Service) Handler() http.Handler {
 	mux.Handle(GitHubLeakPath, http.HandlerFunc(s.serveGitHubReport))
 	mux.Handle(SnapshotPath, http.HandlerFunc(s.serveSnapshot))
 	return mux
+}
+
+// Paths are the http.ServeMux patterns Handler serves, for mounting it
+// beside another service on one listener.
+func (s *Service) Paths() []string {
+	return []string{"/" + keysv1connect.KeyServiceName + "/", "/" + keysv1connect.TokenServiceName + "/", LeakPath, GitHubLeakPath, SnapshotPath}
 }
 
 // caller is who made a call.
