@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,12 +20,18 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/portico-gw/portico/cmd/portico/demo"
+	"github.com/portico-gw/portico/control"
 	"github.com/portico-gw/portico/gateway"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	demov1 "github.com/portico-gw/portico/gen/portico/demo/v1"
 	"github.com/portico-gw/portico/keysvc"
 )
 
+// runDev is `portico dev`: the demo backends, then the control plane
+// (with the key service on its address), a gateway node following it,
+// each through its package's Run, as separate processes would run them.
+// Once the node runs the demo config and holds the demo key, dev prints
+// how to call it.
 func runDev(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("portico dev", flag.ContinueOnError)
 	var (
@@ -41,7 +50,10 @@ func runDev(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	go tuneGC(ctx, uint64(*headroom)<<20, log)
+	runs, err := processRuns(*headroom, "", log)
+	if err != nil {
+		return err
+	}
 
 	dir, err := os.MkdirTemp("", "portico-dev-")
 	if err != nil {
@@ -52,6 +64,14 @@ func runDev(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("dev: generating a TLS certificate: %w", err)
 	}
+	ident, err := newDevIdentity()
+	if err != nil {
+		return fmt.Errorf("dev: making the demo credentials: %w", err)
+	}
+	env, err := newDevEnv(*dataDir, log)
+	if err != nil {
+		return err
+	}
 
 	backends, err := demo.Start(ctx, demo.Options{Logger: log})
 	if err != nil {
@@ -59,6 +79,19 @@ func runDev(ctx context.Context, args []string) error {
 	}
 	defer backends.Close()
 
+	// The control plane's listener is bound first, so that its URL is
+	// known to the key service and the node before it serves.
+	ln, err := net.Listen("tcp", *ctlAddr)
+	if err != nil {
+		return fmt.Errorf("dev: the control plane: %w (choose another port with -control-addr)", err)
+	}
+	env.url = "http://" + ln.Addr().String()
+	keys, err := keysvc.Open(ctx, env.keysOptions(*ghFile, log))
+	if err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("dev: %w", err)
+	}
+	defer keys.Close() // after runs.run: every user of the store has stopped
 	node, err := gateway.New(gateway.Options{
 		Logger: log,
 		Listeners: []gateway.Listener{
@@ -66,39 +99,58 @@ func runDev(ctx context.Context, args []string) error {
 			{Pool: "public", Addr: *tlsAddr, TLS: &tls.Config{Certificates: []tls.Certificate{cert}}},
 		},
 		DrainTimeout: 5 * time.Second,
+		// The dev node follows the control plane and polls the key
+		// service's signed snapshot, as a production node does.
+		Control:     &gateway.ControlOptions{URL: env.url, Token: env.nodeToken, NodeID: "dev", Region: "dev"},
+		KeySnapshot: &gateway.KeySnapshotOptions{URL: env.url + keysvc.SnapshotPath, Token: env.snapshotToken, Trusted: []ed25519.PublicKey{env.signer}},
 	})
 	if err != nil {
+		_ = ln.Close()
 		return fmt.Errorf("dev: %w (choose other ports with -addr and -tls-addr)", err)
 	}
-	ident, err := newDevIdentity()
-	if err != nil {
-		node.Close()
-		return fmt.Errorf("dev: making the demo credentials: %w", err)
+
+	plane := make(chan *control.Plane, 1)
+	handlers := map[string]http.Handler{}
+	for _, p := range keys.Paths() {
+		handlers[p] = keys.Handler()
 	}
-	ctl, err := startDevControl(ctx, *ctlAddr, *dataDir, *ghFile, log)
-	if err != nil {
-		node.Close()
-		return err
-	}
-	defer ctl.close()
-	demoCfg := devSnapshot(backends, ident)
-	version, err := ctl.seed(ctx, demoCfg)
-	if err != nil {
-		node.Close()
-		return err
-	}
-	if err := ctl.follow(ctx, node, version, log); err != nil {
-		node.Close()
-		return fmt.Errorf("dev: %w", err)
-	}
-	if ident.Key, ident.KeyID, err = ctl.demoKey(ctx); err != nil {
-		node.Close()
-		return err
-	}
-	addrs := node.Addrs()
-	printDevBanner(os.Stdout, addrs[0].String(), addrs[1].String(), caFile, ident)
-	printDevControl(os.Stdout, ctl, ident.KeyID)
-	return node.Run(ctx)
+	runs.add(func(ctx context.Context) error {
+		// Dev sends each version to its one node at once: no stages.
+		return control.Run(ctx, control.Options{
+			StoreDSN: "sqlite:" + filepath.Join(env.dataDir, "control.db"), Listener: ln, Handlers: handlers, Logger: log,
+			BootstrapToken: env.token, NodeToken: env.nodeToken, PublisherToken: env.publisherToken,
+			OnServe: func(p *control.Plane) { plane <- p },
+		})
+	})
+	runs.add(func(ctx context.Context) error {
+		keys.Run(ctx)
+		return nil
+	})
+	runs.add(node.Run)
+	runs.add(func(ctx context.Context) error {
+		var p *control.Plane
+		select {
+		case p = <-plane:
+		case <-ctx.Done():
+			return nil
+		}
+		demoCfg := devSnapshot(backends, ident)
+		version, err := env.seed(ctx, demoCfg)
+		if err != nil {
+			return err
+		}
+		if err := waitDevNode(ctx, p, version); err != nil {
+			return fmt.Errorf("dev: %w", err)
+		}
+		if ident.Key, ident.KeyID, err = env.demoKey(ctx); err != nil {
+			return err
+		}
+		addrs := node.Addrs()
+		printDevBanner(os.Stdout, addrs[0].String(), addrs[1].String(), caFile, ident)
+		printDevControl(os.Stdout, env, ident.KeyID)
+		return nil
+	})
+	return runs.run(ctx)
 }
 
 // defaultDevDataDir is where dev keeps its control plane between runs.
@@ -109,7 +161,7 @@ func defaultDevDataDir() string {
 	return filepath.Join(os.TempDir(), "portico-dev")
 }
 
-func printDevControl(w io.Writer, c *devControl, keyID string) {
+func printDevControl(w io.Writer, c *devEnv, keyID string) {
 	fmt.Fprintf(w, `
 The control plane (admin API %[1]s; SQLite and the platform token in %[2]s).
 The node above takes its routes from it: change them with porticoctl and they apply at once.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,9 +17,6 @@ import (
 	"github.com/portico-gw/portico/control"
 	"github.com/portico-gw/portico/control/admin"
 	"github.com/portico-gw/portico/control/distribution"
-	"github.com/portico-gw/portico/control/store"
-	"github.com/portico-gw/portico/gateway"
-	gwdist "github.com/portico-gw/portico/gateway/distribution"
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 	"github.com/portico-gw/portico/gen/portico/admin/v1/adminv1connect"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
@@ -29,13 +25,13 @@ import (
 	"github.com/portico-gw/portico/gen/portico/keys/v1/keysv1connect"
 	"github.com/portico-gw/portico/internal/svcauth"
 	"github.com/portico-gw/portico/keysvc"
-	keystore "github.com/portico-gw/portico/keysvc/store"
 )
 
-// devControl is the control plane of `portico dev`: SQLite under the data
-// directory, the admin API on addr, and the dev node fed over the stream.
-type devControl struct {
+// devEnv is what `portico dev`'s services share: the data directory and
+// the tokens and signing key kept in it, and the control plane's URL.
+type devEnv struct {
 	url       string
+	dataDir   string
 	tokenFile string
 	// token is the platform token (kept in tokenFile).
 	token     string
@@ -45,113 +41,59 @@ type devControl struct {
 	// snapshotToken is what the node fetches the signed key snapshot
 	// with.
 	snapshotToken string
-	dataDir       string
-	plane         *control.Plane
-	store         *store.Store
-	// keys is the key service, served on the same address; keysStore
-	// its SQLite store and signer the public key of its snapshots.
-	keys      *keysvc.Service
-	keysStore *keystore.Store
-	signer    ed25519.PublicKey
+	// signing signs the key service's snapshots; signer is its public
+	// key, which the node trusts.
+	signing ed25519.PrivateKey
+	signer  ed25519.PublicKey
 }
 
-// startDevControl starts the control plane and serves it on addr until
-// ctx ends. With githubKeysFile, its key service takes GitHub's secret
-// scanning reports, verified with that file's keys: dev reaches no
-// network.
-func startDevControl(ctx context.Context, addr, dataDir, githubKeysFile string, log *slog.Logger) (*devControl, error) {
+// newDevEnv reads dev's tokens and signing key from dataDir, or makes
+// them there. Every service authenticates its callers as in production.
+func newDevEnv(dataDir string, log *slog.Logger) (*devEnv, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("dev: -data-dir: %w", err)
 	}
-	tokenFile := filepath.Join(dataDir, "platform-token")
-	token, err := devPlatformToken(tokenFile)
-	if err != nil {
-		return nil, err
+	e := &devEnv{dataDir: dataDir, tokenFile: filepath.Join(dataDir, "platform-token")}
+	for _, t := range []struct {
+		file string
+		into *string
+	}{
+		{"platform-token", &e.token},
+		// The dev node authenticates to the control plane like any node.
+		{"node-token", &e.nodeToken},
+		// The key service publishes with a token, like in production.
+		{"publisher-token", &e.publisherToken},
+		// The signed key snapshot (every key's hash and metadata) is
+		// served only to holders of a token, like in production.
+		{"snapshot-token", &e.snapshotToken},
+	} {
+		var err error
+		if *t.into, err = devPlatformToken(filepath.Join(dataDir, t.file)); err != nil {
+			return nil, err
+		}
 	}
-	// The dev node authenticates to the control plane like any node.
-	nodeToken, err := devPlatformToken(filepath.Join(dataDir, "node-token"))
-	if err != nil {
-		return nil, err
-	}
-	// And the key service publishes with a token, like in production.
-	publisherToken, err := devPlatformToken(filepath.Join(dataDir, "publisher-token"))
-	if err != nil {
-		return nil, err
-	}
-	// The signed key snapshot (every key's hash and metadata) is served
-	// only to holders of a token, like in production.
-	snapshotToken, err := devPlatformToken(filepath.Join(dataDir, "snapshot-token"))
-	if err != nil {
-		return nil, err
-	}
-	st, err := store.Open(ctx, "sqlite:"+filepath.Join(dataDir, "control.db"))
+	signing, err := keysvc.LoadSigningKey(filepath.Join(dataDir, "keys-signing.pem"), log)
 	if err != nil {
 		return nil, fmt.Errorf("dev: %w", err)
 	}
-	// Dev sends each version to its one node at once: no stages to wait for.
-	plane, err := control.New(ctx, control.Options{Store: st, BootstrapToken: token, NodeToken: nodeToken, PublisherToken: publisherToken, Logger: log})
-	if err != nil {
-		_ = st.Close()
-		return nil, err
-	}
-	c := &devControl{tokenFile: tokenFile, token: token, nodeToken: nodeToken, publisherToken: publisherToken, snapshotToken: snapshotToken,
-		dataDir: dataDir, plane: plane, store: st}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		c.close()
-		return nil, fmt.Errorf("dev: the control plane: %w (choose another port with -control-addr)", err)
-	}
-	c.url = "http://" + ln.Addr().String()
-	if err := c.startKeys(ctx, token, githubKeysFile, log); err != nil {
-		_ = ln.Close()
-		c.close()
-		return nil, err
-	}
-	// The key service shares the control plane's address: its paths
-	// (/portico.keys.v1.*, /v1/key-snapshot, /v1/leaked-keys,
-	// /v1/leaked-keys/github) are its own.
-	mux := http.NewServeMux()
-	mux.Handle("/", plane.Handler)
-	keysHandler := c.keys.Handler()
-	for _, p := range []string{"/portico.keys.v1.KeyService/", "/portico.keys.v1.TokenService/", keysvc.SnapshotPath, keysvc.LeakPath, keysvc.GitHubLeakPath} {
-		mux.Handle(p, keysHandler)
-	}
-	go func() {
-		if err := serveControl(ctx, ln, mux, "", ""); err != nil {
-			log.Error("dev control plane stopped", "err", err)
-		}
-	}()
-	return c, nil
+	e.signing, e.signer = signing, signing.Public().(ed25519.PublicKey)
+	return e, nil
 }
 
-// startKeys starts the dev key service: SQLite and a signing key under
-// the data directory, the platform token, publishing to the dev control
-// plane; GitHub's reports with githubKeysFile only.
-func (c *devControl) startKeys(ctx context.Context, token, githubKeysFile string, log *slog.Logger) error {
-	signing, err := loadSigningKey(filepath.Join(c.dataDir, "keys-signing.pem"), log)
-	if err != nil {
-		return fmt.Errorf("dev: %w", err)
-	}
-	c.signer = signing.Public().(ed25519.PublicKey)
-	ks, err := keystore.Open(ctx, "sqlite:"+filepath.Join(c.dataDir, "keys.db"))
-	if err != nil {
-		return fmt.Errorf("dev: %w", err)
-	}
-	c.keysStore = ks
+// keysOptions are the dev key service's: SQLite under the data
+// directory, the platform token, publishing to the dev control plane;
+// GitHub's reports with githubKeysFile only (dev reaches no network).
+func (e *devEnv) keysOptions(githubKeysFile string, log *slog.Logger) keysvc.Options {
 	opts := keysvc.Options{
-		Store: ks, ControlURL: c.url, ControlToken: c.publisherToken, HTTPClient: streamClient(c.url), SigningKey: signing, Logger: log,
-		Tokens:            []keysvc.Token{{Name: "platform", Role: keysvc.RolePlatform, SHA256: svcauth.Hash(token)}},
-		SnapshotTokenHash: svcauth.Hash(c.snapshotToken),
+		StoreDSN: "sqlite:" + filepath.Join(e.dataDir, "keys.db"), ControlURL: e.url, ControlToken: e.publisherToken,
+		SigningKey: e.signing, Logger: log,
+		Tokens:            []keysvc.Token{{Name: "platform", Role: keysvc.RolePlatform, SHA256: svcauth.Hash(e.token)}},
+		SnapshotTokenHash: svcauth.Hash(e.snapshotToken),
 	}
 	if githubKeysFile != "" {
 		opts.GitHub = &keysvc.GitHubOptions{KeysFile: githubKeysFile}
 	}
-	c.keys, err = keysvc.New(opts)
-	if err != nil {
-		return fmt.Errorf("dev: %w", err)
-	}
-	go c.keys.Run(ctx)
-	return nil
+	return opts
 }
 
 // demoKey issues the demo API key through the key service, once the node
@@ -159,7 +101,7 @@ func (c *devControl) startKeys(ctx context.Context, token, githubKeysFile string
 // the one the last dev run issued (its id is kept in the data
 // directory). Keys a user made, for the demo app or any other, stay: a
 // restart of dev is not a revocation. It returns the raw key and its id.
-func (c *devControl) demoKey(ctx context.Context) (raw, id string, err error) {
+func (c *devEnv) demoKey(ctx context.Context) (raw, id string, err error) {
 	api := keysv1connect.NewKeyServiceClient(&http.Client{Transport: svcauth.Transport(c.token, nil), Timeout: 30 * time.Second}, c.url)
 	idFile := filepath.Join(c.dataDir, "demo-key-id")
 	if b, err := os.ReadFile(idFile); err == nil {
@@ -205,19 +147,11 @@ func devPlatformToken(path string) (string, error) {
 	return token, nil
 }
 
-func (c *devControl) close() {
-	c.plane.Close()
-	_ = c.store.Close()
-	if c.keysStore != nil {
-		_ = c.keysStore.Close()
-	}
-}
-
 // seed puts the demo config through the admin API, as a platform admin
 // and the demo team would: the catalog, the team and what it owns, and
 // its routes, clusters and services (the backends' addresses change from
 // run to run). It returns the version the node must run.
-func (c *devControl) seed(ctx context.Context, demo *configv1.Snapshot) (int64, error) {
+func (c *devEnv) seed(ctx context.Context, demo *configv1.Snapshot) (int64, error) {
 	token := c.token
 	api := adminv1connect.NewAdminServiceClient(&http.Client{Transport: svcauth.Transport(token, nil), Timeout: 30 * time.Second}, c.url)
 	var owns []*adminv1.Ownership
@@ -266,40 +200,19 @@ func (c *devControl) seed(ctx context.Context, demo *configv1.Snapshot) (int64, 
 	return last, nil
 }
 
-// follow feeds node from the control plane (snapshots and the fast
-// lane) and from the key service's signed snapshot; it waits until the
-// node runs version. The node runs the control plane's snapshots as they
-// come, the demo issuer included (seed puts it on the platform), so what
-// it logs is what porticoctl versions shows.
-func (c *devControl) follow(ctx context.Context, node *gateway.Node, version int64, log *slog.Logger) error {
-	client := gwdist.New(gwdist.Options{
-		URL: c.url, HTTPClient: streamClient(c.url), Token: c.nodeToken,
-		NodeID: "dev", Pool: "public", Region: "dev", Logger: log, Stats: node.RouteStats, Lane: node.FastLane(), Node: node,
-		Apply: node.Apply,
-	})
-	go func() { _ = client.Run(ctx) }()
-	poller, err := gwdist.NewPoller(gwdist.PollerOptions{URL: c.url + keysvc.SnapshotPath, Trusted: []ed25519.PublicKey{c.signer},
-		HTTPClient: &http.Client{Transport: svcauth.Transport(c.snapshotToken, nil), Timeout: 30 * time.Second}, Lane: node.FastLane(), Logger: log})
-	if err != nil {
-		return err
-	}
-	// The key service is in this process: a poll that fails is a fault
-	// of dev's, shown at start rather than as a warning a minute later.
-	if err := poller.Poll(ctx); err != nil {
-		return fmt.Errorf("polling the signed key snapshot: %w", err)
-	}
-	go poller.Run(ctx)
+// waitDevNode waits until dev's node runs version and is on the fast
+// lane, where the demo key goes next: CreateKey answers once every node
+// on the lane has the key, so the node must be one of them.
+func waitDevNode(ctx context.Context, p *control.Plane, version int64) error {
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	err = c.plane.Distribution.Wait(wctx, func(s distribution.Status) bool {
+	err := p.Distribution.Wait(wctx, func(s distribution.Status) bool {
 		return len(s.Nodes) == 1 && s.Nodes[0].Version >= version
 	})
 	if err != nil {
 		return fmt.Errorf("the node did not get version %d from the control plane: %w", version, err)
 	}
-	// The demo key is issued next, to the nodes on the fast lane: the
-	// node must be one of them.
-	if err := c.plane.Distribution.WaitLane(wctx, func(nodes []*distributionv1.NodeFastLane) bool { return len(nodes) == 1 }); err != nil {
+	if err := p.Distribution.WaitLane(wctx, func(nodes []*distributionv1.NodeFastLane) bool { return len(nodes) == 1 }); err != nil {
 		return fmt.Errorf("the node did not join the fast lane: %w", err)
 	}
 	return nil

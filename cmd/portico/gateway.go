@@ -7,18 +7,14 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
-	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/portico-gw/portico/gateway"
-	"github.com/portico-gw/portico/gateway/configfile"
 	"github.com/portico-gw/portico/gateway/upstream"
 )
 
+// runGateway is `portico gateway`: its flags become gateway.Options.
 func runGateway(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("portico gateway", flag.ContinueOnError)
 	var (
@@ -33,10 +29,10 @@ func runGateway(ctx context.Context, args []string) error {
 		trusted    prefixFlag
 		certFile   = fs.String("tls-cert", "", "PEM certificate (chain) for -tls-listen")
 		keyFile    = fs.String("tls-key", "", "PEM private key for -tls-listen")
-		maxHeader  = fs.Int("max-header-bytes", 64<<10, "request line and header limit (431 beyond)")
-		readHeader = fs.Duration("read-header-timeout", 10*time.Second, "time a client may take to send its headers")
-		idle       = fs.Duration("idle-timeout", 2*time.Minute, "close keep-alive connections idle this long")
-		drain      = fs.Duration("drain-timeout", 30*time.Second, "time in-flight requests get to finish on shutdown")
+		maxHeader  = fs.Int("max-header-bytes", gateway.DefaultMaxHeaderBytes, "request line and header limit (431 beyond)")
+		readHeader = fs.Duration("read-header-timeout", gateway.DefaultReadHeaderTimeout, "time a client may take to send its headers")
+		idle       = fs.Duration("idle-timeout", gateway.DefaultIdleTimeout, "close keep-alive connections idle this long")
+		drain      = fs.Duration("drain-timeout", gateway.DefaultDrainTimeout, "time in-flight requests get to finish on shutdown")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
 		debugAddr  = fs.String("debug-listen", "", "addr to serve /debug/pprof/ on (off when empty; keep it on loopback)")
 		headroom   = fs.Int("gc-headroom-mib", defaultGCHeadroomMiB, "heap growth allowed between garbage collections, in MiB (0: Go's default pacing; GOGC in the environment wins)")
@@ -44,7 +40,7 @@ func runGateway(ctx context.Context, args []string) error {
 		redisPass  = fs.String("redis-password-file", "", "file holding the Redis password (AUTH), if any")
 		keysSnap   = fs.String("keys-snapshot", "", "the key service's signed key snapshot URL (http://keys:7100/v1/key-snapshot), polled as the fast lane's fallback")
 		keysToken  = fs.String("keys-snapshot-token-file", "", "with -keys-snapshot: file holding the token the key service requires (its -snapshot-token-file)")
-		keysPoll   = fs.Duration("keys-poll-interval", time.Minute, "with -keys-snapshot: time between polls")
+		keysPoll   = fs.Duration("keys-poll-interval", gateway.DefaultKeySnapshotInterval, "with -keys-snapshot: time between polls")
 		keysCache  = fs.String("keys-snapshot-cache", "portico-keys.binpb", "with -keys-snapshot: the last signed key snapshot applied, applied again at start (verified) when nothing answers")
 		keysPubs   stringsFlag
 		nodeID     = fs.String("node-id", "", "this node's id in the rate limit sync (default: hostname and process id) and, stable across restarts, to the control plane (default: hostname)")
@@ -66,12 +62,6 @@ func runGateway(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	go tuneGC(ctx, uint64(*headroom)<<20, log)
-	if *debugAddr != "" {
-		if err := serveDebug(ctx, *debugAddr, log); err != nil {
-			return fmt.Errorf("gateway: -debug-listen: %w", err)
-		}
-	}
 	var cert *tls.Certificate
 	if *certFile != "" || *keyFile != "" {
 		c, err := tls.LoadX509KeyPair(*certFile, *keyFile)
@@ -87,19 +77,13 @@ func runGateway(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-
 	ids, err := upstream.LoadIdentities(identities, nil, log)
 	if err != nil {
 		return fmt.Errorf("gateway: -upstream-identity: %w", err)
 	}
-	rl, closeRedis, err := rateLimitOptions(*redisAddrs, *redisPass, *nodeID)
-	if err != nil {
-		return err
-	}
-	defer closeRedis()
-	node, err := gateway.New(gateway.Options{
+	opts := gateway.Options{
 		Upstream:          upstream.Options{Identities: ids},
-		RateLimit:         rl,
+		RateLimit:         gateway.RateLimitOptions{NodeID: *nodeID},
 		Listeners:         ls,
 		Logger:            log,
 		MaxHeaderBytes:    *maxHeader,
@@ -107,55 +91,57 @@ func runGateway(ctx context.Context, args []string) error {
 		IdleTimeout:       *idle,
 		DrainTimeout:      *drain,
 		TrustedProxies:    trusted,
-	})
-	if err != nil {
-		return err
+	}
+	if *redisAddrs != "" {
+		opts.RateLimit.RedisAddrs = strings.Split(*redisAddrs, ",")
+		if *redisPass != "" {
+			if opts.RateLimit.RedisPassword, err = readSecret(*redisPass); err != nil {
+				return fmt.Errorf("gateway: -redis-password-file: %w", err)
+			}
+		}
 	}
 	if *keysSnap != "" {
-		if err := pollKeySnapshot(ctx, node, *keysSnap, *keysToken, keysPubs, *keysPoll, *keysCache, log); err != nil {
-			node.Close()
+		if opts.KeySnapshot, err = keySnapshotOptions(*keysSnap, *keysToken, keysPubs, *keysPoll, *keysCache); err != nil {
 			return fmt.Errorf("gateway: %w", err)
 		}
 	}
+	reload := make(chan struct{}, 1)
 	if *controlURL != "" {
-		if err := followControl(ctx, node, *controlURL, *ctlToken, *cacheFile, *nodeID, ls, *region, labels, log); err != nil {
-			node.Close()
-			return err
+		opts.Control = &gateway.ControlOptions{URL: *controlURL, NodeID: *nodeID, Region: *region, Labels: labels, CacheFile: *cacheFile}
+		if *ctlToken != "" {
+			if opts.Control.Token, err = readSecret(*ctlToken); err != nil {
+				return fmt.Errorf("gateway: -control-token-file: %w", err)
+			}
 		}
 	} else {
-		reload := make(chan struct{}, 1)
-		w := &configfile.Watcher{Path: *configPath, Reload: reload, Logger: log}
-		// A bad file at start is fatal: there is nothing older to keep
-		// serving.
-		cfg, err := w.Load()
-		if err != nil {
-			node.Close()
-			return err
-		}
-		if err := node.Apply(cfg); err != nil {
-			node.Close()
-			return err
-		}
-		w.Apply = node.Apply
-		go w.Run(ctx)
-		go forwardSIGHUP(ctx, reload)
+		opts.ConfigFile = &gateway.ConfigFileOptions{Path: *configPath, Reload: reload}
 	}
-
-	for i, a := range node.Addrs() {
-		log.Info("listening", "pool", ls[i].Pool, "addr", a.String(), "tls", ls[i].TLS != nil)
+	runs, err := processRuns(*headroom, *debugAddr, log)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
 	}
-	return node.Run(ctx)
+	node, err := gateway.New(opts)
+	if err != nil {
+		runs.close()
+		return err
+	}
+	if opts.ConfigFile != nil {
+		runs.add(func(ctx context.Context) error { return forwardSIGHUP(ctx, reload) })
+	}
+	runs.add(node.Run)
+	return runs.run(ctx)
 }
 
-// forwardSIGHUP turns SIGHUP into a forced reload until ctx is done.
-func forwardSIGHUP(ctx context.Context, reload chan<- struct{}) {
+// forwardSIGHUP turns each SIGHUP into a forced reload until ctx is done;
+// a reload already pending absorbs the next.
+func forwardSIGHUP(ctx context.Context, reload chan<- struct{}) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-hup:
 			select {
 			case reload <- struct{}{}:
@@ -163,34 +149,4 @@ func forwardSIGHUP(ctx context.Context, reload chan<- struct{}) {
 			}
 		}
 	}
-}
-
-// rateLimitOptions builds the node's rate limit options from the flags:
-// a Redis client (a cluster client for several addresses) and the node id.
-func rateLimitOptions(addrs, passwordFile, nodeID string) (gateway.RateLimitOptions, func(), error) {
-	if addrs == "" {
-		return gateway.RateLimitOptions{}, func() {}, nil
-	}
-	var password string
-	if passwordFile != "" {
-		var err error
-		if password, err = readSecret(passwordFile); err != nil {
-			return gateway.RateLimitOptions{}, nil, fmt.Errorf("gateway: -redis-password-file: %w", err)
-		}
-	}
-	if nodeID == "" {
-		host, err := os.Hostname()
-		if err != nil {
-			host = "node"
-		}
-		nodeID = host + "-" + strconv.Itoa(os.Getpid())
-	}
-	list := strings.Split(addrs, ",")
-	var client redis.UniversalClient
-	if len(list) == 1 {
-		client = redis.NewClient(&redis.Options{Addr: list[0], Password: password})
-	} else {
-		client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: list, Password: password})
-	}
-	return gateway.RateLimitOptions{Redis: client, NodeID: nodeID}, func() { _ = client.Close() }, nil
 }

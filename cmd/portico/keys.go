@@ -1,42 +1,35 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
-	"net"
 	"os"
 	"strings"
-	"time"
 
-	"github.com/portico-gw/portico/gateway/keysnapshot"
 	"github.com/portico-gw/portico/internal/svcauth"
 	"github.com/portico-gw/portico/keysvc"
-	"github.com/portico-gw/portico/keysvc/store"
 )
 
+// runKeys is `portico keys`: its flags become keysvc.Options.
 func runKeys(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("portico keys", flag.ContinueOnError)
 	var (
-		listen        = fs.String("listen", ":7100", "addr to serve the key and token APIs, the scanners' endpoint and the signed snapshot on")
-		dsn           = fs.String("store", "sqlite:portico-keys.db", "the key store: postgres://user@host/db or sqlite:PATH")
+		listen        = fs.String("listen", keysvc.DefaultListen, "addr to serve the key and token APIs, the scanners' endpoint and the signed snapshot on")
+		dsn           = fs.String("store", keysvc.DefaultStoreDSN, "the key store: postgres://user@host/db or sqlite:PATH")
 		controlURL    = fs.String("control", "", "the control plane whose fast lane carries the changes (http://host:7000); empty: nodes learn changes from the signed snapshot only")
 		controlToken  = fs.String("control-token-file", "", "file holding the publisher token the control plane requires (its -publisher-token-file)")
 		platformToken = fs.String("token-file", "", "file holding the platform token callers of the key API present (required)")
 		identityToken = fs.String("identity-token-file", "", "file holding the identity service's token: deny entries and issuers' keys only")
 		identityOf    = fs.String("identity-issuers", "", "with -identity-token-file: comma-separated issuer names whose tokens it may deny and whose keys it may publish (empty: every issuer)")
-		signingKey    = fs.String("signing-key-file", "portico-keys-signing.pem", "PEM PKCS #8 Ed25519 private key that signs the key snapshot; created (mode 0600) if missing, with its public key beside it (.pub.pem) for the nodes' -keys-public-key")
+		signingKey    = fs.String("signing-key-file", keysvc.DefaultSigningKeyFile, "PEM PKCS #8 Ed25519 private key that signs the key snapshot; created (mode 0600) if missing, with its public key beside it (.pub.pem) for the nodes' -keys-public-key")
 		snapToken     = fs.String("snapshot-token-file", "", "file holding the token nodes present to fetch the signed snapshot (their -keys-snapshot-token-file); empty: anyone may fetch it")
-		waitTimeout   = fs.Duration("wait-timeout", 10*time.Second, "how long CreateKey and RotateKey wait for every node to have the new key")
-		overlap       = fs.Duration("rotate-overlap", 24*time.Hour, "how long a rotated key keeps working beside its successor, unless the call says")
+		waitTimeout   = fs.Duration("wait-timeout", keysvc.DefaultWaitTimeout, "how long CreateKey and RotateKey wait for every node to have the new key")
+		overlap       = fs.Duration("rotate-overlap", keysvc.DefaultOverlap, "how long a rotated key keeps working beside its successor, unless the call says")
 		certFile      = fs.String("tls-cert", "", "PEM certificate (chain) to serve TLS with")
 		keyFile       = fs.String("tls-key", "", "PEM private key for -tls-cert")
 		logLevel      = fs.String("log-level", "info", "debug, info, warn or error")
@@ -53,8 +46,8 @@ func runKeys(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	opts := keysvc.Options{ControlURL: *controlURL, HTTPClient: streamClient(*controlURL), WaitTimeout: *waitTimeout, Overlap: *overlap,
-		Scanners: scanners.list, Logger: log}
+	opts := keysvc.Options{StoreDSN: *dsn, Listen: *listen, TLSCertFile: *certFile, TLSKeyFile: *keyFile, SigningKeyFile: *signingKey,
+		ControlURL: *controlURL, WaitTimeout: *waitTimeout, Overlap: *overlap, Scanners: scanners.list, Logger: log}
 	if opts.GitHub, err = githubOptions(fs, *github, *githubURL, *githubFile); err != nil {
 		return fmt.Errorf("keys: %w", err)
 	}
@@ -91,39 +84,7 @@ func runKeys(ctx context.Context, args []string) error {
 		}
 		opts.SnapshotTokenHash = svcauth.Hash(tok)
 	}
-	if opts.SigningKey, err = loadSigningKey(*signingKey, log); err != nil {
-		return fmt.Errorf("keys: %w", err)
-	}
-	st, err := store.Open(ctx, *dsn)
-	if err != nil {
-		return fmt.Errorf("keys: %w", err)
-	}
-	defer st.Close()
-	opts.Store = st
-	svc, err := keysvc.New(opts)
-	if err != nil {
-		return err
-	}
-	ln, err := net.Listen("tcp", *listen)
-	if err != nil {
-		return fmt.Errorf("keys: %w", err)
-	}
-	// The publisher stops before the store closes.
-	runCtx, stopRun := context.WithCancel(ctx)
-	ran := make(chan struct{})
-	go func() { defer close(ran); svc.Run(runCtx) }()
-	defer func() { stopRun(); <-ran }()
-	if *controlURL == "" {
-		log.Warn("no -control: changes reach nodes only through the signed snapshot they poll")
-	}
-	if opts.SnapshotTokenHash == "" {
-		log.Warn("the signed key snapshot (every key's hash and metadata) is open to any caller (set -snapshot-token-file)")
-	}
-	if g := opts.GitHub; g != nil {
-		log.Info("taking GitHub's secret scanning reports", "path", keysvc.GitHubLeakPath, "keys", cmp.Or(g.KeysFile, g.KeysURL))
-	}
-	log.Info("key service listening", "addr", ln.Addr().String(), "store", st.Driver(), "signer", keysnapshot.SignerID(opts.SigningKey.Public().(ed25519.PublicKey)))
-	return serveControl(ctx, ln, svc.Handler(), *certFile, *keyFile)
+	return keysvc.Run(ctx, opts)
 }
 
 // githubOptions is GitHub's secret scanning protocol as the flags set it:
@@ -146,55 +107,6 @@ func githubOptions(fs *flag.FlagSet, on bool, url, file string) (*keysvc.GitHubO
 		return nil, fmt.Errorf("-github-keys-url %q: want an http(s) URL", url)
 	}
 	return &keysvc.GitHubOptions{KeysURL: url, KeysFile: file}, nil
-}
-
-// loadSigningKey reads the snapshot's Ed25519 signing key, or makes one
-// (and writes its public key beside it for the nodes).
-func loadSigningKey(path string, log *slog.Logger) (ed25519.PrivateKey, error) {
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		_, priv, err := ed25519.GenerateKey(rand.Reader)
-		if err != nil {
-			return nil, err
-		}
-		der, err := x509.MarshalPKCS8PrivateKey(priv)
-		if err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-			return nil, fmt.Errorf("-signing-key-file: %w", err)
-		}
-		pubFile := strings.TrimSuffix(path, ".pem") + ".pub.pem"
-		if err := writePublicKey(pubFile, priv.Public()); err != nil {
-			return nil, fmt.Errorf("-signing-key-file: %w", err)
-		}
-		log.Info("made a snapshot signing key; give nodes its public key (-keys-public-key)", "key", path, "public", pubFile)
-		return priv, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("-signing-key-file: %w", err)
-	}
-	blk, _ := pem.Decode(b)
-	if blk == nil {
-		return nil, fmt.Errorf("-signing-key-file %s: not PEM", path)
-	}
-	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("-signing-key-file %s: %w", path, err)
-	}
-	priv, ok := k.(ed25519.PrivateKey)
-	if !ok {
-		return nil, fmt.Errorf("-signing-key-file %s: not an Ed25519 key", path)
-	}
-	return priv, nil
-}
-
-func writePublicKey(path string, pub any) error {
-	der, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o644)
 }
 
 // readPublicKey reads a PEM PKIX public key.

@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/portico-gw/portico/internal/buildinfo"
 )
 
 const usage = `usage: portico <role> [flags]
@@ -22,7 +24,8 @@ roles:
   control   the control plane: the admin API, the nodes' snapshot streams and the fast lane
   keys      the key service: issues, rotates and revokes API keys and token deny entries
 
-Run "portico <role> -h" for the role's flags.
+Run "portico <role> -h" for the role's flags, "portico --version" for
+the build.
 `
 
 func main() {
@@ -45,6 +48,9 @@ func main() {
 		err = runKeys(ctx, args)
 	case "-h", "-help", "--help", "help":
 		fmt.Print(usage)
+		return
+	case "-version", "--version", "version":
+		fmt.Println("portico", buildinfo.Read())
 		return
 	default:
 		fmt.Fprintf(os.Stderr, "portico: unknown role %q\n\n%s", role, usage)
