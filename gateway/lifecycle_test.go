@@ -192,21 +192,7 @@ func TestReloadFromFile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	yaml := func(version, addr string) string {
-		return fmt.Sprintf(`version: %q
-clusters:
-  - name: backend
-    protocol: PROTOCOL_HTTP1
-    endpoints: [{address: %q}]
-routes:
-  - id: all
-    team: t
-    path: /{rest=**}
-    cluster: backend
-    auth: {public: true, reviewer: tests}
-`, version, addr)
-	}
-	write(yaml("v1", a))
+	write(configYAML("v1", a))
 
 	g := gatewaytest.Start(t, nil, nil)
 	reload := make(chan struct{})
@@ -242,8 +228,8 @@ routes:
 	// Syntax error, unknown field, invalid content: each is refused.
 	for _, bad := range []string{
 		"routes: [unclosed",
-		yaml("v2", b) + "bogus_field: 1\n",
-		strings.Replace(yaml("v2", b), "cluster: backend", "cluster: missing", 1),
+		configYAML("v2", b) + "bogus_field: 1\n",
+		strings.Replace(configYAML("v2", b), "cluster: backend", "cluster: missing", 1),
 	} {
 		rejected := strings.Count(logs.String(), "config rejected")
 		write(bad)
@@ -258,7 +244,7 @@ routes:
 		}
 	}
 
-	write(yaml("v3", b))
+	write(configYAML("v3", b))
 	gatewaytest.WaitFor(t, 5*time.Second, "v3 to load", func() bool { return g.Node.Current().Version == "v3" })
 	if got := get(); got != "b /x" {
 		t.Errorf("after a good file = %q, want b /x", got)

@@ -41,6 +41,8 @@ func runNode(t *testing.T, node *gateway.Node) (stop func() error) {
 	return stop
 }
 
+// configYAML is a config file that routes every path to the HTTP/1.1
+// backend at addr.
 func configYAML(version, addr string) string {
 	return fmt.Sprintf(`version: %q
 clusters:
