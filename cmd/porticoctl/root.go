@@ -156,8 +156,8 @@ releases (-team demo) still work.`,
 			return err
 		},
 	})
-	// Cobra adds these as it runs; added now, they are part of the tree
-	// that legacyFlags reads and the help test walks.
+	// Unlike cobra's, this help command refuses a topic that is no
+	// command.
 	root.SetHelpCommand(&cobra.Command{
 		Use:   "help [COMMAND]...",
 		Short: "Help about any command",
@@ -175,6 +175,8 @@ releases (-team demo) still work.`,
 		},
 		RunE: func(cmd *cobra.Command, args []string) error { return help(cmd.Root(), args) },
 	})
+	// Cobra adds these as it runs; added now, they are part of the tree
+	// that legacyFlags reads and the help test walks.
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()
 	if completion, _, err := root.Find([]string{"completion"}); err == nil {
