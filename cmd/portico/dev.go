@@ -168,11 +168,11 @@ The node above takes its routes from it: change them with porticoctl and they ap
   export PORTICO_SERVER=%[1]s PORTICO_TOKEN=$(cat %[3]s)
   go run ./cmd/porticoctl versions
   go run ./cmd/porticoctl nodes
-  go run ./cmd/porticoctl route put -team demo -f ROUTE.yaml   # see README.md and docs/configuration.md
+  go run ./cmd/porticoctl route put --team demo -f ROUTE.yaml # see README.md and docs/configuration.md
 The key service shares its address; keys and revocations reach the node through the fast lane:
-  go run ./cmd/porticoctl keys create -app app-demo -tenant tenant-demo -plan demo -scope inventory:read -env test
-  go run ./cmd/porticoctl keys list -app app-demo
-  go run ./cmd/porticoctl keys revoke %[4]s -reason 'leaked'      # the demo key: the next call with it is a 401
+  go run ./cmd/porticoctl keys create --app app-demo --tenant tenant-demo --plan demo --scope inventory:read --env test
+  go run ./cmd/porticoctl keys list --app app-demo
+  go run ./cmd/porticoctl keys revoke %[4]s --reason 'leaked'     # the demo key: the next call with it is a 401
 `, c.url, c.dataDir, c.tokenFile, keyID)
 }
 
