@@ -112,6 +112,9 @@ type Options struct {
 
 // The defaults of Options, which `portico gateway`'s flags show.
 const (
+	// DefaultListen is the public pool's cleartext listener when Options
+	// has none.
+	DefaultListen            = ":8080"
 	DefaultMaxHeaderBytes    = 64 << 10
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultIdleTimeout       = 2 * time.Minute
@@ -275,7 +278,7 @@ const minHeaderBytes = 1 << 10
 
 func withDefaults(o Options) Options {
 	if len(o.Listeners) == 0 {
-		o.Listeners = []Listener{{Pool: "public", Addr: ":8080"}}
+		o.Listeners = []Listener{{Pool: "public", Addr: DefaultListen}}
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

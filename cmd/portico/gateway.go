@@ -70,9 +70,7 @@ func runGateway(ctx context.Context, args []string) error {
 		}
 		cert = &c
 	}
-	if len(plain) == 0 && len(secure) == 0 {
-		plain = listenFlag{{Pool: "public", Addr: ":8080"}}
-	}
+	// No listener flag: the node's default listener (gateway.DefaultListen).
 	ls, err := listeners(plain, secure, cert)
 	if err != nil {
 		return err
