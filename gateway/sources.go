@@ -16,7 +16,6 @@ import (
 	"github.com/portico-gw/portico/gateway/configfile"
 	"github.com/portico-gw/portico/gateway/distribution"
 	"github.com/portico-gw/portico/internal/svcauth"
-	"github.com/portico-gw/portico/internal/svchttp"
 )
 
 // ControlOptions make a node follow a control plane: it runs the
@@ -100,7 +99,7 @@ func (n *Node) newSources(opts Options) (*sources, error) {
 		if id == "" {
 			host, err := os.Hostname()
 			if err != nil {
-				return nil, fmt.Errorf("gateway: a node id is needed to follow a control plane: %w", err)
+				return nil, fmt.Errorf("gateway: a node id (-node-id) is needed to follow a control plane: %w", err)
 			}
 			id = host
 		}
@@ -110,7 +109,7 @@ func (n *Node) newSources(opts Options) (*sources, error) {
 		}
 		s.cache = c.CacheFile
 		s.control = distribution.New(distribution.Options{
-			URL: c.URL, HTTPClient: svchttp.Client(c.URL), Token: c.Token,
+			URL: c.URL, Token: c.Token,
 			NodeID: id, Pool: pool, Region: c.Region, Labels: c.Labels, CacheFile: c.CacheFile,
 			Apply: n.Apply, Logger: n.log, Stats: n.RouteStats, Lane: n.lane, Node: n,
 		})

@@ -17,8 +17,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,7 +41,7 @@ type Options struct {
 	// URL is the control plane's base URL ("http://control:7000").
 	URL string
 	// HTTPClient must speak HTTP/2 (h2c for an http URL): the stream is
-	// bidirectional.
+	// bidirectional. Nil means a client of its own that does.
 	HTTPClient connect.HTTPClient
 	// Token, if set, is sent as the node's credential
 	// (Authorization: Bearer).
@@ -106,6 +108,9 @@ type Client struct {
 
 // New returns a client; Boot and Run use it.
 func New(opts Options) *Client {
+	if opts.HTTPClient == nil {
+		opts.HTTPClient = streamClient(opts.URL)
+	}
 	if opts.MinBackoff <= 0 {
 		opts.MinBackoff = 200 * time.Millisecond
 	}
@@ -398,4 +403,19 @@ func writeFile(path string, data []byte) error {
 		_ = d.Close()
 	}
 	return nil
+}
+
+// streamClient speaks HTTP/2 to the control plane at url: h2c with prior
+// knowledge for an http URL (with HTTP/1.1 allowed, the transport would
+// use it and the stream could not work), TLS otherwise. The services
+// have their own in internal/svchttp, which the data plane does not
+// import (testing/deptest).
+func streamClient(url string) *http.Client {
+	protocols := new(http.Protocols)
+	if strings.HasPrefix(url, "http://") {
+		protocols.SetUnencryptedHTTP2(true)
+	} else {
+		protocols.SetHTTP2(true)
+	}
+	return &http.Client{Transport: &http.Transport{Protocols: protocols, IdleConnTimeout: time.Minute}}
 }

@@ -71,7 +71,7 @@ func isPure(path string) bool {
 
 // gatewayInternal are the packages of the top-level internal/ that the
 // data plane may import: the rest is the services' plumbing.
-var gatewayInternal = []string{"internal/svcauth", "internal/backoff", "internal/svchttp"}
+var gatewayInternal = []string{"internal/svcauth", "internal/backoff"}
 
 // planned are the paths the rules name before they exist: the quota
 // service. TestRulesNameRealPaths fails once one exists, so that it moves
