@@ -9,10 +9,13 @@ package svchttp
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -30,10 +33,36 @@ type ServeOptions struct {
 	Grace time.Duration
 }
 
+// Check reports whether the TLS files, if any, make a certificate: both
+// or neither must be set. Serve checks the same; a role checks first, so
+// that a bad file fails before anything else starts.
+func (o ServeOptions) Check() error {
+	if o.CertFile == "" && o.KeyFile == "" {
+		return nil
+	}
+	if o.CertFile == "" || o.KeyFile == "" {
+		return errors.New("TLS needs both a certificate and its key")
+	}
+	if _, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile); err != nil {
+		return fmt.Errorf("loading the TLS certificate: %w", err)
+	}
+	return nil
+}
+
+// closeWait bounds how long Serve waits, after closing the connections,
+// for handlers still running: their contexts are canceled by then, so
+// they only undo or record what they were doing.
+const closeWait = 10 * time.Second
+
 // Serve serves h on ln until ctx ends, then drains for opts.Grace and
-// closes what is left. It returns nil after a drain, or the error that
-// stopped the server. Serve owns ln.
+// closes what is left. It returns once the handlers that were running
+// have returned (or closeWait after the close), with nil after a drain,
+// or the error that stopped the server. Serve owns ln.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler, opts ServeOptions) error {
+	if err := opts.Check(); err != nil {
+		_ = ln.Close()
+		return err
+	}
 	if opts.ReadHeaderTimeout <= 0 {
 		opts.ReadHeaderTimeout = 10 * time.Second
 	}
@@ -48,7 +77,16 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, opts ServeOptio
 	} else {
 		protocols.SetUnencryptedHTTP2(true)
 	}
-	srv := &http.Server{Handler: h, Protocols: protocols, ReadHeaderTimeout: opts.ReadHeaderTimeout}
+	// Close does not wait for handlers: a key service's CreateKey may
+	// still be withdrawing a key no one saw when its caller is cut off,
+	// and the store must outlive it.
+	var running inflight
+	counted := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		running.add(1)
+		defer running.add(-1)
+		h.ServeHTTP(w, r)
+	})
+	srv := &http.Server{Handler: counted, Protocols: protocols, ReadHeaderTimeout: opts.ReadHeaderTimeout}
 	errc := make(chan error, 1)
 	go func() {
 		if tlsOn {
@@ -67,10 +105,49 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, opts ServeOptio
 	err := srv.Shutdown(sctx)
 	_ = srv.Close()
 	<-errc // http.ErrServerClosed: the serving goroutine is done
+	t := time.NewTimer(closeWait)
+	defer t.Stop()
+	select {
+	case <-running.idle():
+	case <-t.C:
+	}
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	return nil
+}
+
+// inflight counts running handlers. Unlike a sync.WaitGroup, a handler
+// may still start while idle is being waited for.
+type inflight struct {
+	mu   sync.Mutex
+	n    int
+	zero chan struct{} // closed when n drops to 0; nil when no one waits
+}
+
+func (f *inflight) add(d int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n += d
+	if f.n == 0 && f.zero != nil {
+		close(f.zero)
+		f.zero = nil
+	}
+}
+
+// idle returns a channel closed once no handler runs.
+func (f *inflight) idle() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == 0 {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	if f.zero == nil {
+		f.zero = make(chan struct{})
+	}
+	return f.zero
 }
 
 // Client returns the HTTP client of a service at url: h2c with prior

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,5 +81,65 @@ func TestLoopbackOnly(t *testing.T) {
 		if got := svchttp.LoopbackOnly(addr); got != want {
 			t.Errorf("LoopbackOnly(%q) = %v, want %v", addr, got, want)
 		}
+	}
+}
+
+// TestServeWaitsForHandlers: a handler still running when the
+// connections are cut (its context canceled) has returned before Serve
+// does: what it undoes on the way out still has the service's store.
+func TestServeWaitsForHandlers(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var finished atomic.Bool
+	started := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	done := make(chan error, 1)
+	go func() {
+		done <- svchttp.Serve(ctx, ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			close(started)
+			<-r.Context().Done()
+			time.Sleep(50 * time.Millisecond) // the withdrawal after a cut-off wait
+			finished.Store(true)
+		}), svchttp.ServeOptions{Grace: 10 * time.Millisecond})
+	}()
+	go func() {
+		if resp, err := http.Get("http://" + ln.Addr().String() + "/"); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler did not start")
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+	if !finished.Load() {
+		t.Error("Serve returned while a handler was still running")
+	}
+}
+
+// TestCheckTLS: TLS needs both files, and files that make a certificate.
+func TestCheckTLS(t *testing.T) {
+	t.Parallel()
+	for name, o := range map[string]svchttp.ServeOptions{
+		"key only":  {KeyFile: "k.pem"},
+		"cert only": {CertFile: "c.pem"},
+		"missing":   {CertFile: filepath.Join(t.TempDir(), "c.pem"), KeyFile: filepath.Join(t.TempDir(), "k.pem")},
+	} {
+		if err := o.Check(); err == nil {
+			t.Errorf("%s: Check = nil, want an error", name)
+		}
+	}
+	if err := (svchttp.ServeOptions{}).Check(); err != nil {
+		t.Errorf("cleartext: Check = %v", err)
 	}
 }
