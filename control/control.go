@@ -18,9 +18,9 @@ import (
 	"github.com/portico-gw/portico/control/versions"
 )
 
-// Options configures a Plane (New) or the whole role (Run). The zero
-// value works for Run: SQLite in the working directory, the API on
-// DefaultListen, unstaged rollouts.
+// Options configures a Plane (New) or the whole role (Run). For Run,
+// the zero value with a loopback Listen (or with a PublisherToken) works:
+// SQLite in the working directory, unstaged rollouts.
 type Options struct {
 	// Store holds the versions; the caller opens and closes it. Run opens
 	// StoreDSN instead when Store is nil.

@@ -39,11 +39,18 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		return ErrOpenPublisher
 	}
+	serve := svchttp.ServeOptions{CertFile: opts.TLSCertFile, KeyFile: opts.TLSKeyFile}
+	if err := serve.Check(); err != nil {
+		if ln != nil {
+			_ = ln.Close()
+		}
+		return fmt.Errorf("control: %w", err)
+	}
 	if opts.NodeToken == "" {
-		log.Warn("nodes are not authenticated: any caller may take snapshots and report as a node (set a node token)")
+		log.Warn("nodes are not authenticated: any caller may take snapshots and report as a node (set -node-token-file)")
 	}
 	if opts.PublisherToken == "" {
-		log.Warn("fast-lane publishers are not authenticated (loopback only): any local caller may publish keys (set a publisher token)")
+		log.Warn("fast-lane publishers are not authenticated (loopback only): any local caller may publish keys (set -publisher-token-file)")
 	}
 	if opts.Store == nil {
 		st, err := store.Open(ctx, cmp.Or(opts.StoreDSN, DefaultStoreDSN))
@@ -82,5 +89,5 @@ func Run(ctx context.Context, opts Options) error {
 		opts.OnServe(plane)
 	}
 	log.Info("control plane listening", "addr", ln.Addr().String(), "store", opts.Store.Driver())
-	return svchttp.Serve(ctx, ln, h, svchttp.ServeOptions{CertFile: opts.TLSCertFile, KeyFile: opts.TLSKeyFile})
+	return svchttp.Serve(ctx, ln, h, serve)
 }

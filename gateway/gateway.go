@@ -340,8 +340,11 @@ func (n *Node) Handler(name string) http.Handler {
 	return &pool{node: n, name: name, index: -1}
 }
 
-// Run serves until ctx is done, then shuts down gracefully and returns. It
-// returns an error if a listener fails; Run may be called once.
+// Run applies what the node's sources hold on disk, serves until ctx is
+// done, then stops the sources, shuts down gracefully and returns once
+// every goroutine it started has stopped. It returns an error if the
+// config file does not load at start, or a listener fails; Run may be
+// called once.
 func (n *Node) Run(ctx context.Context) error {
 	if !n.ran.CompareAndSwap(false, true) {
 		return errors.New("gateway: Run called twice")

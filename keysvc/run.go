@@ -36,7 +36,7 @@ func Open(ctx context.Context, opts Options) (*Service, error) {
 	if opts.SigningKey == nil {
 		k, err := LoadSigningKey(cmp.Or(opts.SigningKeyFile, DefaultSigningKeyFile), log)
 		if err != nil {
-			return nil, fmt.Errorf("keysvc: %w", err)
+			return nil, fmt.Errorf("keysvc: signing key: %w", err)
 		}
 		opts.SigningKey = k
 	}
@@ -76,6 +76,13 @@ func (s *Service) Close() error {
 // the publisher before the store closes. It returns nil after a drain, or
 // the error that stopped it.
 func Run(ctx context.Context, opts Options) error {
+	serve := svchttp.ServeOptions{CertFile: opts.TLSCertFile, KeyFile: opts.TLSKeyFile}
+	if err := serve.Check(); err != nil {
+		if opts.Listener != nil {
+			_ = opts.Listener.Close()
+		}
+		return fmt.Errorf("keysvc: %w", err)
+	}
 	s, err := Open(ctx, opts)
 	if err != nil {
 		if opts.Listener != nil {
@@ -87,7 +94,7 @@ func Run(ctx context.Context, opts Options) error {
 	ln := opts.Listener
 	if ln == nil {
 		if ln, err = net.Listen("tcp", cmp.Or(opts.Listen, DefaultListen)); err != nil {
-			return fmt.Errorf("keys: %w", err)
+			return fmt.Errorf("keysvc: %w", err)
 		}
 	}
 	// The publisher stops before the store closes.
@@ -96,16 +103,16 @@ func Run(ctx context.Context, opts Options) error {
 	go func() { defer close(ran); s.Run(runCtx) }()
 	defer func() { stopRun(); <-ran }()
 	if opts.ControlURL == "" {
-		s.log.Warn("no control plane: changes reach nodes only through the signed snapshot they poll")
+		s.log.Warn("no control plane (-control): changes reach nodes only through the signed snapshot they poll")
 	}
 	if s.opts.SnapshotTokenHash == "" {
-		s.log.Warn("the signed key snapshot (every key's hash and metadata) is open to any caller (set a snapshot token)")
+		s.log.Warn("the signed key snapshot (every key's hash and metadata) is open to any caller (set -snapshot-token-file)")
 	}
 	if g := s.opts.GitHub; g != nil {
 		s.log.Info("taking GitHub's secret scanning reports", "path", GitHubLeakPath, "keys", cmp.Or(g.KeysFile, g.KeysURL))
 	}
 	s.log.Info("key service listening", "addr", ln.Addr().String(), "store", s.store.Driver(), "signer", keysnapshot.SignerID(s.opts.SigningKey.Public().(ed25519.PublicKey)))
-	return svchttp.Serve(ctx, ln, s.Handler(), svchttp.ServeOptions{CertFile: opts.TLSCertFile, KeyFile: opts.TLSKeyFile})
+	return svchttp.Serve(ctx, ln, s.Handler(), serve)
 }
 
 // LoadSigningKey reads the snapshot's Ed25519 signing key from path (PEM
@@ -125,7 +132,7 @@ func LoadSigningKey(path string, log *slog.Logger) (ed25519.PrivateKey, error) {
 			return nil, err
 		}
 		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-			return nil, fmt.Errorf("signing key: %w", err)
+			return nil, err
 		}
 		pubFile := strings.TrimSuffix(path, ".pem") + ".pub.pem"
 		pubDER, err := x509.MarshalPKIXPublicKey(priv.Public())
@@ -133,25 +140,25 @@ func LoadSigningKey(path string, log *slog.Logger) (ed25519.PrivateKey, error) {
 			return nil, err
 		}
 		if err := os.WriteFile(pubFile, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644); err != nil {
-			return nil, fmt.Errorf("signing key: %w", err)
+			return nil, err
 		}
 		log.Info("made a snapshot signing key; give nodes its public key (-keys-public-key)", "key", path, "public", pubFile)
 		return priv, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("signing key: %w", err)
+		return nil, err
 	}
 	blk, _ := pem.Decode(b)
 	if blk == nil {
-		return nil, fmt.Errorf("signing key %s: not PEM", path)
+		return nil, fmt.Errorf("%s: not PEM", path)
 	}
 	k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("signing key %s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	priv, ok := k.(ed25519.PrivateKey)
 	if !ok {
-		return nil, fmt.Errorf("signing key %s: not an Ed25519 key", path)
+		return nil, fmt.Errorf("%s: not an Ed25519 key", path)
 	}
 	return priv, nil
 }

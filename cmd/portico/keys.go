@@ -46,7 +46,7 @@ func runKeys(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	opts := keysvc.Options{StoreDSN: *dsn, Listen: *listen, TLSCertFile: *certFile, TLSKeyFile: *keyFile, SigningKeyFile: *signingKey,
+	opts := keysvc.Options{StoreDSN: *dsn, Listen: *listen, TLSCertFile: *certFile, TLSKeyFile: *keyFile,
 		ControlURL: *controlURL, WaitTimeout: *waitTimeout, Overlap: *overlap, Scanners: scanners.list, Logger: log}
 	if opts.GitHub, err = githubOptions(fs, *github, *githubURL, *githubFile); err != nil {
 		return fmt.Errorf("keys: %w", err)
@@ -84,7 +84,13 @@ func runKeys(ctx context.Context, args []string) error {
 		}
 		opts.SnapshotTokenHash = svcauth.Hash(tok)
 	}
-	return keysvc.Run(ctx, opts)
+	if opts.SigningKey, err = keysvc.LoadSigningKey(*signingKey, log); err != nil {
+		return fmt.Errorf("keys: -signing-key-file: %w", err)
+	}
+	if err := keysvc.Run(ctx, opts); err != nil {
+		return fmt.Errorf("keys: %w", err)
+	}
+	return nil
 }
 
 // githubOptions is GitHub's secret scanning protocol as the flags set it:
