@@ -111,8 +111,9 @@ func runDev(ctx context.Context, args []string) error {
 
 	plane := make(chan *control.Plane, 1)
 	handlers := map[string]http.Handler{}
+	keysHandler := keys.Handler()
 	for _, p := range keys.Paths() {
-		handlers[p] = keys.Handler()
+		handlers[p] = keysHandler
 	}
 	runs.add(func(ctx context.Context) error {
 		// Dev sends each version to its one node at once: no stages.
@@ -138,6 +139,12 @@ func runDev(ctx context.Context, args []string) error {
 		version, err := env.seed(ctx, demoCfg)
 		if err != nil {
 			return err
+		}
+		// The key service is in this process: a signed snapshot the
+		// node cannot fetch is a fault of dev's, shown at start rather
+		// than as the poller's warning a minute later.
+		if err := env.checkKeySnapshot(ctx); err != nil {
+			return fmt.Errorf("dev: %w", err)
 		}
 		if err := waitDevNode(ctx, p, version); err != nil {
 			return fmt.Errorf("dev: %w", err)

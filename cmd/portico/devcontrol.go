@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/portico-gw/portico/control"
 	"github.com/portico-gw/portico/control/admin"
 	"github.com/portico-gw/portico/control/distribution"
+	"github.com/portico-gw/portico/gateway/keysnapshot"
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 	"github.com/portico-gw/portico/gen/portico/admin/v1/adminv1connect"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
@@ -198,6 +200,33 @@ func (c *devEnv) seed(ctx context.Context, demo *configv1.Snapshot) (int64, erro
 		last = ch.GetVersion().GetNumber()
 	}
 	return last, nil
+}
+
+// checkKeySnapshot fetches the signed key snapshot as the node does,
+// with the snapshot token, and checks that it verifies with the signer
+// the node trusts.
+func (c *devEnv) checkKeySnapshot(ctx context.Context) error {
+	hc := &http.Client{Transport: svcauth.Transport(c.snapshotToken, nil), Timeout: 30 * time.Second}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url+keysvc.SnapshotPath, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("fetching the signed key snapshot: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("fetching the signed key snapshot: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("fetching the signed key snapshot: %s", resp.Status)
+	}
+	if _, err := keysnapshot.Verify(b, []ed25519.PublicKey{c.signer}); err != nil {
+		return fmt.Errorf("the signed key snapshot: %w", err)
+	}
+	return nil
 }
 
 // waitDevNode waits until dev's node runs version and is on the fast
