@@ -73,7 +73,7 @@ name), as platform get prints them. Only platform admins may.`,
 			}
 			p := &adminv1.Platform{}
 			if err := readConfigFile(file, p); err != nil {
-				return &usageError{msg: err.Error()}
+				return &failure{err: err} // as route put and apply: exit 1
 			}
 			resp, err := c.admin.PutPlatform(cmd.Context(), connect.NewRequest(&adminv1.PutPlatformRequest{Platform: p, Message: msg}))
 			if err != nil {
