@@ -15,9 +15,11 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/portico-gw/portico/control/distribution"
+	"github.com/portico-gw/portico/control/store"
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	"github.com/portico-gw/portico/testing/admintest"
+	"github.com/portico-gw/portico/testing/gatewaytest"
 )
 
 // stagedFleet is a control plane that stages versions (bake 300 ms) and
@@ -278,7 +280,10 @@ func TestRolloutNACKStops(t *testing.T) {
 		t.Errorf("rollout %+v", st.Rollout)
 	}
 	// A control plane that starts on the same store publishes the version
-	// the fleet kept, not the halted one.
+	// the fleet kept, not the halted one. It reads the halt from the
+	// store, which one writer fills a moment after Status shows it (off
+	// the streams' lock; Close flushes it): the first one still runs.
+	waitStoredRollout(t, cp.dsn, v2, distribution.RolloutHalted)
 	cp2 := startControlWith(t, cp.dsn, distribution.RolloutOptions{Bake: 300 * time.Millisecond})
 	if got := cp2.Distribution.Status().Version; got != v1 {
 		t.Errorf("a restarted control plane publishes version %d, want %d (the halted %d stays unsent)", got, v1, v2)
@@ -384,4 +389,20 @@ func TestPublishDuringRollout(t *testing.T) {
 	if st := cp.Distribution.Status(); st.Rollout.Version != v3 || st.Rollout.Previous != v1 {
 		t.Errorf("rollout %+v, want %d staged from %d", st.Rollout, v3, v1)
 	}
+}
+
+// waitStoredRollout waits until the store at dsn records the rollout of
+// version in state.
+func waitStoredRollout(t *testing.T, dsn string, version int64, state string) {
+	t.Helper()
+	st, err := store.Open(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var got store.Rollout
+	gatewaytest.WaitFor(t, 10*time.Second, fmt.Sprintf("the store to record version %d %s", version, state), func() bool {
+		got, _ = st.GetRollout(context.Background(), version)
+		return got.State == state
+	})
 }
