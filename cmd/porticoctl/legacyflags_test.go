@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -163,5 +164,45 @@ func TestLegacySpellingAdmin(t *testing.T) {
 	_, gnu, _ := ctl(t, env, "versions", "--limit=2", "--server", url)
 	if legacy != gnu || strings.Count(legacy, "\n") < 2 {
 		t.Errorf("versions -limit 2 printed %q, versions --limit=2 %q", legacy, gnu)
+	}
+}
+
+// TestRouteDeleteSpellings: route delete takes its flags before and after
+// the route's id, in either spelling, and the message reaches the version.
+// The order its usage text gives, -team T ID -m MSG, once failed with
+// "which route?".
+func TestRouteDeleteSpellings(t *testing.T) {
+	t.Parallel()
+	url, token := server(t)
+	env := map[string]string{"PORTICO_SERVER": url, "PORTICO_TOKEN": token}
+	routeFile := filepath.Join(t.TempDir(), "route.yaml")
+	if err := os.WriteFile(routeFile, []byte("id: orders.extra\npath: /v1/orders/extra\ncluster: orders\nauth: {public: true, reviewer: security}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := writeDir(t, map[string]string{"team.yaml": "team: orders\nclusters:\n  - name: orders\n    protocol: PROTOCOL_HTTP1\n    endpoints: [{address: \"127.0.0.1:9\"}]\n"})
+	if code, _, errOut := ctl(t, env, "apply", "-f", dir, "-m", "a cluster"); code != 0 {
+		t.Fatalf("apply = %d %q", code, errOut)
+	}
+	for i, args := range [][]string{
+		{"-team", "orders", "orders.extra", "-m", "gone 0"},
+		{"--team", "orders", "orders.extra", "-m", "gone 1"},
+		{"orders.extra", "--team", "orders", "-m", "gone 2"},
+		{"orders.extra", "-team", "orders", "-m", "gone 3"},
+		{"-team=orders", "orders.extra", "-message", "gone 4"},
+		{"-m", "gone 5", "orders.extra", "--team=orders"},
+	} {
+		if code, _, errOut := ctl(t, env, "route", "put", "--team", "orders", "-f", routeFile); code != 0 {
+			t.Fatalf("route put = %d %q", code, errOut)
+		}
+		cmd := append([]string{"route", "delete"}, args...)
+		code, out, errOut := ctl(t, env, cmd...)
+		if code != 0 || !strings.HasSuffix(out, "\n- orders route orders.extra\n") {
+			t.Errorf("porticoctl %s = %d %q %q, want 0 and the route deleted", strings.Join(cmd, " "), code, out, errOut)
+			continue
+		}
+		want := fmt.Sprintf("gone %d", i)
+		if _, versions, _ := ctl(t, env, "versions", "--limit", "1"); !strings.HasSuffix(strings.TrimSpace(versions), "  "+want) {
+			t.Errorf("after porticoctl %s, versions = %q, want the message %q", strings.Join(cmd, " "), versions, want)
+		}
 	}
 }
