@@ -16,12 +16,16 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -97,6 +101,7 @@ type Lane interface {
 type Client struct {
 	opts Options
 	log  *slog.Logger
+	addr string // the control plane's host[:port], for the log
 
 	mu      sync.Mutex
 	running string // sha256 of the snapshot the node runs
@@ -120,7 +125,10 @@ func New(opts Options) *Client {
 	if opts.MaxBackoff < opts.MinBackoff {
 		opts.MaxBackoff = max(15*time.Second, opts.MinBackoff)
 	}
-	c := &Client{opts: opts, log: opts.Logger}
+	c := &Client{opts: opts, log: opts.Logger, addr: opts.URL}
+	if u, err := url.Parse(opts.URL); err == nil && u.Host != "" {
+		c.addr = u.Host
+	}
 	if c.log == nil {
 		c.log = slog.Default()
 	}
@@ -176,29 +184,38 @@ func (c *Client) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.loop(ctx, "fast lane", func(ctx context.Context) error { return c.laneSession(ctx, client) })
+			c.loop(ctx, "fast lane", func(ctx context.Context, up func()) error { return c.laneSession(ctx, client, up) })
 		}()
 	}
-	c.loop(ctx, "snapshot", func(ctx context.Context) error { return c.session(ctx, client) })
+	c.loop(ctx, "snapshot", func(ctx context.Context, up func()) error { return c.session(ctx, client, up) })
 	wg.Wait()
 	return nil
 }
 
 // loop runs session until ctx ends, waiting a jittered, growing backoff
-// between two.
-func (c *Client) loop(ctx context.Context, name string, session func(context.Context) error) {
+// between two. A session calls up when the control plane has sent it a
+// message. A dial that fails, or a stream that fails before any message
+// and within MaxBackoff, is logged as the control plane unreachable; a
+// stream that was up as ended.
+func (c *Client) loop(ctx context.Context, name string, session func(ctx context.Context, up func()) error) {
 	retry := backoff.Backoff{Min: c.opts.MinBackoff, Max: c.opts.MaxBackoff}
 	for {
 		start := time.Now()
-		err := session(ctx)
+		wasUp := false
+		err := session(ctx, func() { wasUp = true })
 		if ctx.Err() != nil {
 			return
 		}
-		if time.Since(start) > c.opts.MaxBackoff {
+		long := time.Since(start) > c.opts.MaxBackoff
+		if long {
 			retry.Reset() // it had been up a while: start again small
 		}
 		wait := retry.Next()
-		c.log.Warn("control plane stream ended; reconnecting", "stream", name, "err", err, "in", wait.Round(time.Millisecond))
+		if unreachable(err, !wasUp && !long) {
+			c.log.Warn("control plane unreachable; retrying", "stream", name, "addr", c.addr, "err", err, "in", wait.Round(time.Millisecond))
+		} else {
+			c.log.Warn("control plane stream ended; reconnecting", "stream", name, "err", err, "in", wait.Round(time.Millisecond))
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -209,8 +226,44 @@ func (c *Client) loop(ctx context.Context, name string, session func(context.Con
 	}
 }
 
-// session is one stream: hello, then snapshots and their answers.
-func (c *Client) session(ctx context.Context, client distributionv1connect.DistributionServiceClient) error {
+// unreachable reports whether err, a session's error, says the control
+// plane could not be reached: the dial failed (refused, no such host,
+// timed out), or, early in a stream that never came up, the connection
+// was reset or closed. connect-go reports these as unavailable and keeps
+// the *net.OpError in the chain. An error the control plane sent, even
+// unavailable, says it was reached.
+func unreachable(err error, early bool) bool {
+	if connect.IsWireError(err) {
+		return false
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return early && (op != nil || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || connect.CodeOf(err) == connect.CodeUnavailable)
+}
+
+// sendError is the error of a failed Send on a stream. connect-go's Send
+// returns an error wrapping io.EOF ("write envelope: EOF") when the
+// stream is already gone, a refused dial among others, and Receive
+// returns the reason, after the messages the control plane sent before
+// it ended the stream (up is called for each).
+func sendError[Res any](err error, receive func() (*Res, error), up func()) error {
+	if !errors.Is(err, io.EOF) {
+		return err
+	}
+	for {
+		if _, err := receive(); err != nil {
+			return err
+		}
+		up()
+	}
+}
+
+// session is one stream: hello, then snapshots and their answers. It
+// calls up on each message the control plane sends.
+func (c *Client) session(ctx context.Context, client distributionv1connect.DistributionServiceClient, up func()) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream := client.Stream(ctx)
@@ -234,7 +287,7 @@ func (c *Client) session(ctx context.Context, client distributionv1connect.Distr
 		hello.Clusters = healthOf(c.opts.Node.ClusterStatus())
 	}
 	if err := send(&distributionv1.StreamRequest{Message: &distributionv1.StreamRequest_Hello{Hello: hello}}); err != nil {
-		return err
+		return sendError(err, stream.Receive, up)
 	}
 	if c.opts.Stats != nil || c.opts.Node != nil {
 		go c.report(ctx, stopped, send)
@@ -244,6 +297,7 @@ func (c *Client) session(ctx context.Context, client distributionv1connect.Distr
 		if err != nil {
 			return err
 		}
+		up()
 		if p := resp.GetProbe(); p != nil {
 			// A probe takes up to its timeout: snapshots and ACKs do not
 			// wait for it.

@@ -18,8 +18,9 @@ func (c *Client) LaneVersion() (epoch string, version uint64) {
 }
 
 // laneSession is one fast-lane stream: hello with the version held, then
-// updates, each applied to the Lane and acknowledged.
-func (c *Client) laneSession(ctx context.Context, client distributionv1connect.DistributionServiceClient) error {
+// updates, each applied to the Lane and acknowledged. It calls up on
+// each message the control plane sends.
+func (c *Client) laneSession(ctx context.Context, client distributionv1connect.DistributionServiceClient, up func()) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream := client.FastLane(ctx)
@@ -31,7 +32,7 @@ func (c *Client) laneSession(ctx context.Context, client distributionv1connect.D
 		NodeId: c.opts.NodeID, Epoch: epoch, Version: version,
 	}}})
 	if err != nil {
-		return err
+		return sendError(err, stream.Receive, up)
 	}
 	var parts []*configv1.FastLaneEntry
 	for {
@@ -39,6 +40,7 @@ func (c *Client) laneSession(ctx context.Context, client distributionv1connect.D
 		if err != nil {
 			return err
 		}
+		up()
 		u := resp.GetUpdate()
 		if u == nil {
 			continue
