@@ -96,6 +96,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"strconv"
@@ -183,6 +184,11 @@ type Options struct {
 	// Prefix starts every Redis key; default DefaultPrefix. It must not
 	// contain '{' or '}', which would change the keys' hash slots.
 	Prefix string
+	// Logger gets go-redis's own log lines (a dial that failed, say) as
+	// warnings, at most one every 10 s with the count of those left out.
+	// go-redis has one logger per process: the first Syncer made sets it,
+	// and the Logger of later ones is ignored. Nil means slog.Default().
+	Logger *slog.Logger
 }
 
 // Syncer syncs one node's global buckets with Redis. Its methods may be
@@ -218,6 +224,7 @@ func New(client redis.UniversalClient, opts Options) *Syncer {
 	if opts.Prefix == "" {
 		opts.Prefix = DefaultPrefix
 	}
+	setRedisLogger(opts.Logger)
 	_, single := client.(*redis.Client)
 	return &Syncer{
 		client:   client,

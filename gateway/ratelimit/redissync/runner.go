@@ -28,8 +28,9 @@ type Runner struct {
 	// Settings returns the sync interval and the round trip's timeout; it
 	// is read every round, so a new snapshot's settings apply at once.
 	Settings func() (interval, timeout time.Duration)
-	// Logger gets a warning when a sync fails, at most every errLogEvery;
-	// nil means slog.Default().
+	// Logger gets a warning when a sync fails, at most every errLogEvery,
+	// and go-redis's own lines (see Options.Logger); nil means
+	// slog.Default().
 	Logger *slog.Logger
 
 	syncer   *Syncer
@@ -204,7 +205,7 @@ func (r *Runner) settings() {
 	interval, timeout := r.Settings()
 	if r.syncer == nil || interval != r.interval || timeout != r.timeout {
 		r.interval, r.timeout = interval, timeout
-		r.syncer = New(r.Client, Options{Node: r.Node, Interval: interval, Timeout: timeout})
+		r.syncer = New(r.Client, Options{Node: r.Node, Interval: interval, Timeout: timeout, Logger: r.Logger})
 	}
 	if r.pending == nil {
 		r.pending = map[*ratelimit.Bucket]ratelimit.Report{}
