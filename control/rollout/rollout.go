@@ -129,6 +129,9 @@ type Judge struct {
 	Next, Previous int64
 	// OldRate is kept by Judge; nil starts empty.
 	OldRate map[string]float64
+	// Failed is the route of the regression Stage last found, "" while
+	// it found none: the route whose change a rollout reverts.
+	Failed string
 }
 
 // Stage compares, for each changed route, the calls the nodes on the new
@@ -143,6 +146,7 @@ func (j *Judge) Stage(stage int, nodes []Observation) (evidence, short string) {
 	if j.OldRate == nil {
 		j.OldRate = map[string]float64{}
 	}
+	j.Failed = ""
 	sums := map[string]*[2]routestats.Counts{} // route → [old, new]
 	for _, n := range nodes {
 		for route, c := range n.After {
@@ -190,12 +194,14 @@ func (j *Judge) Stage(stage int, nodes []Observation) (evidence, short string) {
 			continue // nothing to compare with
 		}
 		if rateNew-rateOld > j.MaxErrorRateIncrease {
+			j.Failed = r
 			return fmt.Sprintf("route %s failed %d of %d calls (%.1f%%) on version %d, %d of %d (%.1f%%) on version %d",
 				r, nw.Errors, nw.Requests, 100*rateNew, j.Next, old.Errors, old.Requests, 100*rateOld, j.Previous), ""
 		}
 		if old.Requests >= j.MinRequests {
 			pNew, pOld := nw.Quantile(0.99), old.Quantile(0.99)
 			if float64(pNew) > j.MaxLatencyRatio*float64(pOld) && pNew-pOld >= j.MinLatencyIncrease {
+				j.Failed = r
 				return fmt.Sprintf("route %s p99 %v on version %d, %v on version %d", r, pNew, j.Next, pOld, j.Previous), ""
 			}
 		}
