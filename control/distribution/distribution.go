@@ -78,6 +78,9 @@ type Server struct {
 	// that finished, versions sent at once): going back to one of them is
 	// not staged.
 	ranEverywhere map[string]bool
+	// continuations are the rollouts revert versions go on with, by the
+	// number the revert is committed as (see revertChange).
+	continuations map[int64]*continuation
 
 	// rows are the rollouts' states to record in the store (by
 	// version), saved the last queued of each; rowsWake wakes the
@@ -304,7 +307,11 @@ func (s *Server) Publish(ctx context.Context, version int64) error {
 		}
 	}
 	s.target = next
-	if s.opts.Rollout.Bake > 0 && next.previous != nil && !s.ranEverywhere[next.sha256] {
+	if c := s.continuations[v.Number]; c != nil {
+		// A revert of one change of a train: the rollout goes on with it.
+		delete(s.continuations, v.Number)
+		s.continueLocked(next, c)
+	} else if s.opts.Rollout.Bake > 0 && next.previous != nil && !s.ranEverywhere[next.sha256] {
 		// A new version: staged, judged, reverted on a regression.
 		s.startRolloutLocked(next, next.previous)
 	} else {

@@ -218,11 +218,27 @@ func (s *Server) runRollout(ctx context.Context, ro *staged) {
 		}
 		if ro.next.halted != nil || err != nil {
 			ro.state, ro.evidence = RolloutHalted, fmt.Sprintf("stage %s: not every node ran it within %v", stageNames[i], opts.AckTimeout)
-			if h := ro.next.halted; h != nil {
+			h := ro.next.halted
+			if h != nil {
 				ro.evidence = fmt.Sprintf("node %s refused it: %s", h.Node, h.Error)
 			}
 			s.notifyLocked()
 			s.mu.Unlock()
+			if h != nil && len(h.Objects) > 0 {
+				// The node named what it refused: the change that touched
+				// it is undone, the rest of the train goes on.
+				s.mu.Lock()
+				ro.state = RolloutReverted
+				s.saveLocked(ro)
+				s.mu.Unlock()
+				if s.revertChange(ro, "rollout.revert", pickObjects(h.Objects)) {
+					return
+				}
+				s.mu.Lock()
+				ro.state = RolloutHalted
+				s.saveLocked(ro)
+				s.mu.Unlock()
+			}
 			s.record("rollout.halt", ro)
 			return
 		}
@@ -259,6 +275,15 @@ func (s *Server) runRollout(ctx context.Context, ro *staged) {
 			evidence, short := s.judgeLocked(ro, before, s.countsLocked())
 			if evidence != "" {
 				ro.state, ro.evidence = RolloutReverted, fmt.Sprintf("stage %s: %s", stageNames[i], evidence)
+				failed := ro.judge.Failed
+				s.saveLocked(ro)
+				s.mu.Unlock()
+				// Undo the change of the train that touched the route;
+				// failing that, the whole train.
+				if failed != "" && s.revertChange(ro, "rollout.revert", pickRoute(failed)) {
+					return
+				}
+				s.mu.Lock()
 				s.log.Warn("rollout reverted", "version", ro.next.version, "to", ro.previous.version, "evidence", ro.evidence)
 				s.revertLocked(ro)
 				s.mu.Unlock()
@@ -587,6 +612,14 @@ func (s *Server) Abort() bool {
 		return false
 	}
 	ro.state, ro.evidence = RolloutAborted, "aborted by an operator"
+	ro.cancel()
+	s.saveLocked(ro)
+	s.mu.Unlock()
+	// The newest change of the train is undone; the rest goes on.
+	if s.revertChange(ro, "rollout.abort", pickNewest) {
+		return true
+	}
+	s.mu.Lock()
 	s.revertLocked(ro)
 	s.mu.Unlock()
 	s.commitRevert(ro, "rollout.abort")
