@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"sort"
 	"sync"
@@ -290,7 +291,8 @@ func (s *Server) Publish(ctx context.Context, version int64) error {
 		return nil
 	}
 	next := &target{version: v.Number, sha256: v.SnapshotSHA256, data: data, odd: map[string]bool{}}
-	if old := s.target; old != nil {
+	old := s.target
+	if old != nil {
 		next.previous = old
 		if old.halted != nil {
 			next.previous = old.previous
@@ -311,6 +313,18 @@ func (s *Server) Publish(ctx context.Context, version int64) error {
 		// A revert of one change of a train: the rollout goes on with it.
 		delete(s.continuations, v.Number)
 		s.continueLocked(next, c)
+	} else if ro := s.rollout; s.opts.Rollout.Bake > 0 && ro != nil && ro.next == old && (ro.state == RolloutRunning || ro.state == RolloutPaused) &&
+		!s.ranEverywhere[next.sha256] {
+		// A change committed during a rollout joins its train: the
+		// rollout goes on with it from the stage it reached, on the same
+		// nodes, paused if it was. (Starting again at the canaries would
+		// keep a busy fleet's train from ever getting past them.)
+		reached := make(map[string]bool, len(ro.reached))
+		for id := range ro.reached {
+			reached[id] = true
+		}
+		s.continueLocked(next, &continuation{previous: ro.previous, reached: reached, stage: ro.stage, paused: ro.state == RolloutPaused,
+			oldRate: maps.Clone(ro.judge.OldRate)})
 	} else if s.opts.Rollout.Bake > 0 && next.previous != nil && !s.ranEverywhere[next.sha256] {
 		// A new version: staged, judged, reverted on a regression.
 		s.startRolloutLocked(next, next.previous)

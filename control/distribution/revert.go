@@ -3,6 +3,7 @@ package distribution
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +34,12 @@ type continuation struct {
 	// same: the revert's config is the previous version's, so there is
 	// nothing left to stage: every node gets it at once.
 	same bool
+	// paused: the rollout was paused, and stays so.
+	paused bool
+	// oldRate is the judge's baseline so far (rollout.Judge.OldRate): at
+	// a stage with few or no nodes left on the old version, it is all
+	// the judge has to compare with.
+	oldRate map[string]float64
 }
 
 // change is one version of a train, as committed.
@@ -146,7 +153,7 @@ func (s *Server) revertChange(ro *staged, action string, pick pickFunc) bool {
 		for id := range ro.reached {
 			reached[id] = true
 		}
-		s.continuations[number] = &continuation{previous: ro.previous, reached: reached, stage: ro.stage, same: same}
+		s.continuations[number] = &continuation{previous: ro.previous, reached: reached, stage: ro.stage, same: same, oldRate: maps.Clone(ro.judge.OldRate)}
 		s.mu.Unlock()
 		return store.Commit{
 			Config: cfgBytes, Snapshot: snapBytes, CreatedBy: "system", RollbackOf: rollbackOf,
@@ -246,7 +253,10 @@ func (s *Server) continueLocked(next *target, c *continuation) {
 		s.saveLocked(ro)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ro := &staged{next: next, previous: c.previous, reached: c.reached, stage: c.stage, state: RolloutRunning, cancel: cancel}
+	ro := &staged{next: next, previous: c.previous, reached: c.reached, stage: c.stage, state: RolloutRunning, cancel: cancel, oldRate: c.oldRate}
+	if c.paused {
+		ro.state, ro.resume = RolloutPaused, make(chan struct{})
+	}
 	s.rollout = ro
 	s.saveLocked(ro)
 	go s.runRollout(ctx, ro)

@@ -100,6 +100,9 @@ type staged struct {
 	holding bool
 	// resumed: taken up by a control plane that restarted (resume).
 	resumed bool
+	// oldRate seeds the judge's baseline: a train that goes on with a
+	// new version keeps what it measured on the old one.
+	oldRate map[string]float64
 }
 
 // ended reports whether ro is over: done, reverted, aborted or replaced.
@@ -169,7 +172,7 @@ func (s *Server) runRollout(ctx context.Context, ro *staged) {
 	ro.judge = rollout.Judge{
 		Criteria: rollout.Criteria{MinRequests: opts.MinRequests, MaxErrorRateIncrease: opts.MaxErrorRateIncrease,
 			MaxLatencyRatio: opts.MaxLatencyRatio, MinLatencyIncrease: opts.MinLatencyIncrease},
-		Changed: changed, Next: ro.next.version, Previous: ro.previous.version,
+		Changed: changed, Next: ro.next.version, Previous: ro.previous.version, OldRate: ro.oldRate,
 	}
 	s.mu.Unlock()
 	first := ro.stage

@@ -13,6 +13,8 @@ import (
 
 	"github.com/portico-gw/portico/control/distribution"
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	"github.com/portico-gw/portico/testing/admintest"
 	"github.com/portico-gw/portico/testing/gatewaytest"
 )
 
@@ -94,4 +96,116 @@ func TestRevertUndoesOneChange(t *testing.T) {
 	}
 	t.Logf("train of 3 changes, 1 reverted: the revert committed %v after the bad change, on every node %v later; test %v",
 		reverted.Sub(badAt).Round(time.Millisecond), time.Since(reverted).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+}
+
+// TestStreamOfChanges is issue 16's stream of changes, compressed: two
+// teams commit 40 changes 50 ms apart while rollouts run (bake 300 ms);
+// the eleventh points the orders team's cluster at a failing backend.
+// The automatic revert undoes that change alone: at the end every node
+// serves every other change, and the orders team reads what happened.
+func TestStreamOfChanges(t *testing.T) {
+	// Not parallel: one staged fleet (ten nodes with traffic) at a time.
+	start := time.Now()
+	cp, nodes := stagedFleet(t)
+	ctx := context.Background()
+	setUp(t, cp, backend(t, "orders"))
+	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
+	if _, err := cp.admin.PutTeam(ctx, connect.NewRequest(&adminv1.PutTeamRequest{Team: &adminv1.Team{
+		Name: "search", Owns: []*adminv1.Ownership{{Host: "api.example.com", PathPrefix: "/v1/search"}},
+		Upstreams: []*adminv1.Upstream{{Address: &adminv1.Upstream_Cidr{Cidr: "127.0.0.2/32"}}}}})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.admin.PutCluster(ctx, connect.NewRequest(&adminv1.PutClusterRequest{Team: "search", Cluster: &configv1.Cluster{
+		Name: "search", Protocol: configv1.Protocol_PROTOCOL_HTTP1, Endpoints: []*configv1.Endpoint{{Address: backendOn(t, "127.0.0.2:0", "search")}}}})); err != nil {
+		t.Fatal(err)
+	}
+	waitFleet(t, cp, "the first routes everywhere", func(s distribution.Status) bool {
+		return s.Rollout != nil && s.Rollout.Version > v1 && s.Rollout.State == distribution.RolloutDone && allRun(10, s.Rollout.Version)(s)
+	})
+	traffic(t, nodes)
+
+	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }))
+	t.Cleanup(failing.Close)
+	const changes = 40
+	var paths []string
+	var bad int64
+	for i := range changes {
+		switch {
+		case i == 10:
+			bad = pointCluster(t, cp, strings.TrimPrefix(failing.URL, "http://"))
+		case i%2 == 0:
+			id := fmt.Sprintf("orders.r%02d", i)
+			putRoute(t, cp, id, "/v1/orders/r"+fmt.Sprint(i))
+			paths = append(paths, "/v1/orders/r"+fmt.Sprint(i))
+		default:
+			p := "/v1/search/r" + fmt.Sprint(i)
+			if _, err := cp.admin.PutRoute(ctx, connect.NewRequest(&adminv1.PutRouteRequest{Team: "search", Route: &configv1.Route{
+				Id: fmt.Sprintf("search.r%02d", i), Hosts: []string{"api.example.com"}, Path: p, Cluster: "search",
+				Auth: &configv1.RouteAuth{Public: true, Reviewer: "security"}}})); err != nil {
+				t.Fatal(err)
+			}
+			paths = append(paths, p)
+		}
+		time.Sleep(50 * time.Millisecond) // the stream's pace
+	}
+	last, err := cp.admin.ListVersions(ctx, connect.NewRequest(&adminv1.ListVersionsRequest{Limit: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	committed := last.Msg.GetVersions()[0].GetNumber()
+
+	// Every node ends on one version that has every change but the bad
+	// one, and the train's rollout is done.
+	var final int64
+	gatewaytest.WaitFor(t, 60*time.Second, "the train done on every node", func() bool {
+		st := cp.Distribution.Status()
+		if st.Rollout == nil || st.Rollout.State != distribution.RolloutDone || !allRun(10, st.Rollout.Version)(st) {
+			return false
+		}
+		final = st.Rollout.Version
+		return true
+	})
+	served := 0
+	for i, n := range nodes {
+		for _, p := range append([]string{"/v1/orders"}, paths...) {
+			team := "orders"
+			if strings.HasPrefix(p, "/v1/search") {
+				team = "search"
+			}
+			if code, body := n.get(t, p); code != 200 || body != team+" "+p {
+				t.Errorf("node %d %s at the end: %d %q, want 200 from %s", i, p, code, body, team)
+			} else {
+				served++
+			}
+		}
+	}
+	// One revert, of the bad change alone.
+	vs, err := cp.admin.ListVersions(ctx, connect.NewRequest(&adminv1.ListVersionsRequest{Limit: 100}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reverts := 0
+	for _, v := range vs.Msg.GetVersions() {
+		if v.GetCreatedBy() == "system" {
+			reverts++
+			if !strings.Contains(v.GetMessage(), fmt.Sprintf("rollout.revert of version %d:", bad)) || v.GetDiff() != "~ orders cluster orders" {
+				t.Errorf("revert %d: %q, diff %q; want the revert of version %d, the orders cluster alone", v.GetNumber(), v.GetMessage(), v.GetDiff(), bad)
+			}
+		}
+	}
+	if reverts != 1 {
+		t.Errorf("%d reverts, want 1", reverts)
+	}
+	ro, err := admintest.Client(cp.url, teamToken(t, cp, "orders")).ListAudit(ctx, connect.NewRequest(&adminv1.ListAuditRequest{Limit: 100}))
+	if err == nil {
+		found := false
+		for _, e := range ro.Msg.GetEntries() {
+			found = found || (e.GetAction() == "rollout.revert" && e.GetObject() == fmt.Sprintf("version %d", bad))
+		}
+		if !found {
+			t.Error("the orders team's audit log has no rollout.revert of its change")
+		}
+	}
+	t.Logf("%d changes committed (versions up to %d), 1 reverted (version %d); every node on version %d, serving %d routes each (%d calls checked); test %v",
+		changes, committed, bad, final, len(paths)+1, served, time.Since(start).Round(time.Millisecond))
 }
