@@ -16,10 +16,10 @@
 //  3. Run runs the node's sources (the config file or the control plane's
 //     stream, the signed key snapshot: first what they hold on disk,
 //     then their watches and streams), serves until its context is done,
-//     then drains: listeners close, HTTP/2 clients get GOAWAY, idle
-//     connections close, and in-flight requests get up to
-//     Options.DrainTimeout to finish. It returns once every goroutine it
-//     started has stopped.
+//     then drains: listeners close, busy connections are asked to close
+//     after their next answer (HTTP/2: GOAWAY), idle connections close,
+//     and in-flight requests get up to Options.DrainTimeout to finish. It
+//     returns once every goroutine it started has stopped.
 //  4. Close releases the listeners of a Node that never ran. Run closes
 //     everything itself.
 package gateway
@@ -171,6 +171,9 @@ type Node struct {
 	servers   []*http.Server
 	listeners []net.Listener
 	ran       atomic.Bool
+	// draining is set when the drain starts: every answer from then on
+	// asks the client to close the connection.
+	draining  atomic.Bool
 	closeOnce sync.Once
 	// probing holds one token while ProbeClusters runs.
 	probing chan struct{}
@@ -187,6 +190,12 @@ type pool struct {
 	name  string
 	index int
 	tls   bool
+	// started and finished count the pool's requests, so that a drain
+	// can tell how many it waited for and how many it cut: two atomic
+	// adds per request, on a cache line of their own (the fields above
+	// are read by every request and should not share it).
+	_                 [64]byte
+	started, finished atomic.Int64
 }
 
 // New binds the listeners in opts and returns a Node with an empty
@@ -366,7 +375,8 @@ func (n *Node) Run(ctx context.Context) error {
 			ln = framing.NewListener(ln, fo)
 		}
 		go func() {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			// The drain closes the raw listener itself, before Shutdown.
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !n.draining.Load() {
 				errc <- err
 			}
 		}()
@@ -386,22 +396,88 @@ func (n *Node) Run(ctx context.Context) error {
 	return err
 }
 
-// shutdown drains every server: GOAWAY, close idle, wait for in-flight up to
-// the drain timeout, then force-close what is left.
+// shutdown drains every server and logs when it starts and ends, with the
+// requests it waited for and those it cut. In order:
+//
+//  1. The listeners close: no connection is accepted any more (after an
+//     upgrade, the new process accepts from the same sockets). A TLS
+//     handshake in progress still completes and is served.
+//  2. Every answer from now on carries Connection: close (HTTP/2: GOAWAY),
+//     so a connection a client keeps busy closes after its next answer,
+//     cleanly, instead of being closed as idle between two requests, in
+//     the instant a client that never retries may be sending the next.
+//     This lasts until a tick passes with no new request, at most
+//     keepAliveGrace.
+//  3. http.Server.Shutdown: GOAWAY, idle connections closed, in-flight
+//     requests waited for up to the drain timeout, then force-closed.
 func (n *Node) shutdown() {
+	start := time.Now()
+	started, finished := n.requests()
+	n.log.Info("draining", "in_flight", started-finished, "timeout", n.opts.DrainTimeout.String())
 	dctx, cancel := context.WithTimeout(context.Background(), n.opts.DrainTimeout)
 	defer cancel()
-	var wg sync.WaitGroup
-	for _, srv := range n.servers {
+	n.draining.Store(true)
+	n.closeListeners()
+	n.awaitQuiet(dctx, start)
+	var (
+		wg  sync.WaitGroup
+		cut atomic.Int64
+	)
+	for i, srv := range n.servers {
 		wg.Go(func() {
-			if err := srv.Shutdown(dctx); err != nil {
-				n.log.Warn("drain deadline passed; closing remaining connections", "err", err)
+			_ = srv.Shutdown(dctx)
+			if dctx.Err() != nil {
+				p := n.pools[i]
+				left := p.started.Load() - p.finished.Load()
+				cut.Add(left)
+				n.log.Warn("drain deadline passed; closing remaining connections", "pool", p.name, "cut", left)
 				_ = srv.Close()
 			}
 		})
 	}
 	wg.Wait()
+	_, done := n.requests()
+	n.log.Info("drained", "took", time.Since(start).Round(time.Millisecond).String(), "drained", done-finished, "cut", cut.Load())
 	n.Close()
+}
+
+// keepAliveGrace bounds step 2 of the drain: longer than any busy
+// client's pause between two requests on one connection. A connection
+// quiet for longer is idle, and closing it is what IdleTimeout does too.
+const keepAliveGrace = time.Second
+
+// awaitQuiet returns once a drainTick passes without a new request, or
+// keepAliveGrace after start, or when ctx is done.
+func (n *Node) awaitQuiet(ctx context.Context, start time.Time) {
+	tick := time.NewTicker(drainTick)
+	defer tick.Stop()
+	last, _ := n.requests()
+	for time.Since(start) < keepAliveGrace {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		now, _ := n.requests()
+		if now == last {
+			return
+		}
+		last = now
+	}
+}
+
+// drainTick is how often the drain looks for new requests.
+const drainTick = 50 * time.Millisecond
+
+// requests sums the pools' counts of requests started and finished.
+func (n *Node) requests() (started, finished int64) {
+	for _, p := range n.pools {
+		// finished first: a request counted as finished is then surely
+		// counted as started, and in flight never reads negative.
+		finished += p.finished.Load()
+		started += p.started.Load()
+	}
+	return started, finished
 }
 
 // Close releases the listeners and upstream connections. Run calls it; call

@@ -26,10 +26,24 @@ var records = sync.Pool{New: func() any { return new(exchange.Record) }}
 // ServeHTTP runs the request chain for one pool. Every request, whatever
 // its exit, ends in finish, which hands its record to the sinks.
 func (p *pool) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.started.Add(1)
+	if p.node.draining.Load() {
+		// HTTP/1.1 closes the connection after this answer, HTTP/2 sends
+		// GOAWAY: busy connections wind down before the drain closes
+		// idle ones (see Node.shutdown).
+		w.Header()["Connection"] = closeValue
+	}
 	x := records.Get().(*exchange.Record)
 	w = x.Reset(w, p.name, time.Now())
-	defer p.node.finish(x)
+	defer p.finish(x)
 	p.serve(x, w, r)
+}
+
+// finish ends one request of the pool: the node's finish, then the
+// count of requests the pool has finished, which the drain reads.
+func (p *pool) finish(x *exchange.Record) {
+	p.node.finish(x)
+	p.finished.Add(1)
 }
 
 // serve is the request chain. The order is fixed (DESIGN.md, the request

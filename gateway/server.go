@@ -78,8 +78,11 @@ type tlsListener struct {
 	framing framing.Options // for HTTP/1.1 connections
 	log     *slog.Logger
 
-	conns     chan net.Conn
-	done      chan struct{}
+	conns chan net.Conn
+	done  chan struct{}
+	// shaking counts the handshakes in progress, which the accept loop
+	// lets finish when the inner listener closes.
+	shaking   sync.WaitGroup
 	closeOnce sync.Once
 	mu        sync.Mutex
 	pending   map[net.Conn]struct{} // handshakes in progress
@@ -119,6 +122,10 @@ func (l *tlsListener) acceptLoop() {
 				case <-l.done:
 				}
 			}
+			// The inner listener is closed (a drain) or broken: the
+			// connections accepted already still complete their
+			// handshakes and are served, unless Close comes first.
+			l.shaking.Wait()
 			l.mu.Lock()
 			l.err = err
 			l.mu.Unlock()
@@ -129,7 +136,11 @@ func (l *tlsListener) acceptLoop() {
 		l.mu.Lock()
 		l.pending[c] = struct{}{}
 		l.mu.Unlock()
-		go l.handshake(c)
+		l.shaking.Add(1)
+		go func() {
+			defer l.shaking.Done()
+			l.handshake(c)
+		}()
 	}
 }
 
