@@ -19,7 +19,8 @@
 //     then drains: listeners close, busy connections are asked to close
 //     after their next answer (HTTP/2: GOAWAY), idle connections close,
 //     and in-flight requests get up to Options.DrainTimeout to finish. It
-//     returns once every goroutine it started has stopped.
+//     returns once every goroutine it started has stopped. Ready is closed
+//     once it serves with a snapshot applied.
 //  4. Close releases the listeners of a Node that never ran. Run closes
 //     everything itself.
 package gateway
@@ -171,6 +172,11 @@ type Node struct {
 	servers   []*http.Server
 	listeners []net.Listener
 	ran       atomic.Bool
+	// ready is closed once Run serves with a snapshot applied (see
+	// Ready); serving and applied are the two halves of that.
+	ready            chan struct{}
+	readyOnce        sync.Once
+	serving, applied atomic.Bool
 	// draining is set when the drain starts: every answer from then on
 	// asks the client to close the connection.
 	draining  atomic.Bool
@@ -216,6 +222,7 @@ func New(opts Options) (*Node, error) {
 		trusted:   opts.TrustedProxies,
 		tokens:    jwt.New(jwt.Options{Now: opts.Now, Logger: opts.Logger, HTTPClient: opts.JWKSClient}),
 		probing:   make(chan struct{}, 1),
+		ready:     make(chan struct{}),
 	}
 	n.auth = auth.New(n.tokens, opts.Now)
 	n.creds = auth.NewSources(n.tokens, opts.Logger)
@@ -380,6 +387,10 @@ func (n *Node) Run(ctx context.Context) error {
 				errc <- err
 			}
 		}()
+	}
+	n.serving.Store(true)
+	if n.applied.Load() {
+		n.readyOnce.Do(func() { close(n.ready) })
 	}
 	srcCtx, stopSources := context.WithCancel(ctx)
 	sourcesDone := n.src.run(srcCtx, errc)

@@ -80,6 +80,10 @@ func (n *Node) Apply(cfg *configv1.Snapshot) error {
 	if old != nil {
 		time.AfterFunc(releaseDelay, old.set.Release)
 	}
+	n.applied.Store(true)
+	if n.serving.Load() {
+		n.readyOnce.Do(func() { close(n.ready) })
+	}
 	n.log.Info("snapshot applied", "version", st.snap.Version, "sha256", st.snap.SHA256, "routes", len(st.snap.Routes), "clusters", len(st.snap.ClusterNames), "keys", keys.Len(), "issuers", len(cfg.GetIssuers()))
 	return nil
 }
