@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/portico-gw/portico/gateway"
 	"github.com/portico-gw/portico/gateway/upstream"
@@ -33,6 +35,7 @@ func runGateway(ctx context.Context, args []string) error {
 		readHeader = fs.Duration("read-header-timeout", gateway.DefaultReadHeaderTimeout, "time a client may take to send its headers")
 		idle       = fs.Duration("idle-timeout", gateway.DefaultIdleTimeout, "close keep-alive connections idle this long")
 		drain      = fs.Duration("drain-timeout", gateway.DefaultDrainTimeout, "time in-flight requests get to finish on shutdown")
+		upTimeout  = fs.Duration("upgrade-timeout", defaultUpgradeTimeout, "on SIGUSR2 (upgrade in place): time the new process has to be ready before this one gives up on it and serves on")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
 		debugAddr  = fs.String("debug-listen", "", "addr to serve /debug/pprof/ on (off when empty; keep it on loopback)")
 		headroom   = fs.Int("gc-headroom-mib", defaultGCHeadroomMiB, "heap growth allowed between garbage collections, in MiB (0: Go's default pacing; GOGC in the environment wins)")
@@ -74,6 +77,14 @@ func runGateway(ctx context.Context, args []string) error {
 	ls, err := listeners(plain, secure, cert)
 	if err != nil {
 		return err
+	}
+	if len(ls) == 0 {
+		// Named here too, so that an upgrade can hand it over.
+		ls = []gateway.Listener{{Pool: "public", Addr: gateway.DefaultListen}}
+	}
+	handed, err := inherit(ls, log)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
 	}
 	ids, err := upstream.LoadIdentities(identities, nil, log)
 	if err != nil {
@@ -121,14 +132,29 @@ func runGateway(ctx context.Context, args []string) error {
 	node, err := gateway.New(opts)
 	if err != nil {
 		runs.close()
+		for _, l := range ls {
+			if l.Listener != nil {
+				_ = l.Listener.Close()
+			}
+		}
 		return err
 	}
 	if opts.ConfigFile != nil {
 		runs.add(func(ctx context.Context) error { return forwardSIGHUP(ctx, reload) })
 	}
+	if handed.ready != nil {
+		runs.add(func(ctx context.Context) error { return handed.reportReady(ctx, node, log) })
+	}
+	runs.add(func(ctx context.Context) error { return upgradeOnSIGUSR2(ctx, node, ls, *upTimeout, log) })
 	runs.add(node.Run)
-	return runs.run(ctx)
+	if err := runs.run(ctx); !errors.Is(err, errUpgraded) {
+		return err
+	}
+	return nil
 }
+
+// defaultUpgradeTimeout is how long a new process has to be ready.
+const defaultUpgradeTimeout = 30 * time.Second
 
 // forwardSIGHUP turns each SIGHUP into a forced reload until ctx is done;
 // a reload already pending absorbs the next.
