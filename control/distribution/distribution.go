@@ -32,6 +32,7 @@ import (
 	"github.com/portico-gw/portico/control/store"
 	"github.com/portico-gw/portico/control/versions"
 	"github.com/portico-gw/portico/gateway/routestats"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
 	"github.com/portico-gw/portico/gen/portico/distribution/v1/distributionv1connect"
 	"github.com/portico-gw/portico/internal/svcauth"
@@ -325,12 +326,14 @@ func (s *Server) Publish(ctx context.Context, version int64) error {
 		}
 		s.continueLocked(next, &continuation{previous: ro.previous, reached: reached, stage: ro.stage, paused: ro.state == RolloutPaused,
 			oldRate: maps.Clone(ro.judge.OldRate)})
-	} else if s.opts.Rollout.Bake > 0 && next.previous != nil && !s.ranEverywhere[next.sha256] {
+	} else if s.opts.Rollout.Bake > 0 && next.previous != nil && !s.ranEverywhere[next.sha256] && servesRoutes(next.previous) {
 		// A new version: staged, judged, reverted on a regression.
 		s.startRolloutLocked(next, next.previous)
 	} else {
-		// The first version, or one that ran everywhere before (a
-		// rollback): every node at once.
+		// The first version, one after a version that served no routes
+		// (a fleet's first config: nothing to break, no traffic to judge
+		// it by), or one that ran everywhere before (a rollback): every
+		// node at once.
 		if ro := s.rollout; ro != nil && !ro.ended() {
 			ro.state = RolloutReplaced
 			ro.cancel()
@@ -504,6 +507,17 @@ func (s *Server) register(n *node) {
 	}
 	s.nodes[n.ID] = n
 	n.Version = s.versionLocked(n.SHA256)
+	if ro := s.rollout; ro != nil && (ro.state == RolloutRunning || ro.state == RolloutPaused) && !ro.reached[n.ID] &&
+		(ro.stage == len(stageNames)-1 || n.Labels["canary"] == "true") {
+		// A node that joins mid-rollout gets the newest version its
+		// stage may run: the rollout's when the stage takes it (a
+		// labelled canary, or anyone once the rollout is at every node),
+		// else the version the rest of the fleet runs. (Which unlabelled
+		// nodes a stage takes depends on who is connected: a fleet that
+		// reconnects after a restart would be reassigned.)
+		ro.reached[n.ID] = true
+		s.saveLocked(ro)
+	}
 	s.pushLocked(n)
 	s.notifyLocked()
 }
@@ -656,4 +670,14 @@ func (s *Server) waitUntil(ctx context.Context, cond func() bool) error {
 // authorizeNode checks a node's bearer token, when one is required.
 func (s *Server) authorizeNode(h http.Header) error {
 	return svcauth.Check(h, s.opts.NodeTokenHash, "a node token is required")
+}
+
+// servesRoutes reports whether t's snapshot routes anything: a version
+// after one that does not has no old traffic to be judged against.
+func servesRoutes(t *target) bool {
+	var snap configv1.Snapshot
+	if err := proto.Unmarshal(t.data, &snap); err != nil {
+		return true // judged as ever
+	}
+	return len(snap.GetRoutes()) > 0 || len(snap.GetServices()) > 0
 }

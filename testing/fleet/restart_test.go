@@ -56,7 +56,7 @@ func TestControlPlaneRestartResumesStage(t *testing.T) {
 	}
 	setUp(t, cp, backend(t, "orders"))
 	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
-	waitFleet(t, cp, "the first rollout done", rolloutIs(distribution.RolloutDone))
+	waitFleet(t, cp, "the first route everywhere", allRun(5, v1))
 	v2 := putRoute(t, cp, "orders.get", "/v1/orders/{id}")
 	if !cp.Distribution.Pause() {
 		t.Fatal("could not pause the new rollout")

@@ -97,9 +97,7 @@ func TestRolloutRevertsRegression(t *testing.T) {
 	cp, nodes := stagedFleet(t)
 	good := setUp(t, cp, backend(t, "orders"))
 	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
-	waitFleet(t, cp, "the first route everywhere", func(s distribution.Status) bool {
-		return s.Rollout != nil && s.Rollout.Version == v1 && s.Rollout.State == distribution.RolloutDone
-	})
+	waitFleet(t, cp, "the first route everywhere", allRun(10, v1))
 	_ = good
 	traffic(t, nodes)
 
@@ -172,8 +170,8 @@ func TestRolloutRevertsLatencyRegression(t *testing.T) {
 	// Not parallel: one staged fleet at a time.
 	cp, nodes := stagedFleetBaking(t, 800*time.Millisecond)
 	setUp(t, cp, backend(t, "orders"))
-	putRoute(t, cp, "orders.list", "/v1/orders")
-	waitFleet(t, cp, "the first rollout done", rolloutIs(distribution.RolloutDone))
+	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
+	waitFleet(t, cp, "the first route everywhere", allRun(10, v1))
 	traffic(t, nodes)
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(300 * time.Millisecond)
@@ -196,8 +194,8 @@ func TestRolloutPauseResumeAbort(t *testing.T) {
 	// Not parallel: one staged fleet (ten nodes with traffic) at a time.
 	cp, nodes := stagedFleet(t)
 	setUp(t, cp, backend(t, "orders"))
-	putRoute(t, cp, "orders.list", "/v1/orders")
-	waitFleet(t, cp, "the first rollout done", rolloutIs(distribution.RolloutDone))
+	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
+	waitFleet(t, cp, "the first route everywhere", allRun(10, v1))
 	traffic(t, nodes)
 	ctx := context.Background()
 
@@ -241,7 +239,6 @@ func TestRolloutGoodChangeReachesEveryone(t *testing.T) {
 	setUp(t, cp, backend(t, "orders"))
 	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
 	waitFleet(t, cp, "the first route everywhere", allRun(10, v1))
-	waitFleet(t, cp, "its rollout done", rolloutIs(distribution.RolloutDone))
 	traffic(t, nodes)
 
 	v2 := pointCluster(t, cp, backend(t, "orders-v2"))
@@ -271,7 +268,7 @@ func TestRolloutNACKStops(t *testing.T) {
 	cp, nodes := stagedFleet(t)
 	setUp(t, cp, backend(t, "orders"))
 	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
-	waitFleet(t, cp, "the first rollout done", rolloutIs(distribution.RolloutDone))
+	waitFleet(t, cp, "the first route everywhere", allRun(10, v1))
 	nodes[0].refuse.Store(fmt.Sprintf("v%d", v1+1))
 	v2 := putRoute(t, cp, "orders.get", "/v1/orders/{id}")
 	waitFleet(t, cp, "the rollout halted", rolloutIs(distribution.RolloutHalted))
@@ -318,7 +315,7 @@ func TestControlPlaneDiesMidRollout(t *testing.T) {
 	}
 	setUp(t, cp, backend(t, "orders"))
 	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
-	waitFleet(t, cp, "the first rollout done", rolloutIs(distribution.RolloutDone))
+	waitFleet(t, cp, "the first route everywhere", allRun(4, v1))
 	v2 := putRoute(t, cp, "orders.get", "/v1/orders/{id}")
 	if !cp.Distribution.Pause() {
 		t.Fatal("could not pause the new rollout")
@@ -364,7 +361,7 @@ func TestPublishDuringRollout(t *testing.T) {
 	cp, _ := stagedFleet(t)
 	setUp(t, cp, backend(t, "orders"))
 	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
-	waitFleet(t, cp, "the first rollout done", rolloutIs(distribution.RolloutDone))
+	waitFleet(t, cp, "the first route everywhere", allRun(10, v1))
 	putRoute(t, cp, "orders.get", "/v1/orders/{id}")
 	if !cp.Distribution.Pause() {
 		t.Fatal("could not pause the rollout")

@@ -53,10 +53,22 @@ func TestRolloutStatusShowsATeamItsOwn(t *testing.T) {
 			Probe: &configv1.HealthCheck_Http{Http: &configv1.HTTPProbe{Path: "/"}}}}})); err != nil {
 		t.Fatal(err)
 	}
-	waitFleet(t, cp, "the cluster rolled out", rolloutIs(distribution.RolloutDone))
+	// (The fleet serves no route yet: the change goes everywhere at
+	// once, unstaged.)
+	waitFleet(t, cp, "the cluster rolled out", func(s distribution.Status) bool {
+		return s.Version > 0 && rolloutSettled(s) && allRunOf(s, s.Version, len(s.Nodes))
+	})
 
-	// A node refuses orders' next change, naming orders' cluster: the
-	// rollout halts.
+	// The fleet's first route goes everywhere at once; the changes after
+	// it are staged.
+	first := searchRoute(t, search, "/v1/search")
+	waitFleet(t, cp, "the fleet's first route everywhere", func(s distribution.Status) bool {
+		return rolloutSettled(s) && allRunOf(s, first, len(s.Nodes))
+	})
+
+	// A node refuses orders' next change, naming orders' cluster, which
+	// the change did not touch: there is no change of the train to undo,
+	// and the rollout halts.
 	v := cp.Distribution.Status().Version
 	nodes[0].refuseCluster.Store("orders-hc")
 	nodes[0].refuse.Store(fmt.Sprintf("v%d", v+1))

@@ -32,9 +32,7 @@ func TestRevertUndoesOneChange(t *testing.T) {
 	cp, nodes := stagedFleet(t)
 	setUp(t, cp, backend(t, "orders"))
 	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
-	waitFleet(t, cp, "the first route everywhere", func(s distribution.Status) bool {
-		return s.Rollout != nil && s.Rollout.Version == v1 && s.Rollout.State == distribution.RolloutDone
-	})
+	waitFleet(t, cp, "the first route everywhere", allRun(10, v1))
 	traffic(t, nodes)
 
 	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }))
@@ -120,7 +118,7 @@ func TestStreamOfChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFleet(t, cp, "the first routes everywhere", func(s distribution.Status) bool {
-		return s.Rollout != nil && s.Rollout.Version > v1 && s.Rollout.State == distribution.RolloutDone && allRun(10, s.Rollout.Version)(s)
+		return s.Version > v1 && allRun(10, s.Version)(s) && (s.Rollout == nil || s.Rollout.State == distribution.RolloutDone)
 	})
 	traffic(t, nodes)
 
@@ -208,4 +206,45 @@ func TestStreamOfChanges(t *testing.T) {
 	}
 	t.Logf("%d changes committed (versions up to %d), 1 reverted (version %d); every node on version %d, serving %d routes each (%d calls checked); test %v",
 		changes, committed, bad, final, len(paths)+1, served, time.Since(start).Round(time.Millisecond))
+}
+
+// TestFirstConfigUnstaged: a fleet's first config, a version after one
+// that routes nothing, has nothing to break and no traffic to be judged
+// against: it goes to every node at once, even with a one-minute bake.
+// (Staged, it would take four bakes and more.) A later change is staged.
+func TestFirstConfigUnstaged(t *testing.T) {
+	cp, _ := stagedFleetBaking(t, time.Minute)
+	setUp(t, cp, backend(t, "orders"))
+	committed := time.Now()
+	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
+	waitFleet(t, cp, "the first config on every node", allRun(10, v1))
+	t.Logf("first config on all 10 nodes %v after the commit (bake 1 min)", time.Since(committed).Round(time.Millisecond))
+	if st := cp.Distribution.Status(); st.Rollout != nil {
+		t.Errorf("the first config was staged: %+v", st.Rollout)
+	}
+	v2 := putRoute(t, cp, "orders.get", "/v1/orders/{id}")
+	waitFleet(t, cp, "the second change staged", func(s distribution.Status) bool {
+		return s.Rollout != nil && s.Rollout.Version == v2 && s.Rollout.Previous == v1 && s.Rollout.Stage == "canary"
+	})
+}
+
+// TestCanaryJoinsMidRollout: a canary that connects while a rollout is at
+// the canaries gets the rollout's version, not the one it started from;
+// an unlabelled node gets the version the rest of the fleet runs.
+func TestCanaryJoinsMidRollout(t *testing.T) {
+	cp, _ := stagedFleetBaking(t, time.Minute)
+	setUp(t, cp, backend(t, "orders"))
+	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
+	waitFleet(t, cp, "the first config on every node", allRun(10, v1))
+	v2 := putRoute(t, cp, "orders.get", "/v1/orders/{id}")
+	waitFleet(t, cp, "the canaries on the new version", func(s distribution.Status) bool { return allRunOf(s, v2, 4) })
+	startNodeWith(t, cp.url, "node-late-canary", "", "eu", map[string]string{"canary": "true"})
+	startNodeWith(t, cp.url, "node-late", "", "eu", nil)
+	waitFleet(t, cp, "the late nodes served", func(s distribution.Status) bool {
+		got := map[string]int64{}
+		for _, n := range s.Nodes {
+			got[n.ID] = n.Version
+		}
+		return got["node-late-canary"] == v2 && got["node-late"] == v1
+	})
 }
