@@ -248,3 +248,45 @@ func TestCanaryJoinsMidRollout(t *testing.T) {
 		return got["node-late-canary"] == v2 && got["node-late"] == v1
 	})
 }
+
+// TestAbortUndoesNewestChange: an operator's abort of a train of two
+// changes undoes the newest alone; the other goes on to every node.
+func TestAbortUndoesNewestChange(t *testing.T) {
+	cp, nodes := stagedFleet(t)
+	setUp(t, cp, backend(t, "orders"))
+	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
+	waitFleet(t, cp, "the first route everywhere", allRun(10, v1))
+	va := putRoute(t, cp, "orders.a", "/v1/orders/a")
+	if !cp.Distribution.Pause() {
+		t.Fatal("could not pause the rollout of the first change")
+	}
+	vb := putRoute(t, cp, "orders.b", "/v1/orders/b")
+	if _, err := cp.admin.AbortRollout(context.Background(), connect.NewRequest(&adminv1.AbortRolloutRequest{})); err != nil {
+		t.Fatal(err)
+	}
+	var revertV int64
+	gatewaytest.WaitFor(t, 30*time.Second, "the train done on every node", func() bool {
+		st := cp.Distribution.Status()
+		if st.Version <= vb || !allRun(10, st.Version)(st) || (st.Rollout != nil && st.Rollout.State != distribution.RolloutDone) {
+			return false
+		}
+		revertV = st.Version
+		return true
+	})
+	rv, err := cp.admin.GetVersion(context.Background(), connect.NewRequest(&adminv1.GetVersionRequest{Number: revertV}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := rv.Msg.GetVersion(); v.GetCreatedBy() != "system" || v.GetDiff() != "~ orders route orders.b" ||
+		!strings.Contains(v.GetMessage(), fmt.Sprintf("rollout.abort of version %d", vb)) {
+		t.Errorf("the abort's version %+v: want the system's abort of version %d, undoing orders.b alone", v, vb)
+	}
+	for i, n := range nodes {
+		if code, _ := n.get(t, "/v1/orders/a"); code != 200 {
+			t.Errorf("node %d /v1/orders/a (version %d's) after the abort: %d, want 200", i, va, code)
+		}
+		if code, _ := n.get(t, "/v1/orders/b"); code != 404 {
+			t.Errorf("node %d /v1/orders/b (the aborted change's) after the abort: %d, want 404", i, code)
+		}
+	}
+}
