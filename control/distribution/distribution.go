@@ -547,7 +547,7 @@ func (s *Server) ack(n *node, a *distributionv1.Ack) {
 			nack.Version = t.version
 			switch {
 			case t.halted != nil:
-			case haltsLocked(t, n):
+			case haltsLocked(t, n), s.inTrainLocked(t, n):
 				t.halted = nack
 				s.log.Warn("version halted: a node refused it", "version", t.version, "node", n.ID, "objects", objectNames(nack.Objects), "error", a.GetError())
 			default:
@@ -680,4 +680,12 @@ func servesRoutes(t *target) bool {
 		return true // judged as ever
 	}
 	return len(snap.GetRoutes()) > 0 || len(snap.GetServices()) > 0
+}
+
+// inTrainLocked reports whether n is a node the rollout of t reached: it
+// ran the train's versions before t, so its refusal of t is evidence
+// against t's change even when what it ran is not t.previous.
+func (s *Server) inTrainLocked(t *target, n *node) bool {
+	ro := s.rollout
+	return ro != nil && ro.next == t && !ro.ended() && ro.reached[n.ID]
 }

@@ -290,3 +290,49 @@ func TestAbortUndoesNewestChange(t *testing.T) {
 		}
 	}
 }
+
+// TestNACKUndoesItsChange: a canary refuses the train's newest version,
+// naming the cluster that change added; the revert undoes that change
+// alone, and the train's other change reaches every node.
+func TestNACKUndoesItsChange(t *testing.T) {
+	cp, nodes := stagedFleet(t)
+	setUp(t, cp, backend(t, "orders"))
+	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
+	waitFleet(t, cp, "the first route everywhere", allRun(10, v1))
+	// The canary refuses the train's second version, naming its new
+	// cluster.
+	va := v1 + 1
+	nodes[0].refuseCluster.Store("orders-new")
+	nodes[0].refuse.Store(fmt.Sprintf("v%d", va+1))
+	if got := putRoute(t, cp, "orders.a", "/v1/orders/a"); got != va {
+		t.Fatalf("route a is version %d, want %d", got, va)
+	}
+	ch, err := cp.admin.PutCluster(context.Background(), connect.NewRequest(&adminv1.PutClusterRequest{Team: "orders", Cluster: &configv1.Cluster{
+		Name: "orders-new", Protocol: configv1.Protocol_PROTOCOL_HTTP1, Endpoints: []*configv1.Endpoint{{Address: backend(t, "new")}}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vc := ch.Msg.GetChange().GetVersion().GetNumber()
+	var final int64
+	gatewaytest.WaitFor(t, 30*time.Second, "the train done on every node", func() bool {
+		st := cp.Distribution.Status()
+		if st.Version <= vc || !allRun(10, st.Version)(st) || (st.Rollout != nil && st.Rollout.State != distribution.RolloutDone) {
+			return false
+		}
+		final = st.Version
+		return true
+	})
+	rv, err := cp.admin.GetVersion(context.Background(), connect.NewRequest(&adminv1.GetVersionRequest{Number: final}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := rv.Msg.GetVersion(); v.GetCreatedBy() != "system" || v.GetDiff() != "~ orders cluster orders-new" ||
+		!strings.Contains(v.GetMessage(), fmt.Sprintf("rollout.revert of version %d", vc)) || !strings.Contains(v.GetMessage(), "refused it") {
+		t.Errorf("version %+v: want the system's revert of version %d for the canary's refusal, undoing orders-new alone", v, vc)
+	}
+	for i, n := range nodes {
+		if code, _ := n.get(t, "/v1/orders/a"); code != 200 {
+			t.Errorf("node %d /v1/orders/a after the revert: %d, want 200", i, code)
+		}
+	}
+}
