@@ -439,7 +439,13 @@ func (l *load) http2() {
 			resp, err = l.h2c.Get("http://" + l.addr + "/get")
 		} else {
 			want = "h2 call " + strconv.Itoa(n)
-			resp, err = l.h2c.Post("http://"+l.addr+"/post", "text/plain", io.NopCloser(strings.NewReader(want)))
+			// A strings.Reader, so that the transport can send the body
+			// again: a stream the old process's GOAWAY says it never
+			// processed (its id is above the GOAWAY's last stream id) may
+			// be sent again on a new connection, RFC 9113 section 8.7,
+			// and every HTTP/2 client does. That is the protocol's, not
+			// a retry of the client's: no request is processed twice.
+			resp, err = l.h2c.Post("http://"+l.addr+"/post", "text/plain", strings.NewReader(want))
 		}
 		if err != nil {
 			l.fail(errors.Is(err, syscall.ECONNREFUSED), err)
