@@ -268,6 +268,14 @@ func (s *Server) runRollout(ctx context.Context, ro *staged) {
 			if !s.waitWhilePaused(ctx, ro) {
 				return
 			}
+			// The judge reads the nodes' counters as they last reported
+			// them: wait until every node that reports has done so since
+			// the bake ended, or a bake shorter than the nodes' report
+			// interval is judged on counters from before it (a change
+			// failing every call once passed every stage unjudged).
+			if !s.waitReports(ctx, s.now()) {
+				return
+			}
 			s.mu.Lock()
 			if ro.state != RolloutRunning {
 				// Aborted or replaced during the bake: a newer target may
@@ -637,4 +645,29 @@ func (s *Server) rolloutStatusLocked() *RolloutStatus {
 	}
 	return &RolloutStatus{Version: ro.next.version, Previous: ro.previous.version, Stage: stageNames[ro.stage],
 		State: ro.state, Evidence: ro.evidence, Reached: len(ro.reached), Holding: ro.holding}
+}
+
+// waitReports waits until every connected node that reports its counters
+// has reported after since, for at most AckTimeout (a node that stopped
+// reporting is judged on what it sent). It returns false if ctx ended.
+func (s *Server) waitReports(ctx context.Context, since time.Time) bool {
+	wctx, cancel := context.WithTimeout(ctx, s.opts.Rollout.AckTimeout)
+	defer cancel()
+	err := s.waitUntil(wctx, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, n := range s.nodes {
+			if !n.ReportedAt.IsZero() && n.ReportedAt.Before(since) {
+				return false
+			}
+		}
+		return true
+	})
+	if ctx.Err() != nil {
+		return false
+	}
+	if err != nil {
+		s.log.Warn("rollout: judging without every node's counters since the bake", "waited", s.opts.Rollout.AckTimeout)
+	}
+	return true
 }

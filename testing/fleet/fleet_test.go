@@ -104,6 +104,14 @@ func startNodeToken(t *testing.T, url, id, cacheFile, region string, labels map[
 // upstream identities, say).
 func startNodeEdit(t *testing.T, url, id, cacheFile, region string, labels map[string]string, token string, edit func(*gateway.Options)) *gatewayNode {
 	t.Helper()
+	return startNodeReporting(t, url, id, cacheFile, region, labels, token, edit, 20*time.Millisecond)
+}
+
+// startNodeReporting starts a node that reports its route counters every
+// interval.
+func startNodeReporting(t *testing.T, url, id, cacheFile, region string, labels map[string]string, token string, edit func(*gateway.Options),
+	interval time.Duration) *gatewayNode {
+	t.Helper()
 	n := &gatewayNode{done: make(chan struct{})}
 	n.refuse.Store("")
 	n.refuseCluster.Store("")
@@ -113,7 +121,7 @@ func startNodeEdit(t *testing.T, url, id, cacheFile, region string, labels map[s
 		Stats: n.gw.Node.RouteStats, Token: token, Lane: n.lane, Node: n.gw.Node,
 		URL: url, HTTPClient: gatewaytest.H2CClient(t), NodeID: id, Pool: "public", Region: region, Labels: labels,
 		CacheFile: cacheFile, Logger: gatewaytest.Logger(), MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
-		ReportInterval: 20 * time.Millisecond,
+		ReportInterval: interval,
 		Apply: func(cfg *configv1.Snapshot) error {
 			if r := n.refuse.Load().(string); r != "" && cfg.GetVersion() == r {
 				err := errors.New("refusing " + r + " (test)")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -334,5 +335,48 @@ func TestNACKUndoesItsChange(t *testing.T) {
 		if code, _ := n.get(t, "/v1/orders/a"); code != 200 {
 			t.Errorf("node %d /v1/orders/a after the revert: %d, want 200", i, code)
 		}
+	}
+}
+
+// TestShortBakeWaitsForReports: nodes report their counters every 1.5 s
+// and stages bake 300 ms. A change that fails every call is still judged
+// at the canaries, on counters reported after the bake, and reverted:
+// before, each stage was judged on counters from before its bake, the
+// failing route had no calls to judge, and the change reached every node.
+func TestShortBakeWaitsForReports(t *testing.T) {
+	cp := startControlWith(t, "sqlite:"+filepath.Join(t.TempDir(), "control.db"), distribution.RolloutOptions{
+		Bake: 300 * time.Millisecond, AckTimeout: 10 * time.Second, MinRequests: 10,
+	})
+	var nodes []*gatewayNode
+	for i := range 6 {
+		var labels map[string]string
+		if i < 2 {
+			labels = map[string]string{"canary": "true"}
+		}
+		nodes = append(nodes, startNodeReporting(t, cp.url, fmt.Sprintf("node-%02d", i), "", "eu", labels, nodeToken, nil, 1500*time.Millisecond))
+	}
+	setUp(t, cp, backend(t, "orders"))
+	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
+	waitFleet(t, cp, "the first route everywhere", allRun(6, v1))
+	traffic(t, nodes)
+	// A fleet in its steady state: every node has reported before.
+	gatewaytest.WaitFor(t, 10*time.Second, "every node's first report", func() bool {
+		for _, n := range cp.Distribution.Status().Nodes {
+			if n.ReportedAt.IsZero() {
+				return false
+			}
+		}
+		return true
+	})
+	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }))
+	t.Cleanup(failing.Close)
+	bad := pointCluster(t, cp, strings.TrimPrefix(failing.URL, "http://"))
+	gatewaytest.WaitFor(t, 30*time.Second, "the bad change's rollout over", func() bool {
+		st := cp.Distribution.Status()
+		return st.Rollout != nil && st.Rollout.Version == bad && st.Rollout.State != distribution.RolloutRunning
+	})
+	st := cp.Distribution.Status()
+	if st.Rollout.State != distribution.RolloutReverted || st.Rollout.Stage != "canary" {
+		t.Errorf("rollout %+v: want the failing change reverted at the canaries", st.Rollout)
 	}
 }
