@@ -64,6 +64,8 @@ func (s *Service) GetRollout(ctx context.Context, req *connect.Request[adminv1.G
 	out := &adminv1.GetRolloutResponse{TargetVersion: st.Version, Halted: nackProto(st.Halted, c), Rollout: rolloutProto(st.Rollout)}
 	if tv != nil && out.Rollout != nil {
 		out.Rollout.Evidence = tv.evidence(st)
+		// A team reads its own routes' calls only.
+		out.Rollout.Routes = slices.DeleteFunc(out.Rollout.Routes, func(e *adminv1.RouteEvidence) bool { return !tv.ownsRoute(e.GetRoute()) })
 	}
 	for _, n := range st.Nodes {
 		node := &adminv1.Node{Id: n.ID, Pool: n.Pool, Region: n.Region, Labels: n.Labels,
@@ -128,7 +130,12 @@ func rolloutProto(r *distribution.RolloutStatus) *adminv1.Rollout {
 	if r == nil {
 		return nil
 	}
-	return &adminv1.Rollout{Version: r.Version, Previous: r.Previous, Stage: r.Stage, State: r.State, Evidence: r.Evidence, Reached: int32(r.Reached)}
+	out := &adminv1.Rollout{Version: r.Version, Previous: r.Previous, Stage: r.Stage, State: r.State, Evidence: r.Evidence, Reached: int32(r.Reached)}
+	for _, e := range r.Routes {
+		out.Routes = append(out.Routes, &adminv1.RouteEvidence{Route: e.Route,
+			NewCalls: e.New.Requests, NewFailures: e.New.Errors, OldCalls: e.Old.Requests, OldFailures: e.Old.Errors})
+	}
+	return out
 }
 
 // nackProto is what caller c may see of a NACK: all of it for a

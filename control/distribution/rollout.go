@@ -125,6 +125,8 @@ type RolloutStatus struct {
 	// waits for a resume (its stage's bake is over, or the next stage is
 	// due): it goes no further until then.
 	Holding bool
+	// Routes are the changed routes' calls in the stage judged last.
+	Routes []rollout.RouteEvidence
 }
 
 // startRolloutLocked stages next, replacing the fleet's version previous.
@@ -644,7 +646,7 @@ func (s *Server) rolloutStatusLocked() *RolloutStatus {
 		return nil
 	}
 	return &RolloutStatus{Version: ro.next.version, Previous: ro.previous.version, Stage: stageNames[ro.stage],
-		State: ro.state, Evidence: ro.evidence, Reached: len(ro.reached), Holding: ro.holding}
+		State: ro.state, Evidence: ro.evidence, Reached: len(ro.reached), Holding: ro.holding, Routes: slices.Clone(ro.judge.Evidence)}
 }
 
 // waitReports waits until every connected node that reports its counters

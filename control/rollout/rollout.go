@@ -132,6 +132,16 @@ type Judge struct {
 	// Failed is the route of the regression Stage last found, "" while
 	// it found none: the route whose change a rollout reverts.
 	Failed string
+	// Evidence is what Stage last read: each changed route's calls on
+	// the new version and on the old during the bake, by route.
+	Evidence []RouteEvidence
+}
+
+// RouteEvidence is one changed route's calls during a stage's bake, on
+// the nodes running the new version and on those still on the old.
+type RouteEvidence struct {
+	Route    string
+	New, Old routestats.Counts
 }
 
 // Stage compares, for each changed route, the calls the nodes on the new
@@ -172,6 +182,10 @@ func (j *Judge) Stage(stage int, nodes []Observation) (evidence, short string) {
 		routes = append(routes, r)
 	}
 	slices.Sort(routes)
+	j.Evidence = j.Evidence[:0]
+	for _, r := range routes {
+		j.Evidence = append(j.Evidence, RouteEvidence{Route: r, Old: sums[r][0], New: sums[r][1]})
+	}
 	var few []string
 	for _, r := range routes {
 		old, nw := sums[r][0], sums[r][1]

@@ -144,3 +144,18 @@ func TestChangedRoutes(t *testing.T) {
 		t.Errorf("ChangedRoutes of undecodable bytes: %v, matches all %v", err, m.All)
 	}
 }
+
+// TestStageEvidence: Stage keeps what it read of each changed route, on
+// the new version and on the old, for rollout status.
+func TestStageEvidence(t *testing.T) {
+	t.Parallel()
+	j := rollout.Judge{Criteria: rollout.Criteria{MinRequests: 10, MaxErrorRateIncrease: 0.05, MaxLatencyRatio: 2, MinLatencyIncrease: 50 * time.Millisecond},
+		Changed: rollout.Matcher{All: true}}
+	j.Stage(0, []rollout.Observation{
+		{OnNew: true, After: map[string]routestats.Counts{"r": {Requests: 40, Errors: 1}}},
+		{OnNew: false, After: map[string]routestats.Counts{"r": {Requests: 30}}},
+	})
+	if len(j.Evidence) != 1 || j.Evidence[0].Route != "r" || j.Evidence[0].New.Requests != 40 || j.Evidence[0].New.Errors != 1 || j.Evidence[0].Old.Requests != 30 {
+		t.Errorf("Evidence = %+v, want r: 40 calls and 1 failure new, 30 calls old", j.Evidence)
+	}
+}

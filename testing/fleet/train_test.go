@@ -205,6 +205,27 @@ func TestStreamOfChanges(t *testing.T) {
 			t.Error("the orders team's audit log has no rollout.revert of its change")
 		}
 	}
+	// rollout status shows each team the calls of its own changed routes
+	// in the last judged stage; the platform, every team's.
+	for team, prefix := range map[string]string{"orders": "orders.", "search": "search.", "": ""} {
+		c := cp.admin
+		if team != "" {
+			c = admintest.Client(cp.url, teamToken(t, cp, team))
+		}
+		resp, err := c.GetRollout(ctx, connect.NewRequest(&adminv1.GetRolloutRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		routes := resp.Msg.GetRollout().GetRoutes()
+		for _, e := range routes {
+			if !strings.HasPrefix(e.GetRoute(), prefix) {
+				t.Errorf("%q's rollout status shows route %s's evidence", team, e.GetRoute())
+			}
+		}
+		if team == "" && len(routes) == 0 {
+			t.Error("the platform's rollout status shows no route's evidence")
+		}
+	}
 	t.Logf("%d changes committed (versions up to %d), 1 reverted (version %d); every node on version %d, serving %d routes each (%d calls checked); test %v",
 		changes, committed, bad, final, len(paths)+1, served, time.Since(start).Round(time.Millisecond))
 }

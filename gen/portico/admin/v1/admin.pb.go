@@ -3060,7 +3060,11 @@ type Rollout struct {
 	// that another team's objects stopped the rollout.
 	Evidence string `protobuf:"bytes,5,opt,name=evidence,proto3" json:"evidence,omitempty"`
 	// Reached counts the nodes it was sent to.
-	Reached       int32 `protobuf:"varint,6,opt,name=reached,proto3" json:"reached,omitempty"`
+	Reached int32 `protobuf:"varint,6,opt,name=reached,proto3" json:"reached,omitempty"`
+	// Routes are the evidence of the stage judged last: for each changed
+	// route, the calls the nodes on the new version and those still on the
+	// old one served during its bake. A team admin reads its own routes'.
+	Routes        []*RouteEvidence `protobuf:"bytes,7,rep,name=routes,proto3" json:"routes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3137,6 +3141,92 @@ func (x *Rollout) GetReached() int32 {
 	return 0
 }
 
+func (x *Rollout) GetRoutes() []*RouteEvidence {
+	if x != nil {
+		return x.Routes
+	}
+	return nil
+}
+
+// RouteEvidence is what one changed route did during a stage's bake.
+type RouteEvidence struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Route string                 `protobuf:"bytes,1,opt,name=route,proto3" json:"route,omitempty"`
+	// Calls and failures (server-side: 5xx, or the gRPC codes a backend
+	// fault gives) on the nodes running the new version, and on the old.
+	NewCalls      uint64 `protobuf:"varint,2,opt,name=new_calls,json=newCalls,proto3" json:"new_calls,omitempty"`
+	NewFailures   uint64 `protobuf:"varint,3,opt,name=new_failures,json=newFailures,proto3" json:"new_failures,omitempty"`
+	OldCalls      uint64 `protobuf:"varint,4,opt,name=old_calls,json=oldCalls,proto3" json:"old_calls,omitempty"`
+	OldFailures   uint64 `protobuf:"varint,5,opt,name=old_failures,json=oldFailures,proto3" json:"old_failures,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RouteEvidence) Reset() {
+	*x = RouteEvidence{}
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteEvidence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteEvidence) ProtoMessage() {}
+
+func (x *RouteEvidence) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteEvidence.ProtoReflect.Descriptor instead.
+func (*RouteEvidence) Descriptor() ([]byte, []int) {
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *RouteEvidence) GetRoute() string {
+	if x != nil {
+		return x.Route
+	}
+	return ""
+}
+
+func (x *RouteEvidence) GetNewCalls() uint64 {
+	if x != nil {
+		return x.NewCalls
+	}
+	return 0
+}
+
+func (x *RouteEvidence) GetNewFailures() uint64 {
+	if x != nil {
+		return x.NewFailures
+	}
+	return 0
+}
+
+func (x *RouteEvidence) GetOldCalls() uint64 {
+	if x != nil {
+		return x.OldCalls
+	}
+	return 0
+}
+
+func (x *RouteEvidence) GetOldFailures() uint64 {
+	if x != nil {
+		return x.OldFailures
+	}
+	return 0
+}
+
 // Node is a connected gateway node.
 type Node struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -3168,7 +3258,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[59]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3180,7 +3270,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[59]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3193,7 +3283,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{59}
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *Node) GetId() string {
@@ -3297,7 +3387,7 @@ type Nack struct {
 
 func (x *Nack) Reset() {
 	*x = Nack{}
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[60]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3309,7 +3399,7 @@ func (x *Nack) String() string {
 func (*Nack) ProtoMessage() {}
 
 func (x *Nack) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[60]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3322,7 +3412,7 @@ func (x *Nack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Nack.ProtoReflect.Descriptor instead.
 func (*Nack) Descriptor() ([]byte, []int) {
-	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{60}
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *Nack) GetNode() string {
@@ -3376,7 +3466,7 @@ type NackObject struct {
 
 func (x *NackObject) Reset() {
 	*x = NackObject{}
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[61]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3388,7 +3478,7 @@ func (x *NackObject) String() string {
 func (*NackObject) ProtoMessage() {}
 
 func (x *NackObject) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[61]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3401,7 +3491,7 @@ func (x *NackObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NackObject.ProtoReflect.Descriptor instead.
 func (*NackObject) Descriptor() ([]byte, []int) {
-	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{61}
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *NackObject) GetTeam() string {
@@ -3440,7 +3530,7 @@ type PauseRolloutRequest struct {
 
 func (x *PauseRolloutRequest) Reset() {
 	*x = PauseRolloutRequest{}
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[62]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3452,7 +3542,7 @@ func (x *PauseRolloutRequest) String() string {
 func (*PauseRolloutRequest) ProtoMessage() {}
 
 func (x *PauseRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[62]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3465,7 +3555,7 @@ func (x *PauseRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRolloutRequest.ProtoReflect.Descriptor instead.
 func (*PauseRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{62}
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{63}
 }
 
 type PauseRolloutResponse struct {
@@ -3477,7 +3567,7 @@ type PauseRolloutResponse struct {
 
 func (x *PauseRolloutResponse) Reset() {
 	*x = PauseRolloutResponse{}
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[63]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3489,7 +3579,7 @@ func (x *PauseRolloutResponse) String() string {
 func (*PauseRolloutResponse) ProtoMessage() {}
 
 func (x *PauseRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[63]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3502,7 +3592,7 @@ func (x *PauseRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PauseRolloutResponse.ProtoReflect.Descriptor instead.
 func (*PauseRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{63}
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *PauseRolloutResponse) GetRollout() *Rollout {
@@ -3520,7 +3610,7 @@ type ResumeRolloutRequest struct {
 
 func (x *ResumeRolloutRequest) Reset() {
 	*x = ResumeRolloutRequest{}
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[64]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3532,7 +3622,7 @@ func (x *ResumeRolloutRequest) String() string {
 func (*ResumeRolloutRequest) ProtoMessage() {}
 
 func (x *ResumeRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[64]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3545,7 +3635,7 @@ func (x *ResumeRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRolloutRequest.ProtoReflect.Descriptor instead.
 func (*ResumeRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{64}
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{65}
 }
 
 type ResumeRolloutResponse struct {
@@ -3557,7 +3647,7 @@ type ResumeRolloutResponse struct {
 
 func (x *ResumeRolloutResponse) Reset() {
 	*x = ResumeRolloutResponse{}
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[65]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3569,7 +3659,7 @@ func (x *ResumeRolloutResponse) String() string {
 func (*ResumeRolloutResponse) ProtoMessage() {}
 
 func (x *ResumeRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[65]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3582,7 +3672,7 @@ func (x *ResumeRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResumeRolloutResponse.ProtoReflect.Descriptor instead.
 func (*ResumeRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{65}
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ResumeRolloutResponse) GetRollout() *Rollout {
@@ -3600,7 +3690,7 @@ type AbortRolloutRequest struct {
 
 func (x *AbortRolloutRequest) Reset() {
 	*x = AbortRolloutRequest{}
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[66]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3612,7 +3702,7 @@ func (x *AbortRolloutRequest) String() string {
 func (*AbortRolloutRequest) ProtoMessage() {}
 
 func (x *AbortRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[66]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3625,7 +3715,7 @@ func (x *AbortRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRolloutRequest.ProtoReflect.Descriptor instead.
 func (*AbortRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{66}
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{67}
 }
 
 type AbortRolloutResponse struct {
@@ -3637,7 +3727,7 @@ type AbortRolloutResponse struct {
 
 func (x *AbortRolloutResponse) Reset() {
 	*x = AbortRolloutResponse{}
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[67]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3649,7 +3739,7 @@ func (x *AbortRolloutResponse) String() string {
 func (*AbortRolloutResponse) ProtoMessage() {}
 
 func (x *AbortRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_admin_v1_admin_proto_msgTypes[67]
+	mi := &file_portico_admin_v1_admin_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3662,7 +3752,7 @@ func (x *AbortRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRolloutResponse.ProtoReflect.Descriptor instead.
 func (*AbortRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{67}
+	return file_portico_admin_v1_admin_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *AbortRolloutResponse) GetRollout() *Rollout {
@@ -3851,14 +3941,21 @@ const file_portico_admin_v1_admin_proto_rawDesc = "" +
 	"\x0etarget_version\x18\x01 \x01(\x03R\rtargetVersion\x12.\n" +
 	"\x06halted\x18\x02 \x01(\v2\x16.portico.admin.v1.NackR\x06halted\x123\n" +
 	"\arollout\x18\x03 \x01(\v2\x19.portico.admin.v1.RolloutR\arollout\x12,\n" +
-	"\x05nodes\x18\x04 \x03(\v2\x16.portico.admin.v1.NodeR\x05nodes\"\xa1\x01\n" +
+	"\x05nodes\x18\x04 \x03(\v2\x16.portico.admin.v1.NodeR\x05nodes\"\xda\x01\n" +
 	"\aRollout\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x03R\aversion\x12\x1a\n" +
 	"\bprevious\x18\x02 \x01(\x03R\bprevious\x12\x14\n" +
 	"\x05stage\x18\x03 \x01(\tR\x05stage\x12\x14\n" +
 	"\x05state\x18\x04 \x01(\tR\x05state\x12\x1a\n" +
 	"\bevidence\x18\x05 \x01(\tR\bevidence\x12\x18\n" +
-	"\areached\x18\x06 \x01(\x05R\areached\"\x95\x04\n" +
+	"\areached\x18\x06 \x01(\x05R\areached\x127\n" +
+	"\x06routes\x18\a \x03(\v2\x1f.portico.admin.v1.RouteEvidenceR\x06routes\"\xa5\x01\n" +
+	"\rRouteEvidence\x12\x14\n" +
+	"\x05route\x18\x01 \x01(\tR\x05route\x12\x1b\n" +
+	"\tnew_calls\x18\x02 \x01(\x04R\bnewCalls\x12!\n" +
+	"\fnew_failures\x18\x03 \x01(\x04R\vnewFailures\x12\x1b\n" +
+	"\told_calls\x18\x04 \x01(\x04R\boldCalls\x12!\n" +
+	"\fold_failures\x18\x05 \x01(\x04R\voldFailures\"\x95\x04\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x16\n" +
@@ -3955,7 +4052,7 @@ func file_portico_admin_v1_admin_proto_rawDescGZIP() []byte {
 }
 
 var file_portico_admin_v1_admin_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_portico_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
+var file_portico_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_portico_admin_v1_admin_proto_goTypes = []any{
 	(Role)(0),                     // 0: portico.admin.v1.Role
 	(*PutRouteRequest)(nil),       // 1: portico.admin.v1.PutRouteRequest
@@ -4017,138 +4114,140 @@ var file_portico_admin_v1_admin_proto_goTypes = []any{
 	(*GetRolloutRequest)(nil),     // 57: portico.admin.v1.GetRolloutRequest
 	(*GetRolloutResponse)(nil),    // 58: portico.admin.v1.GetRolloutResponse
 	(*Rollout)(nil),               // 59: portico.admin.v1.Rollout
-	(*Node)(nil),                  // 60: portico.admin.v1.Node
-	(*Nack)(nil),                  // 61: portico.admin.v1.Nack
-	(*NackObject)(nil),            // 62: portico.admin.v1.NackObject
-	(*PauseRolloutRequest)(nil),   // 63: portico.admin.v1.PauseRolloutRequest
-	(*PauseRolloutResponse)(nil),  // 64: portico.admin.v1.PauseRolloutResponse
-	(*ResumeRolloutRequest)(nil),  // 65: portico.admin.v1.ResumeRolloutRequest
-	(*ResumeRolloutResponse)(nil), // 66: portico.admin.v1.ResumeRolloutResponse
-	(*AbortRolloutRequest)(nil),   // 67: portico.admin.v1.AbortRolloutRequest
-	(*AbortRolloutResponse)(nil),  // 68: portico.admin.v1.AbortRolloutResponse
-	nil,                           // 69: portico.admin.v1.Node.LabelsEntry
-	(*v1.Route)(nil),              // 70: portico.config.v1.Route
-	(*v1.Cluster)(nil),            // 71: portico.config.v1.Cluster
-	(*v1.Service)(nil),            // 72: portico.config.v1.Service
-	(*TeamConfig)(nil),            // 73: portico.admin.v1.TeamConfig
-	(*Team)(nil),                  // 74: portico.admin.v1.Team
-	(*Platform)(nil),              // 75: portico.admin.v1.Platform
-	(*timestamppb.Timestamp)(nil), // 76: google.protobuf.Timestamp
+	(*RouteEvidence)(nil),         // 60: portico.admin.v1.RouteEvidence
+	(*Node)(nil),                  // 61: portico.admin.v1.Node
+	(*Nack)(nil),                  // 62: portico.admin.v1.Nack
+	(*NackObject)(nil),            // 63: portico.admin.v1.NackObject
+	(*PauseRolloutRequest)(nil),   // 64: portico.admin.v1.PauseRolloutRequest
+	(*PauseRolloutResponse)(nil),  // 65: portico.admin.v1.PauseRolloutResponse
+	(*ResumeRolloutRequest)(nil),  // 66: portico.admin.v1.ResumeRolloutRequest
+	(*ResumeRolloutResponse)(nil), // 67: portico.admin.v1.ResumeRolloutResponse
+	(*AbortRolloutRequest)(nil),   // 68: portico.admin.v1.AbortRolloutRequest
+	(*AbortRolloutResponse)(nil),  // 69: portico.admin.v1.AbortRolloutResponse
+	nil,                           // 70: portico.admin.v1.Node.LabelsEntry
+	(*v1.Route)(nil),              // 71: portico.config.v1.Route
+	(*v1.Cluster)(nil),            // 72: portico.config.v1.Cluster
+	(*v1.Service)(nil),            // 73: portico.config.v1.Service
+	(*TeamConfig)(nil),            // 74: portico.admin.v1.TeamConfig
+	(*Team)(nil),                  // 75: portico.admin.v1.Team
+	(*Platform)(nil),              // 76: portico.admin.v1.Platform
+	(*timestamppb.Timestamp)(nil), // 77: google.protobuf.Timestamp
 }
 var file_portico_admin_v1_admin_proto_depIdxs = []int32{
-	70, // 0: portico.admin.v1.PutRouteRequest.route:type_name -> portico.config.v1.Route
+	71, // 0: portico.admin.v1.PutRouteRequest.route:type_name -> portico.config.v1.Route
 	37, // 1: portico.admin.v1.PutRouteResponse.change:type_name -> portico.admin.v1.Change
-	70, // 2: portico.admin.v1.GetRouteResponse.route:type_name -> portico.config.v1.Route
-	70, // 3: portico.admin.v1.ListRoutesResponse.routes:type_name -> portico.config.v1.Route
+	71, // 2: portico.admin.v1.GetRouteResponse.route:type_name -> portico.config.v1.Route
+	71, // 3: portico.admin.v1.ListRoutesResponse.routes:type_name -> portico.config.v1.Route
 	37, // 4: portico.admin.v1.DeleteRouteResponse.change:type_name -> portico.admin.v1.Change
-	71, // 5: portico.admin.v1.PutClusterRequest.cluster:type_name -> portico.config.v1.Cluster
+	72, // 5: portico.admin.v1.PutClusterRequest.cluster:type_name -> portico.config.v1.Cluster
 	37, // 6: portico.admin.v1.PutClusterResponse.change:type_name -> portico.admin.v1.Change
-	71, // 7: portico.admin.v1.GetClusterResponse.cluster:type_name -> portico.config.v1.Cluster
-	71, // 8: portico.admin.v1.ListClustersResponse.clusters:type_name -> portico.config.v1.Cluster
+	72, // 7: portico.admin.v1.GetClusterResponse.cluster:type_name -> portico.config.v1.Cluster
+	72, // 8: portico.admin.v1.ListClustersResponse.clusters:type_name -> portico.config.v1.Cluster
 	37, // 9: portico.admin.v1.DeleteClusterResponse.change:type_name -> portico.admin.v1.Change
-	72, // 10: portico.admin.v1.PutServiceRequest.service:type_name -> portico.config.v1.Service
+	73, // 10: portico.admin.v1.PutServiceRequest.service:type_name -> portico.config.v1.Service
 	37, // 11: portico.admin.v1.PutServiceResponse.change:type_name -> portico.admin.v1.Change
-	72, // 12: portico.admin.v1.GetServiceResponse.service:type_name -> portico.config.v1.Service
-	72, // 13: portico.admin.v1.ListServicesResponse.services:type_name -> portico.config.v1.Service
+	73, // 12: portico.admin.v1.GetServiceResponse.service:type_name -> portico.config.v1.Service
+	73, // 13: portico.admin.v1.ListServicesResponse.services:type_name -> portico.config.v1.Service
 	37, // 14: portico.admin.v1.DeleteServiceResponse.change:type_name -> portico.admin.v1.Change
-	73, // 15: portico.admin.v1.ApplyTeamRequest.config:type_name -> portico.admin.v1.TeamConfig
+	74, // 15: portico.admin.v1.ApplyTeamRequest.config:type_name -> portico.admin.v1.TeamConfig
 	37, // 16: portico.admin.v1.ApplyTeamResponse.change:type_name -> portico.admin.v1.Change
-	74, // 17: portico.admin.v1.PutTeamRequest.team:type_name -> portico.admin.v1.Team
+	75, // 17: portico.admin.v1.PutTeamRequest.team:type_name -> portico.admin.v1.Team
 	37, // 18: portico.admin.v1.PutTeamResponse.change:type_name -> portico.admin.v1.Change
-	74, // 19: portico.admin.v1.ListTeamsResponse.teams:type_name -> portico.admin.v1.Team
+	75, // 19: portico.admin.v1.ListTeamsResponse.teams:type_name -> portico.admin.v1.Team
 	37, // 20: portico.admin.v1.DeleteTeamResponse.change:type_name -> portico.admin.v1.Change
-	75, // 21: portico.admin.v1.PutPlatformRequest.platform:type_name -> portico.admin.v1.Platform
+	76, // 21: portico.admin.v1.PutPlatformRequest.platform:type_name -> portico.admin.v1.Platform
 	37, // 22: portico.admin.v1.PutPlatformResponse.change:type_name -> portico.admin.v1.Change
-	75, // 23: portico.admin.v1.GetPlatformResponse.platform:type_name -> portico.admin.v1.Platform
+	76, // 23: portico.admin.v1.GetPlatformResponse.platform:type_name -> portico.admin.v1.Platform
 	38, // 24: portico.admin.v1.Change.version:type_name -> portico.admin.v1.Version
-	76, // 25: portico.admin.v1.Version.created_at:type_name -> google.protobuf.Timestamp
+	77, // 25: portico.admin.v1.Version.created_at:type_name -> google.protobuf.Timestamp
 	38, // 26: portico.admin.v1.ListVersionsResponse.versions:type_name -> portico.admin.v1.Version
 	38, // 27: portico.admin.v1.GetVersionResponse.version:type_name -> portico.admin.v1.Version
 	37, // 28: portico.admin.v1.RollbackResponse.change:type_name -> portico.admin.v1.Change
 	0,  // 29: portico.admin.v1.CreateTokenRequest.role:type_name -> portico.admin.v1.Role
 	49, // 30: portico.admin.v1.CreateTokenResponse.info:type_name -> portico.admin.v1.TokenInfo
 	0,  // 31: portico.admin.v1.TokenInfo.role:type_name -> portico.admin.v1.Role
-	76, // 32: portico.admin.v1.TokenInfo.created_at:type_name -> google.protobuf.Timestamp
-	76, // 33: portico.admin.v1.TokenInfo.revoked_at:type_name -> google.protobuf.Timestamp
+	77, // 32: portico.admin.v1.TokenInfo.created_at:type_name -> google.protobuf.Timestamp
+	77, // 33: portico.admin.v1.TokenInfo.revoked_at:type_name -> google.protobuf.Timestamp
 	49, // 34: portico.admin.v1.ListTokensResponse.tokens:type_name -> portico.admin.v1.TokenInfo
 	56, // 35: portico.admin.v1.ListAuditResponse.entries:type_name -> portico.admin.v1.AuditEntry
-	76, // 36: portico.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	61, // 37: portico.admin.v1.GetRolloutResponse.halted:type_name -> portico.admin.v1.Nack
+	77, // 36: portico.admin.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	62, // 37: portico.admin.v1.GetRolloutResponse.halted:type_name -> portico.admin.v1.Nack
 	59, // 38: portico.admin.v1.GetRolloutResponse.rollout:type_name -> portico.admin.v1.Rollout
-	60, // 39: portico.admin.v1.GetRolloutResponse.nodes:type_name -> portico.admin.v1.Node
-	69, // 40: portico.admin.v1.Node.labels:type_name -> portico.admin.v1.Node.LabelsEntry
-	76, // 41: portico.admin.v1.Node.connected_at:type_name -> google.protobuf.Timestamp
-	61, // 42: portico.admin.v1.Node.last_nack:type_name -> portico.admin.v1.Nack
-	76, // 43: portico.admin.v1.Nack.at:type_name -> google.protobuf.Timestamp
-	62, // 44: portico.admin.v1.Nack.objects:type_name -> portico.admin.v1.NackObject
-	59, // 45: portico.admin.v1.PauseRolloutResponse.rollout:type_name -> portico.admin.v1.Rollout
-	59, // 46: portico.admin.v1.ResumeRolloutResponse.rollout:type_name -> portico.admin.v1.Rollout
-	59, // 47: portico.admin.v1.AbortRolloutResponse.rollout:type_name -> portico.admin.v1.Rollout
-	1,  // 48: portico.admin.v1.AdminService.PutRoute:input_type -> portico.admin.v1.PutRouteRequest
-	3,  // 49: portico.admin.v1.AdminService.GetRoute:input_type -> portico.admin.v1.GetRouteRequest
-	5,  // 50: portico.admin.v1.AdminService.ListRoutes:input_type -> portico.admin.v1.ListRoutesRequest
-	7,  // 51: portico.admin.v1.AdminService.DeleteRoute:input_type -> portico.admin.v1.DeleteRouteRequest
-	9,  // 52: portico.admin.v1.AdminService.PutCluster:input_type -> portico.admin.v1.PutClusterRequest
-	11, // 53: portico.admin.v1.AdminService.GetCluster:input_type -> portico.admin.v1.GetClusterRequest
-	13, // 54: portico.admin.v1.AdminService.ListClusters:input_type -> portico.admin.v1.ListClustersRequest
-	15, // 55: portico.admin.v1.AdminService.DeleteCluster:input_type -> portico.admin.v1.DeleteClusterRequest
-	17, // 56: portico.admin.v1.AdminService.PutService:input_type -> portico.admin.v1.PutServiceRequest
-	19, // 57: portico.admin.v1.AdminService.GetService:input_type -> portico.admin.v1.GetServiceRequest
-	21, // 58: portico.admin.v1.AdminService.ListServices:input_type -> portico.admin.v1.ListServicesRequest
-	23, // 59: portico.admin.v1.AdminService.DeleteService:input_type -> portico.admin.v1.DeleteServiceRequest
-	25, // 60: portico.admin.v1.AdminService.ApplyTeam:input_type -> portico.admin.v1.ApplyTeamRequest
-	27, // 61: portico.admin.v1.AdminService.PutTeam:input_type -> portico.admin.v1.PutTeamRequest
-	29, // 62: portico.admin.v1.AdminService.ListTeams:input_type -> portico.admin.v1.ListTeamsRequest
-	31, // 63: portico.admin.v1.AdminService.DeleteTeam:input_type -> portico.admin.v1.DeleteTeamRequest
-	33, // 64: portico.admin.v1.AdminService.PutPlatform:input_type -> portico.admin.v1.PutPlatformRequest
-	35, // 65: portico.admin.v1.AdminService.GetPlatform:input_type -> portico.admin.v1.GetPlatformRequest
-	39, // 66: portico.admin.v1.AdminService.ListVersions:input_type -> portico.admin.v1.ListVersionsRequest
-	41, // 67: portico.admin.v1.AdminService.GetVersion:input_type -> portico.admin.v1.GetVersionRequest
-	43, // 68: portico.admin.v1.AdminService.DiffVersions:input_type -> portico.admin.v1.DiffVersionsRequest
-	45, // 69: portico.admin.v1.AdminService.Rollback:input_type -> portico.admin.v1.RollbackRequest
-	47, // 70: portico.admin.v1.AdminService.CreateToken:input_type -> portico.admin.v1.CreateTokenRequest
-	50, // 71: portico.admin.v1.AdminService.ListTokens:input_type -> portico.admin.v1.ListTokensRequest
-	52, // 72: portico.admin.v1.AdminService.RevokeToken:input_type -> portico.admin.v1.RevokeTokenRequest
-	57, // 73: portico.admin.v1.AdminService.GetRollout:input_type -> portico.admin.v1.GetRolloutRequest
-	63, // 74: portico.admin.v1.AdminService.PauseRollout:input_type -> portico.admin.v1.PauseRolloutRequest
-	65, // 75: portico.admin.v1.AdminService.ResumeRollout:input_type -> portico.admin.v1.ResumeRolloutRequest
-	67, // 76: portico.admin.v1.AdminService.AbortRollout:input_type -> portico.admin.v1.AbortRolloutRequest
-	54, // 77: portico.admin.v1.AdminService.ListAudit:input_type -> portico.admin.v1.ListAuditRequest
-	2,  // 78: portico.admin.v1.AdminService.PutRoute:output_type -> portico.admin.v1.PutRouteResponse
-	4,  // 79: portico.admin.v1.AdminService.GetRoute:output_type -> portico.admin.v1.GetRouteResponse
-	6,  // 80: portico.admin.v1.AdminService.ListRoutes:output_type -> portico.admin.v1.ListRoutesResponse
-	8,  // 81: portico.admin.v1.AdminService.DeleteRoute:output_type -> portico.admin.v1.DeleteRouteResponse
-	10, // 82: portico.admin.v1.AdminService.PutCluster:output_type -> portico.admin.v1.PutClusterResponse
-	12, // 83: portico.admin.v1.AdminService.GetCluster:output_type -> portico.admin.v1.GetClusterResponse
-	14, // 84: portico.admin.v1.AdminService.ListClusters:output_type -> portico.admin.v1.ListClustersResponse
-	16, // 85: portico.admin.v1.AdminService.DeleteCluster:output_type -> portico.admin.v1.DeleteClusterResponse
-	18, // 86: portico.admin.v1.AdminService.PutService:output_type -> portico.admin.v1.PutServiceResponse
-	20, // 87: portico.admin.v1.AdminService.GetService:output_type -> portico.admin.v1.GetServiceResponse
-	22, // 88: portico.admin.v1.AdminService.ListServices:output_type -> portico.admin.v1.ListServicesResponse
-	24, // 89: portico.admin.v1.AdminService.DeleteService:output_type -> portico.admin.v1.DeleteServiceResponse
-	26, // 90: portico.admin.v1.AdminService.ApplyTeam:output_type -> portico.admin.v1.ApplyTeamResponse
-	28, // 91: portico.admin.v1.AdminService.PutTeam:output_type -> portico.admin.v1.PutTeamResponse
-	30, // 92: portico.admin.v1.AdminService.ListTeams:output_type -> portico.admin.v1.ListTeamsResponse
-	32, // 93: portico.admin.v1.AdminService.DeleteTeam:output_type -> portico.admin.v1.DeleteTeamResponse
-	34, // 94: portico.admin.v1.AdminService.PutPlatform:output_type -> portico.admin.v1.PutPlatformResponse
-	36, // 95: portico.admin.v1.AdminService.GetPlatform:output_type -> portico.admin.v1.GetPlatformResponse
-	40, // 96: portico.admin.v1.AdminService.ListVersions:output_type -> portico.admin.v1.ListVersionsResponse
-	42, // 97: portico.admin.v1.AdminService.GetVersion:output_type -> portico.admin.v1.GetVersionResponse
-	44, // 98: portico.admin.v1.AdminService.DiffVersions:output_type -> portico.admin.v1.DiffVersionsResponse
-	46, // 99: portico.admin.v1.AdminService.Rollback:output_type -> portico.admin.v1.RollbackResponse
-	48, // 100: portico.admin.v1.AdminService.CreateToken:output_type -> portico.admin.v1.CreateTokenResponse
-	51, // 101: portico.admin.v1.AdminService.ListTokens:output_type -> portico.admin.v1.ListTokensResponse
-	53, // 102: portico.admin.v1.AdminService.RevokeToken:output_type -> portico.admin.v1.RevokeTokenResponse
-	58, // 103: portico.admin.v1.AdminService.GetRollout:output_type -> portico.admin.v1.GetRolloutResponse
-	64, // 104: portico.admin.v1.AdminService.PauseRollout:output_type -> portico.admin.v1.PauseRolloutResponse
-	66, // 105: portico.admin.v1.AdminService.ResumeRollout:output_type -> portico.admin.v1.ResumeRolloutResponse
-	68, // 106: portico.admin.v1.AdminService.AbortRollout:output_type -> portico.admin.v1.AbortRolloutResponse
-	55, // 107: portico.admin.v1.AdminService.ListAudit:output_type -> portico.admin.v1.ListAuditResponse
-	78, // [78:108] is the sub-list for method output_type
-	48, // [48:78] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	61, // 39: portico.admin.v1.GetRolloutResponse.nodes:type_name -> portico.admin.v1.Node
+	60, // 40: portico.admin.v1.Rollout.routes:type_name -> portico.admin.v1.RouteEvidence
+	70, // 41: portico.admin.v1.Node.labels:type_name -> portico.admin.v1.Node.LabelsEntry
+	77, // 42: portico.admin.v1.Node.connected_at:type_name -> google.protobuf.Timestamp
+	62, // 43: portico.admin.v1.Node.last_nack:type_name -> portico.admin.v1.Nack
+	77, // 44: portico.admin.v1.Nack.at:type_name -> google.protobuf.Timestamp
+	63, // 45: portico.admin.v1.Nack.objects:type_name -> portico.admin.v1.NackObject
+	59, // 46: portico.admin.v1.PauseRolloutResponse.rollout:type_name -> portico.admin.v1.Rollout
+	59, // 47: portico.admin.v1.ResumeRolloutResponse.rollout:type_name -> portico.admin.v1.Rollout
+	59, // 48: portico.admin.v1.AbortRolloutResponse.rollout:type_name -> portico.admin.v1.Rollout
+	1,  // 49: portico.admin.v1.AdminService.PutRoute:input_type -> portico.admin.v1.PutRouteRequest
+	3,  // 50: portico.admin.v1.AdminService.GetRoute:input_type -> portico.admin.v1.GetRouteRequest
+	5,  // 51: portico.admin.v1.AdminService.ListRoutes:input_type -> portico.admin.v1.ListRoutesRequest
+	7,  // 52: portico.admin.v1.AdminService.DeleteRoute:input_type -> portico.admin.v1.DeleteRouteRequest
+	9,  // 53: portico.admin.v1.AdminService.PutCluster:input_type -> portico.admin.v1.PutClusterRequest
+	11, // 54: portico.admin.v1.AdminService.GetCluster:input_type -> portico.admin.v1.GetClusterRequest
+	13, // 55: portico.admin.v1.AdminService.ListClusters:input_type -> portico.admin.v1.ListClustersRequest
+	15, // 56: portico.admin.v1.AdminService.DeleteCluster:input_type -> portico.admin.v1.DeleteClusterRequest
+	17, // 57: portico.admin.v1.AdminService.PutService:input_type -> portico.admin.v1.PutServiceRequest
+	19, // 58: portico.admin.v1.AdminService.GetService:input_type -> portico.admin.v1.GetServiceRequest
+	21, // 59: portico.admin.v1.AdminService.ListServices:input_type -> portico.admin.v1.ListServicesRequest
+	23, // 60: portico.admin.v1.AdminService.DeleteService:input_type -> portico.admin.v1.DeleteServiceRequest
+	25, // 61: portico.admin.v1.AdminService.ApplyTeam:input_type -> portico.admin.v1.ApplyTeamRequest
+	27, // 62: portico.admin.v1.AdminService.PutTeam:input_type -> portico.admin.v1.PutTeamRequest
+	29, // 63: portico.admin.v1.AdminService.ListTeams:input_type -> portico.admin.v1.ListTeamsRequest
+	31, // 64: portico.admin.v1.AdminService.DeleteTeam:input_type -> portico.admin.v1.DeleteTeamRequest
+	33, // 65: portico.admin.v1.AdminService.PutPlatform:input_type -> portico.admin.v1.PutPlatformRequest
+	35, // 66: portico.admin.v1.AdminService.GetPlatform:input_type -> portico.admin.v1.GetPlatformRequest
+	39, // 67: portico.admin.v1.AdminService.ListVersions:input_type -> portico.admin.v1.ListVersionsRequest
+	41, // 68: portico.admin.v1.AdminService.GetVersion:input_type -> portico.admin.v1.GetVersionRequest
+	43, // 69: portico.admin.v1.AdminService.DiffVersions:input_type -> portico.admin.v1.DiffVersionsRequest
+	45, // 70: portico.admin.v1.AdminService.Rollback:input_type -> portico.admin.v1.RollbackRequest
+	47, // 71: portico.admin.v1.AdminService.CreateToken:input_type -> portico.admin.v1.CreateTokenRequest
+	50, // 72: portico.admin.v1.AdminService.ListTokens:input_type -> portico.admin.v1.ListTokensRequest
+	52, // 73: portico.admin.v1.AdminService.RevokeToken:input_type -> portico.admin.v1.RevokeTokenRequest
+	57, // 74: portico.admin.v1.AdminService.GetRollout:input_type -> portico.admin.v1.GetRolloutRequest
+	64, // 75: portico.admin.v1.AdminService.PauseRollout:input_type -> portico.admin.v1.PauseRolloutRequest
+	66, // 76: portico.admin.v1.AdminService.ResumeRollout:input_type -> portico.admin.v1.ResumeRolloutRequest
+	68, // 77: portico.admin.v1.AdminService.AbortRollout:input_type -> portico.admin.v1.AbortRolloutRequest
+	54, // 78: portico.admin.v1.AdminService.ListAudit:input_type -> portico.admin.v1.ListAuditRequest
+	2,  // 79: portico.admin.v1.AdminService.PutRoute:output_type -> portico.admin.v1.PutRouteResponse
+	4,  // 80: portico.admin.v1.AdminService.GetRoute:output_type -> portico.admin.v1.GetRouteResponse
+	6,  // 81: portico.admin.v1.AdminService.ListRoutes:output_type -> portico.admin.v1.ListRoutesResponse
+	8,  // 82: portico.admin.v1.AdminService.DeleteRoute:output_type -> portico.admin.v1.DeleteRouteResponse
+	10, // 83: portico.admin.v1.AdminService.PutCluster:output_type -> portico.admin.v1.PutClusterResponse
+	12, // 84: portico.admin.v1.AdminService.GetCluster:output_type -> portico.admin.v1.GetClusterResponse
+	14, // 85: portico.admin.v1.AdminService.ListClusters:output_type -> portico.admin.v1.ListClustersResponse
+	16, // 86: portico.admin.v1.AdminService.DeleteCluster:output_type -> portico.admin.v1.DeleteClusterResponse
+	18, // 87: portico.admin.v1.AdminService.PutService:output_type -> portico.admin.v1.PutServiceResponse
+	20, // 88: portico.admin.v1.AdminService.GetService:output_type -> portico.admin.v1.GetServiceResponse
+	22, // 89: portico.admin.v1.AdminService.ListServices:output_type -> portico.admin.v1.ListServicesResponse
+	24, // 90: portico.admin.v1.AdminService.DeleteService:output_type -> portico.admin.v1.DeleteServiceResponse
+	26, // 91: portico.admin.v1.AdminService.ApplyTeam:output_type -> portico.admin.v1.ApplyTeamResponse
+	28, // 92: portico.admin.v1.AdminService.PutTeam:output_type -> portico.admin.v1.PutTeamResponse
+	30, // 93: portico.admin.v1.AdminService.ListTeams:output_type -> portico.admin.v1.ListTeamsResponse
+	32, // 94: portico.admin.v1.AdminService.DeleteTeam:output_type -> portico.admin.v1.DeleteTeamResponse
+	34, // 95: portico.admin.v1.AdminService.PutPlatform:output_type -> portico.admin.v1.PutPlatformResponse
+	36, // 96: portico.admin.v1.AdminService.GetPlatform:output_type -> portico.admin.v1.GetPlatformResponse
+	40, // 97: portico.admin.v1.AdminService.ListVersions:output_type -> portico.admin.v1.ListVersionsResponse
+	42, // 98: portico.admin.v1.AdminService.GetVersion:output_type -> portico.admin.v1.GetVersionResponse
+	44, // 99: portico.admin.v1.AdminService.DiffVersions:output_type -> portico.admin.v1.DiffVersionsResponse
+	46, // 100: portico.admin.v1.AdminService.Rollback:output_type -> portico.admin.v1.RollbackResponse
+	48, // 101: portico.admin.v1.AdminService.CreateToken:output_type -> portico.admin.v1.CreateTokenResponse
+	51, // 102: portico.admin.v1.AdminService.ListTokens:output_type -> portico.admin.v1.ListTokensResponse
+	53, // 103: portico.admin.v1.AdminService.RevokeToken:output_type -> portico.admin.v1.RevokeTokenResponse
+	58, // 104: portico.admin.v1.AdminService.GetRollout:output_type -> portico.admin.v1.GetRolloutResponse
+	65, // 105: portico.admin.v1.AdminService.PauseRollout:output_type -> portico.admin.v1.PauseRolloutResponse
+	67, // 106: portico.admin.v1.AdminService.ResumeRollout:output_type -> portico.admin.v1.ResumeRolloutResponse
+	69, // 107: portico.admin.v1.AdminService.AbortRollout:output_type -> portico.admin.v1.AbortRolloutResponse
+	55, // 108: portico.admin.v1.AdminService.ListAudit:output_type -> portico.admin.v1.ListAuditResponse
+	79, // [79:109] is the sub-list for method output_type
+	49, // [49:79] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_portico_admin_v1_admin_proto_init() }
@@ -4163,7 +4262,7 @@ func file_portico_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_portico_admin_v1_admin_proto_rawDesc), len(file_portico_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   69,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
