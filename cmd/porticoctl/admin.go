@@ -373,6 +373,15 @@ func (c *cli) printRollout(ro *adminv1.Rollout) {
 	if ro.GetEvidence() != "" {
 		fmt.Fprintln(c.stdout, "  "+ro.GetEvidence())
 	}
+	if len(ro.GetRoutes()) > 0 {
+		// The calls the last judged stage saw of each changed route.
+		t := newTable(c.stdout, "ROUTE", "NEW CALLS", "NEW FAILED", "OLD CALLS", "OLD FAILED")
+		for _, e := range ro.GetRoutes() {
+			t.row(e.GetRoute(), strconv.FormatUint(e.GetNewCalls(), 10), strconv.FormatUint(e.GetNewFailures(), 10),
+				strconv.FormatUint(e.GetOldCalls(), 10), strconv.FormatUint(e.GetOldFailures(), 10))
+		}
+		_ = t.flush()
+	}
 }
 
 func (c *cli) nodesCmd() *cobra.Command {

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 )
 
 // TestOutputYAML: -o yaml prints an answer as -o json does, in YAML; what
@@ -70,4 +73,23 @@ func mustYAML(t *testing.T, js []byte) []byte {
 		t.Fatal(err)
 	}
 	return y
+}
+
+// TestPrintRolloutRoutes: rollout status shows the last judged stage's
+// calls of each changed route, as a table with headers.
+func TestPrintRolloutRoutes(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	c := &cli{stdout: &out}
+	c.printRollout(&adminv1.Rollout{Version: 7, Previous: 5, Stage: "canary", State: "reverted", Reached: 4,
+		Evidence: "stage canary: route orders.list failed 95 of 97 calls",
+		Routes:   []*adminv1.RouteEvidence{{Route: "orders.list", NewCalls: 97, NewFailures: 95, OldCalls: 145}}})
+	want := `version 7 (from 5): reverted at stage canary, 4 nodes
+  stage canary: route orders.list failed 95 of 97 calls
+ROUTE        NEW CALLS  NEW FAILED  OLD CALLS  OLD FAILED
+orders.list  97         95          145        0
+`
+	if out.String() != want {
+		t.Errorf("printRollout printed\n%s\nwant\n%s", out.String(), want)
+	}
 }
