@@ -101,7 +101,9 @@ func (s *Server) revertChange(ro *staged, action string, pick pickFunc) bool {
 		s.log.Error("rollout: reading the version the fleet ran failed; turning the whole train back", "version", ro.previous.version, "err", err)
 		return false
 	}
+	s.mu.Lock()
 	evidence := ro.evidence
+	s.mu.Unlock()
 	var undone []revert.Object
 	_, err = s.opts.Versions.Commit(ctx, func(ctx context.Context, latest store.Version) (store.Commit, error) {
 		cfg, err := s.loadConfig(ctx, latest.Number)
