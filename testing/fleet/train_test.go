@@ -47,13 +47,27 @@ func TestRevertUndoesOneChange(t *testing.T) {
 	}
 
 	// The revert: a version of its own that undoes the cluster change.
+	// The nodes that ran the bad change are the canaries; how long until
+	// they all run the revert is measured from its commit.
 	var revertV int64
+	var revertAt time.Time
 	gatewaytest.WaitFor(t, 30*time.Second, "the revert of version "+fmt.Sprint(bad), func() bool {
 		resp, err := cp.admin.GetVersion(context.Background(), connect.NewRequest(&adminv1.GetVersionRequest{Number: vb + 1}))
 		if err != nil {
 			return false
 		}
-		revertV = resp.Msg.GetVersion().GetNumber()
+		revertV, revertAt = resp.Msg.GetVersion().GetNumber(), resp.Msg.GetVersion().GetCreatedAt().AsTime()
+		return true
+	})
+	var canariesAt time.Time
+	gatewaytest.WaitFor(t, 30*time.Second, "the canaries on the revert", func() bool {
+		st := cp.Distribution.Status()
+		for _, n := range st.Nodes {
+			if n.Labels["canary"] == "true" && n.Version != revertV && n.Version < revertV {
+				return false
+			}
+		}
+		canariesAt = time.Now()
 		return true
 	})
 	rv, err := cp.admin.GetVersion(context.Background(), connect.NewRequest(&adminv1.GetVersionRequest{Number: revertV}))
@@ -93,8 +107,9 @@ func TestRevertUndoesOneChange(t *testing.T) {
 	if !found {
 		t.Errorf("no rollout.revert audit entry for orders naming the undone cluster: %v", audit.Msg.GetEntries())
 	}
-	t.Logf("train of 3 changes, 1 reverted: the revert committed %v after the bad change, on every node %v later; test %v",
-		reverted.Sub(badAt).Round(time.Millisecond), time.Since(reverted).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	t.Logf("train of 3 changes, 1 reverted: the revert committed %v after the bad change, on the canaries that ran it %v after its commit, on every node %v later; test %v",
+		reverted.Sub(badAt).Round(time.Millisecond), canariesAt.Sub(revertAt).Round(time.Millisecond), time.Since(reverted).Round(time.Millisecond),
+		time.Since(start).Round(time.Millisecond))
 }
 
 // TestStreamOfChanges is issue 16's stream of changes, compressed: two
