@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -117,10 +118,18 @@ func TestRevertUndoesOneChange(t *testing.T) {
 // the eleventh points the orders team's cluster at a failing backend.
 // The automatic revert undoes that change alone: at the end every node
 // serves every other change, and the orders team reads what happened.
+//
+// PORTICO_FULL_LENGTH=1 runs it at the length instead: 100
+// changes one second apart, stages baking 3 s (about 3 minutes; not in
+// the suite).
 func TestStreamOfChanges(t *testing.T) {
 	// Not parallel: one staged fleet (ten nodes with traffic) at a time.
 	start := time.Now()
-	cp, nodes := stagedFleet(t)
+	changes, pace, bake, wait := 40, 50*time.Millisecond, 300*time.Millisecond, 60*time.Second
+	if os.Getenv("PORTICO_FULL_LENGTH") != "" {
+		changes, pace, bake, wait = 100, time.Second, 3*time.Second, 5*time.Minute
+	}
+	cp, nodes := stagedFleetBaking(t, bake)
 	ctx := context.Background()
 	setUp(t, cp, backend(t, "orders"))
 	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
@@ -133,14 +142,14 @@ func TestStreamOfChanges(t *testing.T) {
 		Name: "search", Protocol: configv1.Protocol_PROTOCOL_HTTP1, Endpoints: []*configv1.Endpoint{{Address: backendOn(t, "127.0.0.2:0", "search")}}}})); err != nil {
 		t.Fatal(err)
 	}
-	waitFleet(t, cp, "the first routes everywhere", func(s distribution.Status) bool {
+	gatewaytest.WaitFor(t, wait, "the first routes everywhere", func() bool {
+		s := cp.Distribution.Status()
 		return s.Version > v1 && allRun(10, s.Version)(s) && (s.Rollout == nil || s.Rollout.State == distribution.RolloutDone)
 	})
 	traffic(t, nodes)
 
 	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(500) }))
 	t.Cleanup(failing.Close)
-	const changes = 40
 	var paths []string
 	var bad int64
 	for i := range changes {
@@ -160,7 +169,7 @@ func TestStreamOfChanges(t *testing.T) {
 			}
 			paths = append(paths, p)
 		}
-		time.Sleep(50 * time.Millisecond) // the stream's pace
+		time.Sleep(pace) // the stream's pace
 	}
 	last, err := cp.admin.ListVersions(ctx, connect.NewRequest(&adminv1.ListVersionsRequest{Limit: 1}))
 	if err != nil {
@@ -171,7 +180,7 @@ func TestStreamOfChanges(t *testing.T) {
 	// Every node ends on one version that has every change but the bad
 	// one, and the train's rollout is done.
 	var final int64
-	gatewaytest.WaitFor(t, 60*time.Second, "the train done on every node", func() bool {
+	gatewaytest.WaitFor(t, wait, "the train done on every node", func() bool {
 		st := cp.Distribution.Status()
 		if st.Rollout == nil || st.Rollout.State != distribution.RolloutDone || !allRun(10, st.Rollout.Version)(st) {
 			return false
