@@ -2,8 +2,6 @@ package gateway_test
 
 import (
 	"bytes"
-	"io"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -49,30 +47,11 @@ func TestRequestBodyCanceled(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			id := "cancel-" + tc.name
-			c, err := net.Dial("tcp", g.Addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-			if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
-				t.Fatal(err)
-			}
-			fr := http2.NewFramer(c, c)
-			if err := fr.WriteSettings(); err != nil {
-				t.Fatal(err)
-			}
-			var block bytes.Buffer
-			enc := hpack.NewEncoder(&block)
-			for _, f := range append([]hpack.HeaderField{
+			fr := h2cConn(t, g.Addr)
+			writeHeaders(t, fr, 1, append([]hpack.HeaderField{
 				{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"}, {Name: ":authority", Value: "x"},
 				{Name: ":path", Value: tc.path}, {Name: "content-type", Value: tc.contentType}, {Name: "x-request-id", Value: id},
-			}, tc.extra...) {
-				_ = enc.WriteField(f)
-			}
-			if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndHeaders: true}); err != nil {
-				t.Fatal(err)
-			}
+			}, tc.extra...), false)
 			if err := fr.WriteData(1, false, tc.partial); err != nil {
 				t.Fatal(err)
 			}

@@ -473,15 +473,17 @@ func TestHeaderLimitRange(t *testing.T) {
 	}
 }
 
-// h2MaxHeaderListSize returns the SETTINGS_MAX_HEADER_LIST_SIZE the server
-// announces on a fresh h2c connection.
-func h2MaxHeaderListSize(t *testing.T, addr string) uint32 {
+// h2cConn opens an h2c connection to addr with prior knowledge, framed
+// by hand: the client preface and SETTINGS are sent, header blocks are
+// read decoded, and the connection closes when the test ends. Every read
+// and write has a 10 s deadline.
+func h2cConn(t *testing.T, addr string) *http2.Framer {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
 		t.Fatal(err)
@@ -490,6 +492,28 @@ func h2MaxHeaderListSize(t *testing.T, addr string) uint32 {
 	if err := fr.WriteSettings(); err != nil {
 		t.Fatal(err)
 	}
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	return fr
+}
+
+// writeHeaders sends fields as one HEADERS frame on stream id.
+func writeHeaders(t *testing.T, fr *http2.Framer, id uint32, fields []hpack.HeaderField, endStream bool) {
+	t.Helper()
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range fields {
+		_ = enc.WriteField(f)
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndStream: endStream, EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// h2MaxHeaderListSize returns the SETTINGS_MAX_HEADER_LIST_SIZE the server
+// announces on a fresh h2c connection.
+func h2MaxHeaderListSize(t *testing.T, addr string) uint32 {
+	t.Helper()
+	fr := h2cConn(t, addr)
 	for {
 		f, err := fr.ReadFrame()
 		if err != nil {
@@ -756,19 +780,7 @@ func TestUppercaseNamesRefusedOverHTTP2(t *testing.T) {
 // code the stream was reset with.
 func rawH2(t *testing.T, addr string, fields []hpack.HeaderField) (string, http2.ErrCode) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
-		t.Fatal(err)
-	}
-	fr := http2.NewFramer(c, c)
-	if err := fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
+	fr := h2cConn(t, addr)
 	var block bytes.Buffer
 	enc := hpack.NewEncoder(&block)
 	for _, f := range fields {
@@ -787,7 +799,6 @@ func rawH2(t *testing.T, addr string, fields []hpack.HeaderField) (string, http2
 		}
 		b = b[n:]
 	}
-	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	for {
 		f, err := fr.ReadFrame()
 		if err != nil {

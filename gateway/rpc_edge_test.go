@@ -264,35 +264,15 @@ func TestRPCBadBodyKeepsHTTP2Connection(t *testing.T) {
 	// One connection, framed by hand: Go's client may dial a second
 	// connection on its own while it cleans up the first call's stream,
 	// so counting its dials would blame the gateway for the client.
-	c, err := net.Dial("tcp", g.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
-		t.Fatal(err)
-	}
-	fr := http2.NewFramer(c, c)
-	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
-	if err := fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
+	fr := h2cConn(t, g.Addr)
 	// call sends one request on stream id and reads its answer: the
 	// :status and the body. A GOAWAY or a reset fails the test.
 	call := func(id uint32, path, contentType string, body []byte) (string, string) {
 		t.Helper()
-		var block bytes.Buffer
-		enc := hpack.NewEncoder(&block)
-		for _, f := range []hpack.HeaderField{
+		writeHeaders(t, fr, id, []hpack.HeaderField{
 			{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"}, {Name: ":authority", Value: g.Addr},
 			{Name: ":path", Value: path}, {Name: "content-type", Value: contentType},
-		} {
-			_ = enc.WriteField(f)
-		}
-		if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndHeaders: true}); err != nil {
-			t.Fatal(err)
-		}
+		}, false)
 		if err := fr.WriteData(id, true, body); err != nil {
 			t.Fatal(err)
 		}
@@ -497,31 +477,11 @@ func TestRESTStreamRequestDeadline(t *testing.T) {
 // ending the stream, and returns the grpc-status the gateway answers with.
 func rawH2GRPCStatus(t *testing.T, addr string, fields []hpack.HeaderField, data []byte) string {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
-		t.Fatal(err)
-	}
-	fr := http2.NewFramer(c, c)
-	if err := fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
-	var block bytes.Buffer
-	enc := hpack.NewEncoder(&block)
-	for _, f := range fields {
-		_ = enc.WriteField(f)
-	}
-	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndHeaders: true}); err != nil {
-		t.Fatal(err)
-	}
+	fr := h2cConn(t, addr)
+	writeHeaders(t, fr, 1, fields, false)
 	if err := fr.WriteData(1, false, data); err != nil {
 		t.Fatal(err)
 	}
-	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	for {
 		f, err := fr.ReadFrame()
 		if err != nil {
