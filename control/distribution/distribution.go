@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/http"
 	"sort"
 	"sync"
@@ -320,12 +319,7 @@ func (s *Server) Publish(ctx context.Context, version int64) error {
 		// rollout goes on with it from the stage it reached, on the same
 		// nodes, paused if it was. (Starting again at the canaries would
 		// keep a busy fleet's train from ever getting past them.)
-		reached := make(map[string]bool, len(ro.reached))
-		for id := range ro.reached {
-			reached[id] = true
-		}
-		s.continueLocked(next, &continuation{previous: ro.previous, reached: reached, stage: ro.stage, paused: ro.state == RolloutPaused,
-			oldRate: maps.Clone(ro.judge.OldRate)})
+		s.continueLocked(next, ro.continuationLocked())
 	} else if s.opts.Rollout.Bake > 0 && next.previous != nil && !s.ranEverywhere[next.sha256] && servesRoutes(next.previous) {
 		// A new version: staged, judged, reverted on a regression.
 		s.startRolloutLocked(next, next.previous)
@@ -334,11 +328,7 @@ func (s *Server) Publish(ctx context.Context, version int64) error {
 		// (a fleet's first config: nothing to break, no traffic to judge
 		// it by), or one that ran everywhere before (a rollback): every
 		// node at once.
-		if ro := s.rollout; ro != nil && !ro.ended() {
-			ro.state = RolloutReplaced
-			ro.cancel()
-			s.saveLocked(ro)
-		}
+		s.replaceRolloutLocked()
 		s.ranEverywhere[next.sha256] = true
 	}
 	for _, n := range s.nodes {

@@ -151,11 +151,9 @@ func (s *Server) revertChange(ro *staged, action string, pick pickFunc) bool {
 		if s.continuations == nil {
 			s.continuations = map[int64]*continuation{}
 		}
-		reached := make(map[string]bool, len(ro.reached))
-		for id := range ro.reached {
-			reached[id] = true
-		}
-		s.continuations[number] = &continuation{previous: ro.previous, reached: reached, stage: ro.stage, same: same, oldRate: maps.Clone(ro.judge.OldRate)}
+		c := ro.continuationLocked()
+		c.paused, c.same = false, same
+		s.continuations[number] = c
 		s.mu.Unlock()
 		return store.Commit{
 			Config: cfgBytes, Snapshot: snapBytes, CreatedBy: "system", RollbackOf: rollbackOf,
@@ -240,19 +238,10 @@ func (s *Server) loadConfig(ctx context.Context, number int64) (*adminv1.Config,
 // now of next (or, when nothing is left to stage, next everywhere).
 func (s *Server) continueLocked(next *target, c *continuation) {
 	next.previous = c.previous
+	s.replaceRolloutLocked()
 	if c.same {
-		if ro := s.rollout; ro != nil && !ro.ended() {
-			ro.state = RolloutReplaced
-			ro.cancel()
-			s.saveLocked(ro)
-		}
 		s.ranEverywhere[next.sha256] = true
 		return
-	}
-	if ro := s.rollout; ro != nil && !ro.ended() {
-		ro.state = RolloutReplaced
-		ro.cancel()
-		s.saveLocked(ro)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ro := &staged{next: next, previous: c.previous, reached: c.reached, stage: c.stage, state: RolloutRunning, cancel: cancel, oldRate: c.oldRate}
@@ -262,6 +251,14 @@ func (s *Server) continueLocked(next *target, c *continuation) {
 	s.rollout = ro
 	s.saveLocked(ro)
 	go s.runRollout(ctx, ro)
+}
+
+// continuationLocked is the rollout ro is, to go on with another
+// version: from the same version, at the same stage, on the same nodes,
+// paused if it is, with the judge's baseline so far.
+func (ro *staged) continuationLocked() *continuation {
+	return &continuation{previous: ro.previous, reached: maps.Clone(ro.reached), stage: ro.stage,
+		paused: ro.state == RolloutPaused, oldRate: maps.Clone(ro.judge.OldRate)}
 }
 
 func teamOf(objs []revert.Object) string {

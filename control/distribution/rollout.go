@@ -131,11 +131,7 @@ type RolloutStatus struct {
 
 // startRolloutLocked stages next, replacing the fleet's version previous.
 func (s *Server) startRolloutLocked(next, previous *target) {
-	if ro := s.rollout; ro != nil && !ro.ended() {
-		ro.state = RolloutReplaced
-		ro.cancel()
-		s.saveLocked(ro)
-	}
+	s.replaceRolloutLocked()
 	ctx, cancel := context.WithCancel(context.Background())
 	ro := &staged{next: next, previous: previous, reached: map[string]bool{}, state: RolloutRunning, cancel: cancel}
 	s.rollout = ro
@@ -143,6 +139,16 @@ func (s *Server) startRolloutLocked(next, previous *target) {
 	// after it holds the version there, not before it.
 	s.assignStageLocked(ro, 0)
 	go s.runRollout(ctx, ro)
+}
+
+// replaceRolloutLocked ends the rollout in progress, if any, as replaced
+// by a newer version.
+func (s *Server) replaceRolloutLocked() {
+	if ro := s.rollout; ro != nil && !ro.ended() {
+		ro.state = RolloutReplaced
+		ro.cancel()
+		s.saveLocked(ro)
+	}
 }
 
 // assignStageLocked assigns ro's version to the nodes of stage i and
