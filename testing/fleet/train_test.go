@@ -310,15 +310,7 @@ func TestAbortUndoesNewestChange(t *testing.T) {
 	if _, err := cp.admin.AbortRollout(context.Background(), connect.NewRequest(&adminv1.AbortRolloutRequest{})); err != nil {
 		t.Fatal(err)
 	}
-	var revertV int64
-	gatewaytest.WaitFor(t, 30*time.Second, "the train done on every node", func() bool {
-		st := cp.Distribution.Status()
-		if st.Version <= vb || !allRun(10, st.Version)(st) || (st.Rollout != nil && st.Rollout.State != distribution.RolloutDone) {
-			return false
-		}
-		revertV = st.Version
-		return true
-	})
+	revertV := trainDone(t, cp, vb)
 	rv, err := cp.admin.GetVersion(context.Background(), connect.NewRequest(&adminv1.GetVersionRequest{Number: revertV}))
 	if err != nil {
 		t.Fatal(err)
@@ -359,15 +351,7 @@ func TestNACKUndoesItsChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	vc := ch.Msg.GetChange().GetVersion().GetNumber()
-	var final int64
-	gatewaytest.WaitFor(t, 30*time.Second, "the train done on every node", func() bool {
-		st := cp.Distribution.Status()
-		if st.Version <= vc || !allRun(10, st.Version)(st) || (st.Rollout != nil && st.Rollout.State != distribution.RolloutDone) {
-			return false
-		}
-		final = st.Version
-		return true
-	})
+	final := trainDone(t, cp, vc)
 	rv, err := cp.admin.GetVersion(context.Background(), connect.NewRequest(&adminv1.GetVersionRequest{Number: final}))
 	if err != nil {
 		t.Fatal(err)
@@ -424,4 +408,20 @@ func TestShortBakeWaitsForReports(t *testing.T) {
 	if st.Rollout.State != distribution.RolloutReverted || st.Rollout.Stage != "canary" {
 		t.Errorf("rollout %+v: want the failing change reverted at the canaries", st.Rollout)
 	}
+}
+
+// trainDone waits until every one of the 10 nodes runs one version newer
+// than after, with no rollout under way, and returns it.
+func trainDone(t *testing.T, cp *controlPlane, after int64) int64 {
+	t.Helper()
+	var v int64
+	gatewaytest.WaitFor(t, 30*time.Second, "the train done on every node", func() bool {
+		st := cp.Distribution.Status()
+		if st.Version <= after || !allRun(10, st.Version)(st) || (st.Rollout != nil && st.Rollout.State != distribution.RolloutDone) {
+			return false
+		}
+		v = st.Version
+		return true
+	})
+	return v
 }
