@@ -111,17 +111,7 @@ func TestOneSHA256PerVersion(t *testing.T) {
 		URL: srv.URL, HTTPClient: &http.Client{Transport: tr}, NodeID: "n1", Pool: "public",
 		Apply: node.Apply, Logger: log,
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- client.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("the client did not stop within 10s")
-		}
-	})
+	runUntilCleanup(t, client)
 
 	deadline := time.After(20 * time.Second)
 	for i, want := range []string{"", "", "unknown cluster"} {
@@ -161,4 +151,21 @@ func TestOneSHA256PerVersion(t *testing.T) {
 	if got := node.Current().SHA256; got != goodSHA {
 		t.Errorf("the node runs %s, want %s", got, goodSHA)
 	}
+}
+
+// runUntilCleanup runs client until the test ends, and waits for it to
+// stop.
+func runUntilCleanup(t *testing.T, client *distribution.Client) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- client.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("the client did not stop within 10s")
+		}
+	})
 }

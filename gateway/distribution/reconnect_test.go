@@ -91,17 +91,7 @@ func runClient(t *testing.T, url string, hc connect.HTTPClient, withLane bool) *
 		opts.Lane = lane{}
 	}
 	client := distribution.New(opts)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- client.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("the client did not stop within 10s")
-		}
-	})
+	runUntilCleanup(t, client)
 	return logs
 }
 
