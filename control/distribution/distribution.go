@@ -114,6 +114,8 @@ type target struct {
 	// odd are the nodes that refused it without halting it (see
 	// haltsLocked).
 	odd map[string]bool
+	// routes caches servesRoutes: 0 not known yet, 1 yes, -1 no.
+	routes int8
 }
 
 // NACK is a node's refusal of a version.
@@ -663,13 +665,17 @@ func (s *Server) authorizeNode(h http.Header) error {
 }
 
 // servesRoutes reports whether t's snapshot routes anything: a version
-// after one that does not has no old traffic to be judged against.
+// after one that does not has no old traffic to be judged against. The
+// snapshot is decoded once per target; the caller holds the lock.
 func servesRoutes(t *target) bool {
-	var snap configv1.Snapshot
-	if err := proto.Unmarshal(t.data, &snap); err != nil {
-		return true // judged as ever
+	if t.routes == 0 {
+		t.routes = 1 // a snapshot that does not decode is judged as ever
+		var snap configv1.Snapshot
+		if err := proto.Unmarshal(t.data, &snap); err == nil && len(snap.GetRoutes()) == 0 && len(snap.GetServices()) == 0 {
+			t.routes = -1
+		}
 	}
-	return len(snap.GetRoutes()) > 0 || len(snap.GetServices()) > 0
+	return t.routes > 0
 }
 
 // inTrainLocked reports whether n is a node the rollout of t reached: it
