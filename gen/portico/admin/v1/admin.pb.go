@@ -3154,12 +3154,19 @@ type RouteEvidence struct {
 	Route string                 `protobuf:"bytes,1,opt,name=route,proto3" json:"route,omitempty"`
 	// Calls and failures (server-side: 5xx, or the gRPC codes a backend
 	// fault gives) on the nodes running the new version, and on the old.
-	NewCalls      uint64 `protobuf:"varint,2,opt,name=new_calls,json=newCalls,proto3" json:"new_calls,omitempty"`
-	NewFailures   uint64 `protobuf:"varint,3,opt,name=new_failures,json=newFailures,proto3" json:"new_failures,omitempty"`
-	OldCalls      uint64 `protobuf:"varint,4,opt,name=old_calls,json=oldCalls,proto3" json:"old_calls,omitempty"`
-	OldFailures   uint64 `protobuf:"varint,5,opt,name=old_failures,json=oldFailures,proto3" json:"old_failures,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	NewCalls    uint64 `protobuf:"varint,2,opt,name=new_calls,json=newCalls,proto3" json:"new_calls,omitempty"`
+	NewFailures uint64 `protobuf:"varint,3,opt,name=new_failures,json=newFailures,proto3" json:"new_failures,omitempty"`
+	OldCalls    uint64 `protobuf:"varint,4,opt,name=old_calls,json=oldCalls,proto3" json:"old_calls,omitempty"`
+	OldFailures uint64 `protobuf:"varint,5,opt,name=old_failures,json=oldFailures,proto3" json:"old_failures,omitempty"`
+	// Probes and the probes that failed (did not get the status class
+	// expected) on the nodes running each version: synthetic calls by the
+	// canaries, never counted in calls, usage or billing.
+	NewProbes       uint64 `protobuf:"varint,6,opt,name=new_probes,json=newProbes,proto3" json:"new_probes,omitempty"`
+	NewProbesFailed uint64 `protobuf:"varint,7,opt,name=new_probes_failed,json=newProbesFailed,proto3" json:"new_probes_failed,omitempty"`
+	OldProbes       uint64 `protobuf:"varint,8,opt,name=old_probes,json=oldProbes,proto3" json:"old_probes,omitempty"`
+	OldProbesFailed uint64 `protobuf:"varint,9,opt,name=old_probes_failed,json=oldProbesFailed,proto3" json:"old_probes_failed,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RouteEvidence) Reset() {
@@ -3223,6 +3230,34 @@ func (x *RouteEvidence) GetOldCalls() uint64 {
 func (x *RouteEvidence) GetOldFailures() uint64 {
 	if x != nil {
 		return x.OldFailures
+	}
+	return 0
+}
+
+func (x *RouteEvidence) GetNewProbes() uint64 {
+	if x != nil {
+		return x.NewProbes
+	}
+	return 0
+}
+
+func (x *RouteEvidence) GetNewProbesFailed() uint64 {
+	if x != nil {
+		return x.NewProbesFailed
+	}
+	return 0
+}
+
+func (x *RouteEvidence) GetOldProbes() uint64 {
+	if x != nil {
+		return x.OldProbes
+	}
+	return 0
+}
+
+func (x *RouteEvidence) GetOldProbesFailed() uint64 {
+	if x != nil {
+		return x.OldProbesFailed
 	}
 	return 0
 }
@@ -3949,13 +3984,19 @@ const file_portico_admin_v1_admin_proto_rawDesc = "" +
 	"\x05state\x18\x04 \x01(\tR\x05state\x12\x1a\n" +
 	"\bevidence\x18\x05 \x01(\tR\bevidence\x12\x18\n" +
 	"\areached\x18\x06 \x01(\x05R\areached\x127\n" +
-	"\x06routes\x18\a \x03(\v2\x1f.portico.admin.v1.RouteEvidenceR\x06routes\"\xa5\x01\n" +
+	"\x06routes\x18\a \x03(\v2\x1f.portico.admin.v1.RouteEvidenceR\x06routes\"\xbb\x02\n" +
 	"\rRouteEvidence\x12\x14\n" +
 	"\x05route\x18\x01 \x01(\tR\x05route\x12\x1b\n" +
 	"\tnew_calls\x18\x02 \x01(\x04R\bnewCalls\x12!\n" +
 	"\fnew_failures\x18\x03 \x01(\x04R\vnewFailures\x12\x1b\n" +
 	"\told_calls\x18\x04 \x01(\x04R\boldCalls\x12!\n" +
-	"\fold_failures\x18\x05 \x01(\x04R\voldFailures\"\x95\x04\n" +
+	"\fold_failures\x18\x05 \x01(\x04R\voldFailures\x12\x1d\n" +
+	"\n" +
+	"new_probes\x18\x06 \x01(\x04R\tnewProbes\x12*\n" +
+	"\x11new_probes_failed\x18\a \x01(\x04R\x0fnewProbesFailed\x12\x1d\n" +
+	"\n" +
+	"old_probes\x18\b \x01(\x04R\toldProbes\x12*\n" +
+	"\x11old_probes_failed\x18\t \x01(\x04R\x0foldProbesFailed\"\x95\x04\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x16\n" +

@@ -242,6 +242,63 @@ func (JWTAlgorithm) EnumDescriptor() ([]byte, []int) {
 	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{3}
 }
 
+// StatusClass is a class of HTTP status (gRPC statuses map onto them:
+// OK is 2xx, the codes of a server-side failure 5xx, the rest 4xx).
+type StatusClass int32
+
+const (
+	StatusClass_STATUS_CLASS_UNSPECIFIED StatusClass = 0
+	StatusClass_STATUS_CLASS_2XX         StatusClass = 2
+	StatusClass_STATUS_CLASS_3XX         StatusClass = 3
+	StatusClass_STATUS_CLASS_4XX         StatusClass = 4
+	StatusClass_STATUS_CLASS_5XX         StatusClass = 5
+)
+
+// Enum value maps for StatusClass.
+var (
+	StatusClass_name = map[int32]string{
+		0: "STATUS_CLASS_UNSPECIFIED",
+		2: "STATUS_CLASS_2XX",
+		3: "STATUS_CLASS_3XX",
+		4: "STATUS_CLASS_4XX",
+		5: "STATUS_CLASS_5XX",
+	}
+	StatusClass_value = map[string]int32{
+		"STATUS_CLASS_UNSPECIFIED": 0,
+		"STATUS_CLASS_2XX":         2,
+		"STATUS_CLASS_3XX":         3,
+		"STATUS_CLASS_4XX":         4,
+		"STATUS_CLASS_5XX":         5,
+	}
+)
+
+func (x StatusClass) Enum() *StatusClass {
+	p := new(StatusClass)
+	*p = x
+	return p
+}
+
+func (x StatusClass) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (StatusClass) Descriptor() protoreflect.EnumDescriptor {
+	return file_portico_config_v1_config_proto_enumTypes[4].Descriptor()
+}
+
+func (StatusClass) Type() protoreflect.EnumType {
+	return &file_portico_config_v1_config_proto_enumTypes[4]
+}
+
+func (x StatusClass) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use StatusClass.Descriptor instead.
+func (StatusClass) EnumDescriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{4}
+}
+
 // Priority classes, from the first shed to the last.
 type Priority int32
 
@@ -282,11 +339,11 @@ func (x Priority) String() string {
 }
 
 func (Priority) Descriptor() protoreflect.EnumDescriptor {
-	return file_portico_config_v1_config_proto_enumTypes[4].Descriptor()
+	return file_portico_config_v1_config_proto_enumTypes[5].Descriptor()
 }
 
 func (Priority) Type() protoreflect.EnumType {
-	return &file_portico_config_v1_config_proto_enumTypes[4]
+	return &file_portico_config_v1_config_proto_enumTypes[5]
 }
 
 func (x Priority) Number() protoreflect.EnumNumber {
@@ -295,7 +352,7 @@ func (x Priority) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Priority.Descriptor instead.
 func (Priority) EnumDescriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{4}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{5}
 }
 
 // Protocol spoken to a cluster's endpoints.
@@ -343,11 +400,11 @@ func (x Protocol) String() string {
 }
 
 func (Protocol) Descriptor() protoreflect.EnumDescriptor {
-	return file_portico_config_v1_config_proto_enumTypes[5].Descriptor()
+	return file_portico_config_v1_config_proto_enumTypes[6].Descriptor()
 }
 
 func (Protocol) Type() protoreflect.EnumType {
-	return &file_portico_config_v1_config_proto_enumTypes[5]
+	return &file_portico_config_v1_config_proto_enumTypes[6]
 }
 
 func (x Protocol) Number() protoreflect.EnumNumber {
@@ -356,7 +413,7 @@ func (x Protocol) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Protocol.Descriptor instead.
 func (Protocol) EnumDescriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{5}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{6}
 }
 
 // Snapshot is everything a gateway node needs to serve traffic. The control
@@ -1827,7 +1884,15 @@ type Route struct {
 	// Openapi validates the route's requests (path, query, headers and JSON
 	// body) against the owning team's OpenAPI 3 document before they go
 	// upstream.
-	Openapi       *OpenAPIValidation `protobuf:"bytes,18,opt,name=openapi,proto3" json:"openapi,omitempty"`
+	Openapi *OpenAPIValidation `protobuf:"bytes,18,opt,name=openapi,proto3" json:"openapi,omitempty"`
+	// Probe is the synthetic call canary nodes make to the route while a
+	// change to it rolls out, as the platform's synthetic caller. Unset
+	// means the default probe: the route's first method (GET when it
+	// accepts GET; for a gRPC method an empty message), its path with
+	// every variable and wildcard given the segment "probe", the headers
+	// its exact, prefix and presence matches ask for, expecting any
+	// status but a server-side failure.
+	Probe         *RouteProbe `protobuf:"bytes,19,opt,name=probe,proto3" json:"probe,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1988,6 +2053,119 @@ func (x *Route) GetOpenapi() *OpenAPIValidation {
 	return nil
 }
 
+func (x *Route) GetProbe() *RouteProbe {
+	if x != nil {
+		return x.Probe
+	}
+	return nil
+}
+
+// RouteProbe is a route's synthetic check. The control plane refuses a
+// probe that its route would not answer (another route matches it, or
+// none does).
+type RouteProbe struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Method; unset means the route's default probe method.
+	Method string `protobuf:"bytes,1,opt,name=method,proto3" json:"method,omitempty"`
+	// Path with an optional query ("/v1/orders/probe?limit=1"); unset means
+	// the route's path with every variable "probe".
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// Host is sent as the Host header; unset means the route's first host
+	// (a wildcard's "*" replaced by "probe"), or "probe.invalid".
+	Host string `protobuf:"bytes,3,opt,name=host,proto3" json:"host,omitempty"`
+	// Headers are added to the probe, after those the route's matches ask
+	// for. The credential and x-auth-* headers are the gateway's.
+	Headers []*HeaderValue `protobuf:"bytes,4,rep,name=headers,proto3" json:"headers,omitempty"`
+	// Body is sent as is, with content_type; a gRPC method's probe sends
+	// it as one message (unset: an empty message).
+	Body        []byte `protobuf:"bytes,5,opt,name=body,proto3" json:"body,omitempty"`
+	ContentType string `protobuf:"bytes,6,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// Expect is the status class a passing probe gets; unset means any
+	// class but a server-side failure (5xx, or the gRPC codes of one).
+	Expect        StatusClass `protobuf:"varint,7,opt,name=expect,proto3,enum=portico.config.v1.StatusClass" json:"expect,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RouteProbe) Reset() {
+	*x = RouteProbe{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RouteProbe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RouteProbe) ProtoMessage() {}
+
+func (x *RouteProbe) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RouteProbe.ProtoReflect.Descriptor instead.
+func (*RouteProbe) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RouteProbe) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *RouteProbe) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *RouteProbe) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *RouteProbe) GetHeaders() []*HeaderValue {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *RouteProbe) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *RouteProbe) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+func (x *RouteProbe) GetExpect() StatusClass {
+	if x != nil {
+		return x.Expect
+	}
+	return StatusClass_STATUS_CLASS_UNSPECIFIED
+}
+
 // OpenAPIValidation is a route's OpenAPI 3 request validation.
 type OpenAPIValidation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2009,7 +2187,7 @@ type OpenAPIValidation struct {
 
 func (x *OpenAPIValidation) Reset() {
 	*x = OpenAPIValidation{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[15]
+	mi := &file_portico_config_v1_config_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2021,7 +2199,7 @@ func (x *OpenAPIValidation) String() string {
 func (*OpenAPIValidation) ProtoMessage() {}
 
 func (x *OpenAPIValidation) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[15]
+	mi := &file_portico_config_v1_config_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2034,7 +2212,7 @@ func (x *OpenAPIValidation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenAPIValidation.ProtoReflect.Descriptor instead.
 func (*OpenAPIValidation) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{15}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *OpenAPIValidation) GetDocument() string {
@@ -2076,7 +2254,7 @@ type HeaderTransform struct {
 
 func (x *HeaderTransform) Reset() {
 	*x = HeaderTransform{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[16]
+	mi := &file_portico_config_v1_config_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2088,7 +2266,7 @@ func (x *HeaderTransform) String() string {
 func (*HeaderTransform) ProtoMessage() {}
 
 func (x *HeaderTransform) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[16]
+	mi := &file_portico_config_v1_config_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2101,7 +2279,7 @@ func (x *HeaderTransform) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderTransform.ProtoReflect.Descriptor instead.
 func (*HeaderTransform) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{16}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HeaderTransform) GetRemove() []string {
@@ -2143,7 +2321,7 @@ type HeaderValue struct {
 
 func (x *HeaderValue) Reset() {
 	*x = HeaderValue{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[17]
+	mi := &file_portico_config_v1_config_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2155,7 +2333,7 @@ func (x *HeaderValue) String() string {
 func (*HeaderValue) ProtoMessage() {}
 
 func (x *HeaderValue) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[17]
+	mi := &file_portico_config_v1_config_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2168,7 +2346,7 @@ func (x *HeaderValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderValue.ProtoReflect.Descriptor instead.
 func (*HeaderValue) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{17}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HeaderValue) GetName() string {
@@ -2195,7 +2373,7 @@ type HeaderRename struct {
 
 func (x *HeaderRename) Reset() {
 	*x = HeaderRename{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[18]
+	mi := &file_portico_config_v1_config_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2385,7 @@ func (x *HeaderRename) String() string {
 func (*HeaderRename) ProtoMessage() {}
 
 func (x *HeaderRename) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[18]
+	mi := &file_portico_config_v1_config_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2220,7 +2398,7 @@ func (x *HeaderRename) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderRename.ProtoReflect.Descriptor instead.
 func (*HeaderRename) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{18}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HeaderRename) GetFrom() string {
@@ -2251,7 +2429,7 @@ type PathRewrite struct {
 
 func (x *PathRewrite) Reset() {
 	*x = PathRewrite{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[19]
+	mi := &file_portico_config_v1_config_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2263,7 +2441,7 @@ func (x *PathRewrite) String() string {
 func (*PathRewrite) ProtoMessage() {}
 
 func (x *PathRewrite) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[19]
+	mi := &file_portico_config_v1_config_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2276,7 +2454,7 @@ func (x *PathRewrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathRewrite.ProtoReflect.Descriptor instead.
 func (*PathRewrite) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{19}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PathRewrite) GetRewrite() isPathRewrite_Rewrite {
@@ -2337,7 +2515,7 @@ type PrefixRewrite struct {
 
 func (x *PrefixRewrite) Reset() {
 	*x = PrefixRewrite{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[20]
+	mi := &file_portico_config_v1_config_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2349,7 +2527,7 @@ func (x *PrefixRewrite) String() string {
 func (*PrefixRewrite) ProtoMessage() {}
 
 func (x *PrefixRewrite) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[20]
+	mi := &file_portico_config_v1_config_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2362,7 +2540,7 @@ func (x *PrefixRewrite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefixRewrite.ProtoReflect.Descriptor instead.
 func (*PrefixRewrite) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{20}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *PrefixRewrite) GetFrom() string {
@@ -2404,7 +2582,7 @@ type RouteAuth struct {
 
 func (x *RouteAuth) Reset() {
 	*x = RouteAuth{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[21]
+	mi := &file_portico_config_v1_config_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2416,7 +2594,7 @@ func (x *RouteAuth) String() string {
 func (*RouteAuth) ProtoMessage() {}
 
 func (x *RouteAuth) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[21]
+	mi := &file_portico_config_v1_config_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2429,7 +2607,7 @@ func (x *RouteAuth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteAuth.ProtoReflect.Descriptor instead.
 func (*RouteAuth) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{21}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RouteAuth) GetPublic() bool {
@@ -2491,7 +2669,7 @@ type MethodScopes struct {
 
 func (x *MethodScopes) Reset() {
 	*x = MethodScopes{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[22]
+	mi := &file_portico_config_v1_config_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2503,7 +2681,7 @@ func (x *MethodScopes) String() string {
 func (*MethodScopes) ProtoMessage() {}
 
 func (x *MethodScopes) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[22]
+	mi := &file_portico_config_v1_config_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2516,7 +2694,7 @@ func (x *MethodScopes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MethodScopes.ProtoReflect.Descriptor instead.
 func (*MethodScopes) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{22}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *MethodScopes) GetMethod() string {
@@ -2553,7 +2731,7 @@ type HeaderMatch struct {
 
 func (x *HeaderMatch) Reset() {
 	*x = HeaderMatch{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[23]
+	mi := &file_portico_config_v1_config_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2565,7 +2743,7 @@ func (x *HeaderMatch) String() string {
 func (*HeaderMatch) ProtoMessage() {}
 
 func (x *HeaderMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[23]
+	mi := &file_portico_config_v1_config_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2578,7 +2756,7 @@ func (x *HeaderMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeaderMatch.ProtoReflect.Descriptor instead.
 func (*HeaderMatch) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{23}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *HeaderMatch) GetName() string {
@@ -2697,7 +2875,7 @@ type Cluster struct {
 
 func (x *Cluster) Reset() {
 	*x = Cluster{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[24]
+	mi := &file_portico_config_v1_config_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2709,7 +2887,7 @@ func (x *Cluster) String() string {
 func (*Cluster) ProtoMessage() {}
 
 func (x *Cluster) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[24]
+	mi := &file_portico_config_v1_config_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2722,7 +2900,7 @@ func (x *Cluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cluster.ProtoReflect.Descriptor instead.
 func (*Cluster) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{24}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Cluster) GetName() string {
@@ -2806,7 +2984,7 @@ type Endpoint struct {
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[25]
+	mi := &file_portico_config_v1_config_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2818,7 +2996,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[25]
+	mi := &file_portico_config_v1_config_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2831,7 +3009,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{25}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Endpoint) GetAddress() string {
@@ -2871,7 +3049,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[26]
+	mi := &file_portico_config_v1_config_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2883,7 +3061,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[26]
+	mi := &file_portico_config_v1_config_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2896,7 +3074,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{26}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *HealthCheck) GetInterval() *durationpb.Duration {
@@ -2980,7 +3158,7 @@ type HTTPProbe struct {
 
 func (x *HTTPProbe) Reset() {
 	*x = HTTPProbe{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[27]
+	mi := &file_portico_config_v1_config_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2992,7 +3170,7 @@ func (x *HTTPProbe) String() string {
 func (*HTTPProbe) ProtoMessage() {}
 
 func (x *HTTPProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[27]
+	mi := &file_portico_config_v1_config_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3005,7 +3183,7 @@ func (x *HTTPProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HTTPProbe.ProtoReflect.Descriptor instead.
 func (*HTTPProbe) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{27}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HTTPProbe) GetPath() string {
@@ -3033,7 +3211,7 @@ type GRPCProbe struct {
 
 func (x *GRPCProbe) Reset() {
 	*x = GRPCProbe{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[28]
+	mi := &file_portico_config_v1_config_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3223,7 @@ func (x *GRPCProbe) String() string {
 func (*GRPCProbe) ProtoMessage() {}
 
 func (x *GRPCProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[28]
+	mi := &file_portico_config_v1_config_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,7 +3236,7 @@ func (x *GRPCProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GRPCProbe.ProtoReflect.Descriptor instead.
 func (*GRPCProbe) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{28}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GRPCProbe) GetService() string {
@@ -3088,7 +3266,7 @@ type OutlierDetection struct {
 
 func (x *OutlierDetection) Reset() {
 	*x = OutlierDetection{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[29]
+	mi := &file_portico_config_v1_config_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3100,7 +3278,7 @@ func (x *OutlierDetection) String() string {
 func (*OutlierDetection) ProtoMessage() {}
 
 func (x *OutlierDetection) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[29]
+	mi := &file_portico_config_v1_config_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3113,7 +3291,7 @@ func (x *OutlierDetection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutlierDetection.ProtoReflect.Descriptor instead.
 func (*OutlierDetection) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{29}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *OutlierDetection) GetDisabled() bool {
@@ -3162,7 +3340,7 @@ type ConnectionPool struct {
 
 func (x *ConnectionPool) Reset() {
 	*x = ConnectionPool{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[30]
+	mi := &file_portico_config_v1_config_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3174,7 +3352,7 @@ func (x *ConnectionPool) String() string {
 func (*ConnectionPool) ProtoMessage() {}
 
 func (x *ConnectionPool) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[30]
+	mi := &file_portico_config_v1_config_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3187,7 +3365,7 @@ func (x *ConnectionPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectionPool.ProtoReflect.Descriptor instead.
 func (*ConnectionPool) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{30}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ConnectionPool) GetMaxIdlePerEndpoint() uint32 {
@@ -3242,7 +3420,7 @@ type UpstreamTLS struct {
 
 func (x *UpstreamTLS) Reset() {
 	*x = UpstreamTLS{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[31]
+	mi := &file_portico_config_v1_config_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3254,7 +3432,7 @@ func (x *UpstreamTLS) String() string {
 func (*UpstreamTLS) ProtoMessage() {}
 
 func (x *UpstreamTLS) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[31]
+	mi := &file_portico_config_v1_config_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3267,7 +3445,7 @@ func (x *UpstreamTLS) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpstreamTLS.ProtoReflect.Descriptor instead.
 func (*UpstreamTLS) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{31}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *UpstreamTLS) GetServerName() string {
@@ -3321,7 +3499,7 @@ type FastLaneEntry struct {
 
 func (x *FastLaneEntry) Reset() {
 	*x = FastLaneEntry{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[32]
+	mi := &file_portico_config_v1_config_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3333,7 +3511,7 @@ func (x *FastLaneEntry) String() string {
 func (*FastLaneEntry) ProtoMessage() {}
 
 func (x *FastLaneEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[32]
+	mi := &file_portico_config_v1_config_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3346,7 +3524,7 @@ func (x *FastLaneEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FastLaneEntry.ProtoReflect.Descriptor instead.
 func (*FastLaneEntry) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{32}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *FastLaneEntry) GetRev() uint64 {
@@ -3428,7 +3606,7 @@ type IssuerKeys struct {
 
 func (x *IssuerKeys) Reset() {
 	*x = IssuerKeys{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[33]
+	mi := &file_portico_config_v1_config_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3440,7 +3618,7 @@ func (x *IssuerKeys) String() string {
 func (*IssuerKeys) ProtoMessage() {}
 
 func (x *IssuerKeys) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[33]
+	mi := &file_portico_config_v1_config_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3453,7 +3631,7 @@ func (x *IssuerKeys) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssuerKeys.ProtoReflect.Descriptor instead.
 func (*IssuerKeys) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{33}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *IssuerKeys) GetIssuer() string {
@@ -3486,7 +3664,7 @@ type KeySnapshot struct {
 
 func (x *KeySnapshot) Reset() {
 	*x = KeySnapshot{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[34]
+	mi := &file_portico_config_v1_config_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3498,7 +3676,7 @@ func (x *KeySnapshot) String() string {
 func (*KeySnapshot) ProtoMessage() {}
 
 func (x *KeySnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[34]
+	mi := &file_portico_config_v1_config_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3511,7 +3689,7 @@ func (x *KeySnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeySnapshot.ProtoReflect.Descriptor instead.
 func (*KeySnapshot) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{34}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *KeySnapshot) GetSeq() uint64 {
@@ -3552,7 +3730,7 @@ type SignedKeySnapshot struct {
 
 func (x *SignedKeySnapshot) Reset() {
 	*x = SignedKeySnapshot{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[35]
+	mi := &file_portico_config_v1_config_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3564,7 +3742,7 @@ func (x *SignedKeySnapshot) String() string {
 func (*SignedKeySnapshot) ProtoMessage() {}
 
 func (x *SignedKeySnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[35]
+	mi := &file_portico_config_v1_config_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3577,7 +3755,7 @@ func (x *SignedKeySnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedKeySnapshot.ProtoReflect.Descriptor instead.
 func (*SignedKeySnapshot) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{35}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SignedKeySnapshot) GetPayload() []byte {
@@ -3750,7 +3928,8 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	"\fdefault_plan\x18\f \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\vdefaultPlan\x12T\n" +
 	"\x10jwks_min_refresh\x18\r \x01(\v2\x19.google.protobuf.DurationB\x0f\xbaH\f\xaa\x01\t\"\x03\b\x90\x1c2\x02\b\x01R\x0ejwksMinRefresh\x12Y\n" +
 	"\x12max_token_lifetime\x18\x0e \x01(\v2\x19.google.protobuf.DurationB\x10\xbaH\r\xaa\x01\n" +
-	"\"\x04\b\x80\xa3\x052\x02\b\x01R\x10maxTokenLifetime\"\xd3\t\n" +
+	"\"\x04\b\x80\xa3\x052\x02\b\x01R\x10maxTokenLifetime\"\x88\n" +
+	"\n" +
 	"\x05Route\x123\n" +
 	"\x02id\x18\x01 \x01(\tB#\xbaH r\x1e2\x1c^[a-z0-9][a-z0-9._-]{0,127}$R\x02id\x124\n" +
 	"\x04team\x18\x02 \x01(\tB \xbaH\x1dr\x1b2\x19^[a-z0-9][a-z0-9-]{0,62}$R\x04team\x12x\n" +
@@ -3772,7 +3951,17 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	"\x0frequest_headers\x18\x0f \x01(\v2\".portico.config.v1.HeaderTransformR\x0erequestHeaders\x12M\n" +
 	"\x10response_headers\x18\x10 \x01(\v2\".portico.config.v1.HeaderTransformR\x0fresponseHeaders\x128\n" +
 	"\arewrite\x18\x11 \x01(\v2\x1e.portico.config.v1.PathRewriteR\arewrite\x12>\n" +
-	"\aopenapi\x18\x12 \x01(\v2$.portico.config.v1.OpenAPIValidationR\aopenapi\"\x8c\x01\n" +
+	"\aopenapi\x18\x12 \x01(\v2$.portico.config.v1.OpenAPIValidationR\aopenapi\x123\n" +
+	"\x05probe\x18\x13 \x01(\v2\x1d.portico.config.v1.RouteProbeR\x05probe\"\x8d\x03\n" +
+	"\n" +
+	"RouteProbe\x12M\n" +
+	"\x06method\x18\x01 \x01(\tB5\xbaH2r0R\x00R\x03GETR\x04HEADR\x04POSTR\x03PUTR\x05PATCHR\x06DELETER\aOPTIONSR\x06method\x120\n" +
+	"\x04path\x18\x02 \x01(\tB\x1c\xbaH\x19r\x17\x18\x80\x102\x12^(/[\\x21-\\x7e]*)?$R\x04path\x12\x1c\n" +
+	"\x04host\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\xfd\x01R\x04host\x12B\n" +
+	"\aheaders\x18\x04 \x03(\v2\x1e.portico.config.v1.HeaderValueB\b\xbaH\x05\x92\x01\x02\x10\x10R\aheaders\x12\x1d\n" +
+	"\x04body\x18\x05 \x01(\fB\t\xbaH\x06z\x04\x18\x80\x80\x04R\x04body\x12;\n" +
+	"\fcontent_type\x18\x06 \x01(\tB\x18\xbaH\x15r\x13\x18\x80\x022\x0e^[\\x20-\\x7e]*$R\vcontentType\x12@\n" +
+	"\x06expect\x18\a \x01(\x0e2\x1e.portico.config.v1.StatusClassB\b\xbaH\x05\x82\x01\x02\x10\x01R\x06expect\"\x8c\x01\n" +
 	"\x11OpenAPIValidation\x12(\n" +
 	"\bdocument\x18\x01 \x01(\tB\f\xbaH\tr\a\x10\x01\x18\x80\x80\x80\x02R\bdocument\x120\n" +
 	"\x0emax_body_bytes\x18\x02 \x01(\rB\n" +
@@ -3915,7 +4104,13 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	"\x13JWT_ALGORITHM_ES384\x10\x02\x12\x17\n" +
 	"\x13JWT_ALGORITHM_RS256\x10\x03\x12\x17\n" +
 	"\x13JWT_ALGORITHM_PS256\x10\x04\x12\x17\n" +
-	"\x13JWT_ALGORITHM_EDDSA\x10\x05*x\n" +
+	"\x13JWT_ALGORITHM_EDDSA\x10\x05*\x83\x01\n" +
+	"\vStatusClass\x12\x1c\n" +
+	"\x18STATUS_CLASS_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10STATUS_CLASS_2XX\x10\x02\x12\x14\n" +
+	"\x10STATUS_CLASS_3XX\x10\x03\x12\x14\n" +
+	"\x10STATUS_CLASS_4XX\x10\x04\x12\x14\n" +
+	"\x10STATUS_CLASS_5XX\x10\x05*x\n" +
 	"\bPriority\x12\x18\n" +
 	"\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12PRIORITY_SHEDDABLE\x10\x01\x12\x11\n" +
@@ -3941,127 +4136,132 @@ func file_portico_config_v1_config_proto_rawDescGZIP() []byte {
 	return file_portico_config_v1_config_proto_rawDescData
 }
 
-var file_portico_config_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_portico_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_portico_config_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_portico_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_portico_config_v1_config_proto_goTypes = []any{
 	(RateLimitScope)(0),           // 0: portico.config.v1.RateLimitScope
 	(RateLimitOnError)(0),         // 1: portico.config.v1.RateLimitOnError
 	(KeyStatus)(0),                // 2: portico.config.v1.KeyStatus
 	(JWTAlgorithm)(0),             // 3: portico.config.v1.JWTAlgorithm
-	(Priority)(0),                 // 4: portico.config.v1.Priority
-	(Protocol)(0),                 // 5: portico.config.v1.Protocol
-	(*Snapshot)(nil),              // 6: portico.config.v1.Snapshot
-	(*Service)(nil),               // 7: portico.config.v1.Service
-	(*Descriptors)(nil),           // 8: portico.config.v1.Descriptors
-	(*ProtoSources)(nil),          // 9: portico.config.v1.ProtoSources
-	(*ProtoFile)(nil),             // 10: portico.config.v1.ProtoFile
-	(*Product)(nil),               // 11: portico.config.v1.Product
-	(*Plan)(nil),                  // 12: portico.config.v1.Plan
-	(*RateLimit)(nil),             // 13: portico.config.v1.RateLimit
-	(*RateLimiting)(nil),          // 14: portico.config.v1.RateLimiting
-	(*AnonymousLimit)(nil),        // 15: portico.config.v1.AnonymousLimit
-	(*Scope)(nil),                 // 16: portico.config.v1.Scope
-	(*KeyRecord)(nil),             // 17: portico.config.v1.KeyRecord
-	(*DenyEntry)(nil),             // 18: portico.config.v1.DenyEntry
-	(*Issuer)(nil),                // 19: portico.config.v1.Issuer
-	(*Route)(nil),                 // 20: portico.config.v1.Route
-	(*OpenAPIValidation)(nil),     // 21: portico.config.v1.OpenAPIValidation
-	(*HeaderTransform)(nil),       // 22: portico.config.v1.HeaderTransform
-	(*HeaderValue)(nil),           // 23: portico.config.v1.HeaderValue
-	(*HeaderRename)(nil),          // 24: portico.config.v1.HeaderRename
-	(*PathRewrite)(nil),           // 25: portico.config.v1.PathRewrite
-	(*PrefixRewrite)(nil),         // 26: portico.config.v1.PrefixRewrite
-	(*RouteAuth)(nil),             // 27: portico.config.v1.RouteAuth
-	(*MethodScopes)(nil),          // 28: portico.config.v1.MethodScopes
-	(*HeaderMatch)(nil),           // 29: portico.config.v1.HeaderMatch
-	(*Cluster)(nil),               // 30: portico.config.v1.Cluster
-	(*Endpoint)(nil),              // 31: portico.config.v1.Endpoint
-	(*HealthCheck)(nil),           // 32: portico.config.v1.HealthCheck
-	(*HTTPProbe)(nil),             // 33: portico.config.v1.HTTPProbe
-	(*GRPCProbe)(nil),             // 34: portico.config.v1.GRPCProbe
-	(*OutlierDetection)(nil),      // 35: portico.config.v1.OutlierDetection
-	(*ConnectionPool)(nil),        // 36: portico.config.v1.ConnectionPool
-	(*UpstreamTLS)(nil),           // 37: portico.config.v1.UpstreamTLS
-	(*FastLaneEntry)(nil),         // 38: portico.config.v1.FastLaneEntry
-	(*IssuerKeys)(nil),            // 39: portico.config.v1.IssuerKeys
-	(*KeySnapshot)(nil),           // 40: portico.config.v1.KeySnapshot
-	(*SignedKeySnapshot)(nil),     // 41: portico.config.v1.SignedKeySnapshot
-	(*durationpb.Duration)(nil),   // 42: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 43: google.protobuf.Timestamp
+	(StatusClass)(0),              // 4: portico.config.v1.StatusClass
+	(Priority)(0),                 // 5: portico.config.v1.Priority
+	(Protocol)(0),                 // 6: portico.config.v1.Protocol
+	(*Snapshot)(nil),              // 7: portico.config.v1.Snapshot
+	(*Service)(nil),               // 8: portico.config.v1.Service
+	(*Descriptors)(nil),           // 9: portico.config.v1.Descriptors
+	(*ProtoSources)(nil),          // 10: portico.config.v1.ProtoSources
+	(*ProtoFile)(nil),             // 11: portico.config.v1.ProtoFile
+	(*Product)(nil),               // 12: portico.config.v1.Product
+	(*Plan)(nil),                  // 13: portico.config.v1.Plan
+	(*RateLimit)(nil),             // 14: portico.config.v1.RateLimit
+	(*RateLimiting)(nil),          // 15: portico.config.v1.RateLimiting
+	(*AnonymousLimit)(nil),        // 16: portico.config.v1.AnonymousLimit
+	(*Scope)(nil),                 // 17: portico.config.v1.Scope
+	(*KeyRecord)(nil),             // 18: portico.config.v1.KeyRecord
+	(*DenyEntry)(nil),             // 19: portico.config.v1.DenyEntry
+	(*Issuer)(nil),                // 20: portico.config.v1.Issuer
+	(*Route)(nil),                 // 21: portico.config.v1.Route
+	(*RouteProbe)(nil),            // 22: portico.config.v1.RouteProbe
+	(*OpenAPIValidation)(nil),     // 23: portico.config.v1.OpenAPIValidation
+	(*HeaderTransform)(nil),       // 24: portico.config.v1.HeaderTransform
+	(*HeaderValue)(nil),           // 25: portico.config.v1.HeaderValue
+	(*HeaderRename)(nil),          // 26: portico.config.v1.HeaderRename
+	(*PathRewrite)(nil),           // 27: portico.config.v1.PathRewrite
+	(*PrefixRewrite)(nil),         // 28: portico.config.v1.PrefixRewrite
+	(*RouteAuth)(nil),             // 29: portico.config.v1.RouteAuth
+	(*MethodScopes)(nil),          // 30: portico.config.v1.MethodScopes
+	(*HeaderMatch)(nil),           // 31: portico.config.v1.HeaderMatch
+	(*Cluster)(nil),               // 32: portico.config.v1.Cluster
+	(*Endpoint)(nil),              // 33: portico.config.v1.Endpoint
+	(*HealthCheck)(nil),           // 34: portico.config.v1.HealthCheck
+	(*HTTPProbe)(nil),             // 35: portico.config.v1.HTTPProbe
+	(*GRPCProbe)(nil),             // 36: portico.config.v1.GRPCProbe
+	(*OutlierDetection)(nil),      // 37: portico.config.v1.OutlierDetection
+	(*ConnectionPool)(nil),        // 38: portico.config.v1.ConnectionPool
+	(*UpstreamTLS)(nil),           // 39: portico.config.v1.UpstreamTLS
+	(*FastLaneEntry)(nil),         // 40: portico.config.v1.FastLaneEntry
+	(*IssuerKeys)(nil),            // 41: portico.config.v1.IssuerKeys
+	(*KeySnapshot)(nil),           // 42: portico.config.v1.KeySnapshot
+	(*SignedKeySnapshot)(nil),     // 43: portico.config.v1.SignedKeySnapshot
+	(*durationpb.Duration)(nil),   // 44: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 45: google.protobuf.Timestamp
 }
 var file_portico_config_v1_config_proto_depIdxs = []int32{
-	20, // 0: portico.config.v1.Snapshot.routes:type_name -> portico.config.v1.Route
-	30, // 1: portico.config.v1.Snapshot.clusters:type_name -> portico.config.v1.Cluster
-	11, // 2: portico.config.v1.Snapshot.products:type_name -> portico.config.v1.Product
-	12, // 3: portico.config.v1.Snapshot.plans:type_name -> portico.config.v1.Plan
-	17, // 4: portico.config.v1.Snapshot.keys:type_name -> portico.config.v1.KeyRecord
-	18, // 5: portico.config.v1.Snapshot.deny_list:type_name -> portico.config.v1.DenyEntry
-	19, // 6: portico.config.v1.Snapshot.issuers:type_name -> portico.config.v1.Issuer
-	16, // 7: portico.config.v1.Snapshot.scopes:type_name -> portico.config.v1.Scope
-	14, // 8: portico.config.v1.Snapshot.rate_limiting:type_name -> portico.config.v1.RateLimiting
-	7,  // 9: portico.config.v1.Snapshot.services:type_name -> portico.config.v1.Service
-	8,  // 10: portico.config.v1.Service.descriptors:type_name -> portico.config.v1.Descriptors
-	27, // 11: portico.config.v1.Service.auth:type_name -> portico.config.v1.RouteAuth
-	42, // 12: portico.config.v1.Service.timeout:type_name -> google.protobuf.Duration
-	4,  // 13: portico.config.v1.Service.priority:type_name -> portico.config.v1.Priority
-	13, // 14: portico.config.v1.Service.rate_limits:type_name -> portico.config.v1.RateLimit
-	9,  // 15: portico.config.v1.Descriptors.sources:type_name -> portico.config.v1.ProtoSources
-	10, // 16: portico.config.v1.ProtoSources.files:type_name -> portico.config.v1.ProtoFile
-	13, // 17: portico.config.v1.Plan.rate_limits:type_name -> portico.config.v1.RateLimit
+	21, // 0: portico.config.v1.Snapshot.routes:type_name -> portico.config.v1.Route
+	32, // 1: portico.config.v1.Snapshot.clusters:type_name -> portico.config.v1.Cluster
+	12, // 2: portico.config.v1.Snapshot.products:type_name -> portico.config.v1.Product
+	13, // 3: portico.config.v1.Snapshot.plans:type_name -> portico.config.v1.Plan
+	18, // 4: portico.config.v1.Snapshot.keys:type_name -> portico.config.v1.KeyRecord
+	19, // 5: portico.config.v1.Snapshot.deny_list:type_name -> portico.config.v1.DenyEntry
+	20, // 6: portico.config.v1.Snapshot.issuers:type_name -> portico.config.v1.Issuer
+	17, // 7: portico.config.v1.Snapshot.scopes:type_name -> portico.config.v1.Scope
+	15, // 8: portico.config.v1.Snapshot.rate_limiting:type_name -> portico.config.v1.RateLimiting
+	8,  // 9: portico.config.v1.Snapshot.services:type_name -> portico.config.v1.Service
+	9,  // 10: portico.config.v1.Service.descriptors:type_name -> portico.config.v1.Descriptors
+	29, // 11: portico.config.v1.Service.auth:type_name -> portico.config.v1.RouteAuth
+	44, // 12: portico.config.v1.Service.timeout:type_name -> google.protobuf.Duration
+	5,  // 13: portico.config.v1.Service.priority:type_name -> portico.config.v1.Priority
+	14, // 14: portico.config.v1.Service.rate_limits:type_name -> portico.config.v1.RateLimit
+	10, // 15: portico.config.v1.Descriptors.sources:type_name -> portico.config.v1.ProtoSources
+	11, // 16: portico.config.v1.ProtoSources.files:type_name -> portico.config.v1.ProtoFile
+	14, // 17: portico.config.v1.Plan.rate_limits:type_name -> portico.config.v1.RateLimit
 	0,  // 18: portico.config.v1.RateLimit.scope:type_name -> portico.config.v1.RateLimitScope
 	1,  // 19: portico.config.v1.RateLimit.on_error:type_name -> portico.config.v1.RateLimitOnError
-	42, // 20: portico.config.v1.RateLimit.stale_after:type_name -> google.protobuf.Duration
-	15, // 21: portico.config.v1.RateLimiting.anonymous:type_name -> portico.config.v1.AnonymousLimit
-	42, // 22: portico.config.v1.RateLimiting.sync_interval:type_name -> google.protobuf.Duration
-	42, // 23: portico.config.v1.RateLimiting.redis_timeout:type_name -> google.protobuf.Duration
-	4,  // 24: portico.config.v1.KeyRecord.priority:type_name -> portico.config.v1.Priority
+	44, // 20: portico.config.v1.RateLimit.stale_after:type_name -> google.protobuf.Duration
+	16, // 21: portico.config.v1.RateLimiting.anonymous:type_name -> portico.config.v1.AnonymousLimit
+	44, // 22: portico.config.v1.RateLimiting.sync_interval:type_name -> google.protobuf.Duration
+	44, // 23: portico.config.v1.RateLimiting.redis_timeout:type_name -> google.protobuf.Duration
+	5,  // 24: portico.config.v1.KeyRecord.priority:type_name -> portico.config.v1.Priority
 	2,  // 25: portico.config.v1.KeyRecord.status:type_name -> portico.config.v1.KeyStatus
-	43, // 26: portico.config.v1.KeyRecord.not_after:type_name -> google.protobuf.Timestamp
-	43, // 27: portico.config.v1.DenyEntry.issued_before:type_name -> google.protobuf.Timestamp
-	43, // 28: portico.config.v1.DenyEntry.expires:type_name -> google.protobuf.Timestamp
-	43, // 29: portico.config.v1.DenyEntry.token_expires:type_name -> google.protobuf.Timestamp
+	45, // 26: portico.config.v1.KeyRecord.not_after:type_name -> google.protobuf.Timestamp
+	45, // 27: portico.config.v1.DenyEntry.issued_before:type_name -> google.protobuf.Timestamp
+	45, // 28: portico.config.v1.DenyEntry.expires:type_name -> google.protobuf.Timestamp
+	45, // 29: portico.config.v1.DenyEntry.token_expires:type_name -> google.protobuf.Timestamp
 	3,  // 30: portico.config.v1.Issuer.algorithms:type_name -> portico.config.v1.JWTAlgorithm
-	42, // 31: portico.config.v1.Issuer.jwks_refresh:type_name -> google.protobuf.Duration
-	42, // 32: portico.config.v1.Issuer.leeway:type_name -> google.protobuf.Duration
-	42, // 33: portico.config.v1.Issuer.jwks_min_refresh:type_name -> google.protobuf.Duration
-	42, // 34: portico.config.v1.Issuer.max_token_lifetime:type_name -> google.protobuf.Duration
-	29, // 35: portico.config.v1.Route.headers:type_name -> portico.config.v1.HeaderMatch
-	42, // 36: portico.config.v1.Route.timeout:type_name -> google.protobuf.Duration
-	4,  // 37: portico.config.v1.Route.priority:type_name -> portico.config.v1.Priority
-	27, // 38: portico.config.v1.Route.auth:type_name -> portico.config.v1.RouteAuth
-	13, // 39: portico.config.v1.Route.rate_limits:type_name -> portico.config.v1.RateLimit
-	22, // 40: portico.config.v1.Route.request_headers:type_name -> portico.config.v1.HeaderTransform
-	22, // 41: portico.config.v1.Route.response_headers:type_name -> portico.config.v1.HeaderTransform
-	25, // 42: portico.config.v1.Route.rewrite:type_name -> portico.config.v1.PathRewrite
-	21, // 43: portico.config.v1.Route.openapi:type_name -> portico.config.v1.OpenAPIValidation
-	24, // 44: portico.config.v1.HeaderTransform.rename:type_name -> portico.config.v1.HeaderRename
-	23, // 45: portico.config.v1.HeaderTransform.set:type_name -> portico.config.v1.HeaderValue
-	23, // 46: portico.config.v1.HeaderTransform.add:type_name -> portico.config.v1.HeaderValue
-	26, // 47: portico.config.v1.PathRewrite.prefix:type_name -> portico.config.v1.PrefixRewrite
-	28, // 48: portico.config.v1.RouteAuth.method_scopes:type_name -> portico.config.v1.MethodScopes
-	5,  // 49: portico.config.v1.Cluster.protocol:type_name -> portico.config.v1.Protocol
-	31, // 50: portico.config.v1.Cluster.endpoints:type_name -> portico.config.v1.Endpoint
-	32, // 51: portico.config.v1.Cluster.health_check:type_name -> portico.config.v1.HealthCheck
-	35, // 52: portico.config.v1.Cluster.outlier_detection:type_name -> portico.config.v1.OutlierDetection
-	36, // 53: portico.config.v1.Cluster.pool:type_name -> portico.config.v1.ConnectionPool
-	37, // 54: portico.config.v1.Cluster.tls:type_name -> portico.config.v1.UpstreamTLS
-	42, // 55: portico.config.v1.Cluster.connect_timeout:type_name -> google.protobuf.Duration
-	42, // 56: portico.config.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	42, // 57: portico.config.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
-	33, // 58: portico.config.v1.HealthCheck.http:type_name -> portico.config.v1.HTTPProbe
-	34, // 59: portico.config.v1.HealthCheck.grpc:type_name -> portico.config.v1.GRPCProbe
-	42, // 60: portico.config.v1.OutlierDetection.base_ejection_time:type_name -> google.protobuf.Duration
-	42, // 61: portico.config.v1.ConnectionPool.idle_timeout:type_name -> google.protobuf.Duration
-	17, // 62: portico.config.v1.FastLaneEntry.key:type_name -> portico.config.v1.KeyRecord
-	18, // 63: portico.config.v1.FastLaneEntry.deny:type_name -> portico.config.v1.DenyEntry
-	39, // 64: portico.config.v1.FastLaneEntry.issuer_keys:type_name -> portico.config.v1.IssuerKeys
-	43, // 65: portico.config.v1.KeySnapshot.generated:type_name -> google.protobuf.Timestamp
-	38, // 66: portico.config.v1.KeySnapshot.entries:type_name -> portico.config.v1.FastLaneEntry
-	67, // [67:67] is the sub-list for method output_type
-	67, // [67:67] is the sub-list for method input_type
-	67, // [67:67] is the sub-list for extension type_name
-	67, // [67:67] is the sub-list for extension extendee
-	0,  // [0:67] is the sub-list for field type_name
+	44, // 31: portico.config.v1.Issuer.jwks_refresh:type_name -> google.protobuf.Duration
+	44, // 32: portico.config.v1.Issuer.leeway:type_name -> google.protobuf.Duration
+	44, // 33: portico.config.v1.Issuer.jwks_min_refresh:type_name -> google.protobuf.Duration
+	44, // 34: portico.config.v1.Issuer.max_token_lifetime:type_name -> google.protobuf.Duration
+	31, // 35: portico.config.v1.Route.headers:type_name -> portico.config.v1.HeaderMatch
+	44, // 36: portico.config.v1.Route.timeout:type_name -> google.protobuf.Duration
+	5,  // 37: portico.config.v1.Route.priority:type_name -> portico.config.v1.Priority
+	29, // 38: portico.config.v1.Route.auth:type_name -> portico.config.v1.RouteAuth
+	14, // 39: portico.config.v1.Route.rate_limits:type_name -> portico.config.v1.RateLimit
+	24, // 40: portico.config.v1.Route.request_headers:type_name -> portico.config.v1.HeaderTransform
+	24, // 41: portico.config.v1.Route.response_headers:type_name -> portico.config.v1.HeaderTransform
+	27, // 42: portico.config.v1.Route.rewrite:type_name -> portico.config.v1.PathRewrite
+	23, // 43: portico.config.v1.Route.openapi:type_name -> portico.config.v1.OpenAPIValidation
+	22, // 44: portico.config.v1.Route.probe:type_name -> portico.config.v1.RouteProbe
+	25, // 45: portico.config.v1.RouteProbe.headers:type_name -> portico.config.v1.HeaderValue
+	4,  // 46: portico.config.v1.RouteProbe.expect:type_name -> portico.config.v1.StatusClass
+	26, // 47: portico.config.v1.HeaderTransform.rename:type_name -> portico.config.v1.HeaderRename
+	25, // 48: portico.config.v1.HeaderTransform.set:type_name -> portico.config.v1.HeaderValue
+	25, // 49: portico.config.v1.HeaderTransform.add:type_name -> portico.config.v1.HeaderValue
+	28, // 50: portico.config.v1.PathRewrite.prefix:type_name -> portico.config.v1.PrefixRewrite
+	30, // 51: portico.config.v1.RouteAuth.method_scopes:type_name -> portico.config.v1.MethodScopes
+	6,  // 52: portico.config.v1.Cluster.protocol:type_name -> portico.config.v1.Protocol
+	33, // 53: portico.config.v1.Cluster.endpoints:type_name -> portico.config.v1.Endpoint
+	34, // 54: portico.config.v1.Cluster.health_check:type_name -> portico.config.v1.HealthCheck
+	37, // 55: portico.config.v1.Cluster.outlier_detection:type_name -> portico.config.v1.OutlierDetection
+	38, // 56: portico.config.v1.Cluster.pool:type_name -> portico.config.v1.ConnectionPool
+	39, // 57: portico.config.v1.Cluster.tls:type_name -> portico.config.v1.UpstreamTLS
+	44, // 58: portico.config.v1.Cluster.connect_timeout:type_name -> google.protobuf.Duration
+	44, // 59: portico.config.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	44, // 60: portico.config.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	35, // 61: portico.config.v1.HealthCheck.http:type_name -> portico.config.v1.HTTPProbe
+	36, // 62: portico.config.v1.HealthCheck.grpc:type_name -> portico.config.v1.GRPCProbe
+	44, // 63: portico.config.v1.OutlierDetection.base_ejection_time:type_name -> google.protobuf.Duration
+	44, // 64: portico.config.v1.ConnectionPool.idle_timeout:type_name -> google.protobuf.Duration
+	18, // 65: portico.config.v1.FastLaneEntry.key:type_name -> portico.config.v1.KeyRecord
+	19, // 66: portico.config.v1.FastLaneEntry.deny:type_name -> portico.config.v1.DenyEntry
+	41, // 67: portico.config.v1.FastLaneEntry.issuer_keys:type_name -> portico.config.v1.IssuerKeys
+	45, // 68: portico.config.v1.KeySnapshot.generated:type_name -> google.protobuf.Timestamp
+	40, // 69: portico.config.v1.KeySnapshot.entries:type_name -> portico.config.v1.FastLaneEntry
+	70, // [70:70] is the sub-list for method output_type
+	70, // [70:70] is the sub-list for method input_type
+	70, // [70:70] is the sub-list for extension type_name
+	70, // [70:70] is the sub-list for extension extendee
+	0,  // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_portico_config_v1_config_proto_init() }
@@ -4078,21 +4278,21 @@ func file_portico_config_v1_config_proto_init() {
 		(*DenyEntry_Subject)(nil),
 		(*DenyEntry_ClientId)(nil),
 	}
-	file_portico_config_v1_config_proto_msgTypes[19].OneofWrappers = []any{
+	file_portico_config_v1_config_proto_msgTypes[20].OneofWrappers = []any{
 		(*PathRewrite_Prefix)(nil),
 		(*PathRewrite_Template)(nil),
 	}
-	file_portico_config_v1_config_proto_msgTypes[23].OneofWrappers = []any{
+	file_portico_config_v1_config_proto_msgTypes[24].OneofWrappers = []any{
 		(*HeaderMatch_Exact)(nil),
 		(*HeaderMatch_Prefix)(nil),
 		(*HeaderMatch_Regex)(nil),
 		(*HeaderMatch_Present)(nil),
 	}
-	file_portico_config_v1_config_proto_msgTypes[26].OneofWrappers = []any{
+	file_portico_config_v1_config_proto_msgTypes[27].OneofWrappers = []any{
 		(*HealthCheck_Http)(nil),
 		(*HealthCheck_Grpc)(nil),
 	}
-	file_portico_config_v1_config_proto_msgTypes[32].OneofWrappers = []any{
+	file_portico_config_v1_config_proto_msgTypes[33].OneofWrappers = []any{
 		(*FastLaneEntry_Key)(nil),
 		(*FastLaneEntry_Deny)(nil),
 		(*FastLaneEntry_IssuerKeys)(nil),
@@ -4102,8 +4302,8 @@ func file_portico_config_v1_config_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_portico_config_v1_config_proto_rawDesc), len(file_portico_config_v1_config_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   36,
+			NumEnums:      7,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

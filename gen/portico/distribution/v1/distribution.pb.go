@@ -900,9 +900,14 @@ func (*StreamRequest_ProbeResult) isStreamRequest_Message() {}
 // (cumulative: the control plane takes differences, so a lost report
 // loses nothing), and how its upstream endpoints are now.
 type Report struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Routes        []*RouteCounts         `protobuf:"bytes,1,rep,name=routes,proto3" json:"routes,omitempty"`
-	Clusters      []*ClusterHealth       `protobuf:"bytes,2,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Routes   []*RouteCounts         `protobuf:"bytes,1,rep,name=routes,proto3" json:"routes,omitempty"`
+	Clusters []*ClusterHealth       `protobuf:"bytes,2,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	// Probes count the synthetic probes the node sent each route
+	// (ProbeRoutes) since it started: requests are probes, errors those
+	// that did not get the status class the probe expects. Real calls'
+	// counters (routes) never include them.
+	Probes        []*RouteCounts `protobuf:"bytes,3,rep,name=probes,proto3" json:"probes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -947,6 +952,13 @@ func (x *Report) GetRoutes() []*RouteCounts {
 func (x *Report) GetClusters() []*ClusterHealth {
 	if x != nil {
 		return x.Clusters
+	}
+	return nil
+}
+
+func (x *Report) GetProbes() []*RouteCounts {
+	if x != nil {
+		return x.Probes
 	}
 	return nil
 }
@@ -1532,6 +1544,7 @@ type StreamResponse struct {
 	//
 	//	*StreamResponse_Snapshot
 	//	*StreamResponse_Probe
+	//	*StreamResponse_ProbeRoutes
 	Message       isStreamResponse_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1592,6 +1605,15 @@ func (x *StreamResponse) GetProbe() *Probe {
 	return nil
 }
 
+func (x *StreamResponse) GetProbeRoutes() *ProbeRoutes {
+	if x != nil {
+		if x, ok := x.Message.(*StreamResponse_ProbeRoutes); ok {
+			return x.ProbeRoutes
+		}
+	}
+	return nil
+}
+
 type isStreamResponse_Message interface {
 	isStreamResponse_Message()
 }
@@ -1604,9 +1626,112 @@ type StreamResponse_Probe struct {
 	Probe *Probe `protobuf:"bytes,2,opt,name=probe,proto3,oneof"`
 }
 
+type StreamResponse_ProbeRoutes struct {
+	ProbeRoutes *ProbeRoutes `protobuf:"bytes,3,opt,name=probe_routes,json=probeRoutes,proto3,oneof"`
+}
+
 func (*StreamResponse_Snapshot) isStreamResponse_Message() {}
 
 func (*StreamResponse_Probe) isStreamResponse_Message() {}
+
+func (*StreamResponse_ProbeRoutes) isStreamResponse_Message() {}
+
+// ProbeRoutes asks a node to probe routes of the snapshot it runs while a
+// change to them rolls out (seed flow 2: canaries "run synthetic
+// checks"): each route's probe (config.v1.RouteProbe) once per interval,
+// through the node's own request chain as the platform's synthetic
+// caller, until the duration ends or the next ProbeRoutes replaces this
+// one (an empty one stops probing). The node counts the probes in its
+// reports; it probes only while it runs the snapshot named.
+type ProbeRoutes struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sha256 is the snapshot whose routes are probed.
+	Sha256 string `protobuf:"bytes,1,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// RouteIds and RoutePrefixes select the routes: by id, or by the
+	// prefix of the routes a service derives ("<service id>."); all
+	// selects every route.
+	RouteIds      []string `protobuf:"bytes,2,rep,name=route_ids,json=routeIds,proto3" json:"route_ids,omitempty"`
+	RoutePrefixes []string `protobuf:"bytes,3,rep,name=route_prefixes,json=routePrefixes,proto3" json:"route_prefixes,omitempty"`
+	All           bool     `protobuf:"varint,4,opt,name=all,proto3" json:"all,omitempty"`
+	// Interval between two probes of one route (at least 100 ms).
+	Interval *durationpb.Duration `protobuf:"bytes,5,opt,name=interval,proto3" json:"interval,omitempty"`
+	// Duration bounds how long the node probes.
+	Duration      *durationpb.Duration `protobuf:"bytes,6,opt,name=duration,proto3" json:"duration,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProbeRoutes) Reset() {
+	*x = ProbeRoutes{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProbeRoutes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProbeRoutes) ProtoMessage() {}
+
+func (x *ProbeRoutes) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProbeRoutes.ProtoReflect.Descriptor instead.
+func (*ProbeRoutes) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ProbeRoutes) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *ProbeRoutes) GetRouteIds() []string {
+	if x != nil {
+		return x.RouteIds
+	}
+	return nil
+}
+
+func (x *ProbeRoutes) GetRoutePrefixes() []string {
+	if x != nil {
+		return x.RoutePrefixes
+	}
+	return nil
+}
+
+func (x *ProbeRoutes) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
+}
+
+func (x *ProbeRoutes) GetInterval() *durationpb.Duration {
+	if x != nil {
+		return x.Interval
+	}
+	return nil
+}
+
+func (x *ProbeRoutes) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
 
 // Probe asks a node to try clusters a change adds or changes before the
 // change is committed: build each as it would (its identity, its TLS),
@@ -1626,7 +1751,7 @@ type Probe struct {
 
 func (x *Probe) Reset() {
 	*x = Probe{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[23]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1638,7 +1763,7 @@ func (x *Probe) String() string {
 func (*Probe) ProtoMessage() {}
 
 func (x *Probe) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[23]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1651,7 +1776,7 @@ func (x *Probe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Probe.ProtoReflect.Descriptor instead.
 func (*Probe) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{23}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Probe) GetId() string {
@@ -1686,7 +1811,7 @@ type ProbeResult struct {
 
 func (x *ProbeResult) Reset() {
 	*x = ProbeResult{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[24]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1698,7 +1823,7 @@ func (x *ProbeResult) String() string {
 func (*ProbeResult) ProtoMessage() {}
 
 func (x *ProbeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[24]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1711,7 +1836,7 @@ func (x *ProbeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeResult.ProtoReflect.Descriptor instead.
 func (*ProbeResult) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{24}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ProbeResult) GetId() string {
@@ -1743,7 +1868,7 @@ type ClusterProbe struct {
 
 func (x *ClusterProbe) Reset() {
 	*x = ClusterProbe{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[25]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1755,7 +1880,7 @@ func (x *ClusterProbe) String() string {
 func (*ClusterProbe) ProtoMessage() {}
 
 func (x *ClusterProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[25]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1768,7 +1893,7 @@ func (x *ClusterProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterProbe.ProtoReflect.Descriptor instead.
 func (*ClusterProbe) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{25}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ClusterProbe) GetName() string {
@@ -1805,7 +1930,7 @@ type EndpointProbe struct {
 
 func (x *EndpointProbe) Reset() {
 	*x = EndpointProbe{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[26]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +1942,7 @@ func (x *EndpointProbe) String() string {
 func (*EndpointProbe) ProtoMessage() {}
 
 func (x *EndpointProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[26]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +1955,7 @@ func (x *EndpointProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointProbe.ProtoReflect.Descriptor instead.
 func (*EndpointProbe) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{26}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *EndpointProbe) GetAddress() string {
@@ -1871,7 +1996,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[27]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +2008,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[27]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +2021,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{27}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Snapshot) GetVersion() int64 {
@@ -1977,11 +2102,13 @@ const file_portico_distribution_v1_distribution_proto_rawDesc = "" +
 	"\x03ack\x18\x02 \x01(\v2\x1c.portico.distribution.v1.AckH\x00R\x03ack\x129\n" +
 	"\x06report\x18\x03 \x01(\v2\x1f.portico.distribution.v1.ReportH\x00R\x06report\x12I\n" +
 	"\fprobe_result\x18\x04 \x01(\v2$.portico.distribution.v1.ProbeResultH\x00R\vprobeResultB\x10\n" +
-	"\amessage\x12\x05\xbaH\x02\b\x01\"\xa1\x01\n" +
+	"\amessage\x12\x05\xbaH\x02\b\x01\"\xeb\x01\n" +
 	"\x06Report\x12H\n" +
 	"\x06routes\x18\x01 \x03(\v2$.portico.distribution.v1.RouteCountsB\n" +
 	"\xbaH\a\x92\x01\x04\x10\xc0\x9a\fR\x06routes\x12M\n" +
-	"\bclusters\x18\x02 \x03(\v2&.portico.distribution.v1.ClusterHealthB\t\xbaH\x06\x92\x01\x03\x10\x90NR\bclusters\"\xb7\x01\n" +
+	"\bclusters\x18\x02 \x03(\v2&.portico.distribution.v1.ClusterHealthB\t\xbaH\x06\x92\x01\x03\x10\x90NR\bclusters\x12H\n" +
+	"\x06probes\x18\x03 \x03(\v2$.portico.distribution.v1.RouteCountsB\n" +
+	"\xbaH\a\x92\x01\x04\x10\xc0\x9a\fR\x06probes\"\xb7\x01\n" +
 	"\rClusterHealth\x12\x1c\n" +
 	"\x04name\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x04name\x12P\n" +
 	"\tendpoints\x18\x02 \x03(\v2'.portico.distribution.v1.EndpointHealthB\t\xbaH\x06\x92\x01\x03\x10\xe8\aR\tendpoints\x12\x18\n" +
@@ -2023,11 +2150,19 @@ const file_portico_distribution_v1_distribution_proto_rawDesc = "" +
 	"\x04team\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x18@R\x04team\x12\x1b\n" +
 	"\x04kind\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x18 R\x04kind\x12\x1c\n" +
 	"\x04name\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x02R\x04name\x12\x1e\n" +
-	"\x05error\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\x05error\"\x94\x01\n" +
+	"\x05error\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\x05error\"\xdf\x01\n" +
 	"\x0eStreamResponse\x12?\n" +
 	"\bsnapshot\x18\x01 \x01(\v2!.portico.distribution.v1.SnapshotH\x00R\bsnapshot\x126\n" +
-	"\x05probe\x18\x02 \x01(\v2\x1e.portico.distribution.v1.ProbeH\x00R\x05probeB\t\n" +
-	"\amessage\"\x98\x01\n" +
+	"\x05probe\x18\x02 \x01(\v2\x1e.portico.distribution.v1.ProbeH\x00R\x05probe\x12I\n" +
+	"\fprobe_routes\x18\x03 \x01(\v2$.portico.distribution.v1.ProbeRoutesH\x00R\vprobeRoutesB\t\n" +
+	"\amessage\"\x99\x02\n" +
+	"\vProbeRoutes\x120\n" +
+	"\x06sha256\x18\x01 \x01(\tB\x18\xbaH\x15r\x132\x11^([0-9a-f]{64})?$R\x06sha256\x12&\n" +
+	"\troute_ids\x18\x02 \x03(\tB\t\xbaH\x06\x92\x01\x03\x10\x90NR\brouteIds\x120\n" +
+	"\x0eroute_prefixes\x18\x03 \x03(\tB\t\xbaH\x06\x92\x01\x03\x10\x90NR\rroutePrefixes\x12\x10\n" +
+	"\x03all\x18\x04 \x01(\bR\x03all\x125\n" +
+	"\binterval\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\binterval\x125\n" +
+	"\bduration\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\bduration\"\x98\x01\n" +
 	"\x05Probe\x12\x17\n" +
 	"\x02id\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x18@R\x02id\x12A\n" +
 	"\bclusters\x18\x02 \x03(\v2\x1a.portico.config.v1.ClusterB\t\xbaH\x06\x92\x01\x03\x10\xe8\aR\bclusters\x123\n" +
@@ -2067,7 +2202,7 @@ func file_portico_distribution_v1_distribution_proto_rawDescGZIP() []byte {
 	return file_portico_distribution_v1_distribution_proto_rawDescData
 }
 
-var file_portico_distribution_v1_distribution_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_portico_distribution_v1_distribution_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_portico_distribution_v1_distribution_proto_goTypes = []any{
 	(*PublishRequest)(nil),        // 0: portico.distribution.v1.PublishRequest
 	(*PublishResponse)(nil),       // 1: portico.distribution.v1.PublishResponse
@@ -2092,59 +2227,64 @@ var file_portico_distribution_v1_distribution_proto_goTypes = []any{
 	(*Ack)(nil),                   // 20: portico.distribution.v1.Ack
 	(*RefusedObject)(nil),         // 21: portico.distribution.v1.RefusedObject
 	(*StreamResponse)(nil),        // 22: portico.distribution.v1.StreamResponse
-	(*Probe)(nil),                 // 23: portico.distribution.v1.Probe
-	(*ProbeResult)(nil),           // 24: portico.distribution.v1.ProbeResult
-	(*ClusterProbe)(nil),          // 25: portico.distribution.v1.ClusterProbe
-	(*EndpointProbe)(nil),         // 26: portico.distribution.v1.EndpointProbe
-	(*Snapshot)(nil),              // 27: portico.distribution.v1.Snapshot
-	nil,                           // 28: portico.distribution.v1.Hello.LabelsEntry
-	(*v1.FastLaneEntry)(nil),      // 29: portico.config.v1.FastLaneEntry
-	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
-	(*v1.Cluster)(nil),            // 32: portico.config.v1.Cluster
+	(*ProbeRoutes)(nil),           // 23: portico.distribution.v1.ProbeRoutes
+	(*Probe)(nil),                 // 24: portico.distribution.v1.Probe
+	(*ProbeResult)(nil),           // 25: portico.distribution.v1.ProbeResult
+	(*ClusterProbe)(nil),          // 26: portico.distribution.v1.ClusterProbe
+	(*EndpointProbe)(nil),         // 27: portico.distribution.v1.EndpointProbe
+	(*Snapshot)(nil),              // 28: portico.distribution.v1.Snapshot
+	nil,                           // 29: portico.distribution.v1.Hello.LabelsEntry
+	(*v1.FastLaneEntry)(nil),      // 30: portico.config.v1.FastLaneEntry
+	(*durationpb.Duration)(nil),   // 31: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
+	(*v1.Cluster)(nil),            // 33: portico.config.v1.Cluster
 }
 var file_portico_distribution_v1_distribution_proto_depIdxs = []int32{
-	29, // 0: portico.distribution.v1.PublishRequest.entries:type_name -> portico.config.v1.FastLaneEntry
-	30, // 1: portico.distribution.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
+	30, // 0: portico.distribution.v1.PublishRequest.entries:type_name -> portico.config.v1.FastLaneEntry
+	31, // 1: portico.distribution.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
 	6,  // 2: portico.distribution.v1.WaitResponse.behind:type_name -> portico.distribution.v1.NodeFastLane
 	8,  // 3: portico.distribution.v1.FastLaneRequest.hello:type_name -> portico.distribution.v1.FastLaneHello
 	9,  // 4: portico.distribution.v1.FastLaneRequest.ack:type_name -> portico.distribution.v1.FastLaneAck
 	11, // 5: portico.distribution.v1.FastLaneResponse.update:type_name -> portico.distribution.v1.FastLaneUpdate
-	29, // 6: portico.distribution.v1.FastLaneUpdate.entries:type_name -> portico.config.v1.FastLaneEntry
+	30, // 6: portico.distribution.v1.FastLaneUpdate.entries:type_name -> portico.config.v1.FastLaneEntry
 	17, // 7: portico.distribution.v1.StreamRequest.hello:type_name -> portico.distribution.v1.Hello
 	20, // 8: portico.distribution.v1.StreamRequest.ack:type_name -> portico.distribution.v1.Ack
 	13, // 9: portico.distribution.v1.StreamRequest.report:type_name -> portico.distribution.v1.Report
-	24, // 10: portico.distribution.v1.StreamRequest.probe_result:type_name -> portico.distribution.v1.ProbeResult
+	25, // 10: portico.distribution.v1.StreamRequest.probe_result:type_name -> portico.distribution.v1.ProbeResult
 	16, // 11: portico.distribution.v1.Report.routes:type_name -> portico.distribution.v1.RouteCounts
 	14, // 12: portico.distribution.v1.Report.clusters:type_name -> portico.distribution.v1.ClusterHealth
-	15, // 13: portico.distribution.v1.ClusterHealth.endpoints:type_name -> portico.distribution.v1.EndpointHealth
-	28, // 14: portico.distribution.v1.Hello.labels:type_name -> portico.distribution.v1.Hello.LabelsEntry
-	18, // 15: portico.distribution.v1.Hello.resources:type_name -> portico.distribution.v1.NodeResources
-	14, // 16: portico.distribution.v1.Hello.clusters:type_name -> portico.distribution.v1.ClusterHealth
-	19, // 17: portico.distribution.v1.NodeResources.upstream_identities:type_name -> portico.distribution.v1.UpstreamIdentityInfo
-	31, // 18: portico.distribution.v1.UpstreamIdentityInfo.not_after:type_name -> google.protobuf.Timestamp
-	21, // 19: portico.distribution.v1.Ack.objects:type_name -> portico.distribution.v1.RefusedObject
-	27, // 20: portico.distribution.v1.StreamResponse.snapshot:type_name -> portico.distribution.v1.Snapshot
-	23, // 21: portico.distribution.v1.StreamResponse.probe:type_name -> portico.distribution.v1.Probe
-	32, // 22: portico.distribution.v1.Probe.clusters:type_name -> portico.config.v1.Cluster
-	30, // 23: portico.distribution.v1.Probe.timeout:type_name -> google.protobuf.Duration
-	25, // 24: portico.distribution.v1.ProbeResult.clusters:type_name -> portico.distribution.v1.ClusterProbe
-	26, // 25: portico.distribution.v1.ClusterProbe.endpoints:type_name -> portico.distribution.v1.EndpointProbe
-	12, // 26: portico.distribution.v1.DistributionService.Stream:input_type -> portico.distribution.v1.StreamRequest
-	7,  // 27: portico.distribution.v1.DistributionService.FastLane:input_type -> portico.distribution.v1.FastLaneRequest
-	0,  // 28: portico.distribution.v1.FastLaneService.Publish:input_type -> portico.distribution.v1.PublishRequest
-	2,  // 29: portico.distribution.v1.FastLaneService.Source:input_type -> portico.distribution.v1.SourceRequest
-	4,  // 30: portico.distribution.v1.FastLaneService.Wait:input_type -> portico.distribution.v1.WaitRequest
-	22, // 31: portico.distribution.v1.DistributionService.Stream:output_type -> portico.distribution.v1.StreamResponse
-	10, // 32: portico.distribution.v1.DistributionService.FastLane:output_type -> portico.distribution.v1.FastLaneResponse
-	1,  // 33: portico.distribution.v1.FastLaneService.Publish:output_type -> portico.distribution.v1.PublishResponse
-	3,  // 34: portico.distribution.v1.FastLaneService.Source:output_type -> portico.distribution.v1.SourceResponse
-	5,  // 35: portico.distribution.v1.FastLaneService.Wait:output_type -> portico.distribution.v1.WaitResponse
-	31, // [31:36] is the sub-list for method output_type
-	26, // [26:31] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	16, // 13: portico.distribution.v1.Report.probes:type_name -> portico.distribution.v1.RouteCounts
+	15, // 14: portico.distribution.v1.ClusterHealth.endpoints:type_name -> portico.distribution.v1.EndpointHealth
+	29, // 15: portico.distribution.v1.Hello.labels:type_name -> portico.distribution.v1.Hello.LabelsEntry
+	18, // 16: portico.distribution.v1.Hello.resources:type_name -> portico.distribution.v1.NodeResources
+	14, // 17: portico.distribution.v1.Hello.clusters:type_name -> portico.distribution.v1.ClusterHealth
+	19, // 18: portico.distribution.v1.NodeResources.upstream_identities:type_name -> portico.distribution.v1.UpstreamIdentityInfo
+	32, // 19: portico.distribution.v1.UpstreamIdentityInfo.not_after:type_name -> google.protobuf.Timestamp
+	21, // 20: portico.distribution.v1.Ack.objects:type_name -> portico.distribution.v1.RefusedObject
+	28, // 21: portico.distribution.v1.StreamResponse.snapshot:type_name -> portico.distribution.v1.Snapshot
+	24, // 22: portico.distribution.v1.StreamResponse.probe:type_name -> portico.distribution.v1.Probe
+	23, // 23: portico.distribution.v1.StreamResponse.probe_routes:type_name -> portico.distribution.v1.ProbeRoutes
+	31, // 24: portico.distribution.v1.ProbeRoutes.interval:type_name -> google.protobuf.Duration
+	31, // 25: portico.distribution.v1.ProbeRoutes.duration:type_name -> google.protobuf.Duration
+	33, // 26: portico.distribution.v1.Probe.clusters:type_name -> portico.config.v1.Cluster
+	31, // 27: portico.distribution.v1.Probe.timeout:type_name -> google.protobuf.Duration
+	26, // 28: portico.distribution.v1.ProbeResult.clusters:type_name -> portico.distribution.v1.ClusterProbe
+	27, // 29: portico.distribution.v1.ClusterProbe.endpoints:type_name -> portico.distribution.v1.EndpointProbe
+	12, // 30: portico.distribution.v1.DistributionService.Stream:input_type -> portico.distribution.v1.StreamRequest
+	7,  // 31: portico.distribution.v1.DistributionService.FastLane:input_type -> portico.distribution.v1.FastLaneRequest
+	0,  // 32: portico.distribution.v1.FastLaneService.Publish:input_type -> portico.distribution.v1.PublishRequest
+	2,  // 33: portico.distribution.v1.FastLaneService.Source:input_type -> portico.distribution.v1.SourceRequest
+	4,  // 34: portico.distribution.v1.FastLaneService.Wait:input_type -> portico.distribution.v1.WaitRequest
+	22, // 35: portico.distribution.v1.DistributionService.Stream:output_type -> portico.distribution.v1.StreamResponse
+	10, // 36: portico.distribution.v1.DistributionService.FastLane:output_type -> portico.distribution.v1.FastLaneResponse
+	1,  // 37: portico.distribution.v1.FastLaneService.Publish:output_type -> portico.distribution.v1.PublishResponse
+	3,  // 38: portico.distribution.v1.FastLaneService.Source:output_type -> portico.distribution.v1.SourceResponse
+	5,  // 39: portico.distribution.v1.FastLaneService.Wait:output_type -> portico.distribution.v1.WaitResponse
+	35, // [35:40] is the sub-list for method output_type
+	30, // [30:35] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_portico_distribution_v1_distribution_proto_init() }
@@ -2168,6 +2308,7 @@ func file_portico_distribution_v1_distribution_proto_init() {
 	file_portico_distribution_v1_distribution_proto_msgTypes[22].OneofWrappers = []any{
 		(*StreamResponse_Snapshot)(nil),
 		(*StreamResponse_Probe)(nil),
+		(*StreamResponse_ProbeRoutes)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2175,7 +2316,7 @@ func file_portico_distribution_v1_distribution_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_portico_distribution_v1_distribution_proto_rawDesc), len(file_portico_distribution_v1_distribution_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
