@@ -99,10 +99,14 @@ func StageNodes(stage int, nodes []Node) []string {
 // Criteria are when a new version counts as worse than the old.
 type Criteria struct {
 	// MinRequests is how many calls of a changed route the new version's
-	// nodes must have served for it to be judged.
+	// nodes must have served for it to be judged on them.
 	MinRequests uint64
+	// MinProbes is how many synthetic probes of a changed route the new
+	// version's nodes must have sent for it to be judged on them, when
+	// it has too few real calls. Zero means 3.
+	MinProbes uint64
 	// MaxErrorRateIncrease is how much higher the new version's share of
-	// failed calls may be than the old one's.
+	// failed calls (or probes) may be than the old one's.
 	MaxErrorRateIncrease float64
 	// MaxLatencyRatio and MinLatencyIncrease: the new version's p99 may not
 	// exceed the old one's by both this factor and this much.
@@ -110,72 +114,100 @@ type Criteria struct {
 	MinLatencyIncrease time.Duration
 }
 
-// Observation is one node's route counters across a stage's bake: Before
-// and After, by route id, and whether the node runs the new version.
+// Observation is one node's counters across a stage's bake, by route id:
+// its real calls (Before and After) and the synthetic probes it sent
+// (ProbesBefore and ProbesAfter), and whether the node runs the new
+// version.
 type Observation struct {
-	Before, After map[string]routestats.Counts
-	OnNew         bool
+	Before, After             map[string]routestats.Counts
+	ProbesBefore, ProbesAfter map[string]routestats.Counts
+	OnNew                     bool
 }
 
-// Judge judges one rollout's stages. Its OldRate carries, from stage to
-// stage, each changed route's failure share on the old version, measured
-// in the last stage that had enough calls there: the baseline once few or
-// no nodes are left on it.
+// Judge judges one rollout's stages. Its OldRate and OldProbeRate carry,
+// from stage to stage, each changed route's failure share on the old
+// version (of calls, and of probes), measured in the last stage that had
+// enough of them there: the baseline once few or no nodes are left on it.
 type Judge struct {
 	Criteria
 	// Changed selects the routes the change touched.
 	Changed Matcher
 	// Next and Previous are the versions, for the evidence.
 	Next, Previous int64
-	// OldRate is kept by Judge; nil starts empty.
-	OldRate map[string]float64
+	// OldRate and OldProbeRate are kept by Judge; nil starts empty.
+	OldRate, OldProbeRate map[string]float64
 	// Failed is the route of the regression Stage last found, "" while
 	// it found none: the route whose change a rollout reverts.
 	Failed string
-	// Evidence is what Stage last read: each changed route's calls on
-	// the new version and on the old during the bake, by route.
+	// Evidence is what Stage last read: each changed route's calls and
+	// probes on the new version and on the old during the bake, by route.
 	Evidence []RouteEvidence
 }
 
-// RouteEvidence is one changed route's calls during a stage's bake, on
-// the nodes running the new version and on those still on the old.
+// RouteEvidence is one changed route's calls and probes during a stage's
+// bake, on the nodes running the new version and on those still on the
+// old.
 type RouteEvidence struct {
-	Route    string
-	New, Old routestats.Counts
+	Route                string
+	New, Old             routestats.Counts
+	NewProbes, OldProbes routestats.Counts
 }
 
-// Stage compares, for each changed route, the calls the nodes on the new
-// version served during stage's bake with those the nodes still on the
-// old one served. It returns the evidence of a regression, or "", and the
-// changed routes the new version served too few calls of to judge (some,
-// but fewer than MinRequests), comma-separated, or "". At the canaries
-// (stage 0) a route without enough calls on the old version is one the
-// change adds, judged against none failing; later, such a route is judged
-// against its OldRate, if any.
-func (j *Judge) Stage(stage int, nodes []Observation) (evidence, short string) {
+// Stage judges the changed routes of stage's bake. A route the new
+// version's nodes served at least MinRequests calls of is judged on them:
+// against the calls the nodes still on the old version served (at the
+// canaries, stage 0, a route without enough old calls is one the change
+// adds, judged against none failing; later, such a route is judged
+// against its OldRate, if any). A route with fewer real calls is judged
+// on the synthetic probes the nodes sent, if the new version's sent at
+// least MinProbes: against the old version's probes, else its
+// OldProbeRate, else against none failing (a route the change adds).
+//
+// It returns the evidence of a regression, or "", and the changed routes
+// it has no evidence to judge (too few calls and too few probes),
+// comma-separated, or "": a stage must not pass on them.
+func (j *Judge) Stage(stage int, nodes []Observation) (evidence, unjudged string) {
 	if j.OldRate == nil {
 		j.OldRate = map[string]float64{}
 	}
+	if j.OldProbeRate == nil {
+		j.OldProbeRate = map[string]float64{}
+	}
+	minProbes := j.MinProbes
+	if minProbes == 0 {
+		minProbes = 3
+	}
 	j.Failed = ""
-	sums := map[string]*[2]routestats.Counts{} // route → [old, new]
-	for _, n := range nodes {
-		for route, c := range n.After {
+	sums := map[string]*RouteEvidence{}
+	add := func(before, after map[string]routestats.Counts, onNew, probes bool) {
+		for route, c := range after {
 			if !j.Changed.Match(route) {
 				continue
 			}
 			d := c
-			if prev, ok := n.Before[route]; ok && !reset(prev, c) {
+			if prev, ok := before[route]; ok && !reset(prev, c) {
 				d = c.Sub(prev)
 			}
-			if sums[route] == nil {
-				sums[route] = &[2]routestats.Counts{}
+			e := sums[route]
+			if e == nil {
+				e = &RouteEvidence{Route: route}
+				sums[route] = e
 			}
-			i := 0
-			if n.OnNew {
-				i = 1
+			switch {
+			case onNew && probes:
+				e.NewProbes = e.NewProbes.Add(d)
+			case probes:
+				e.OldProbes = e.OldProbes.Add(d)
+			case onNew:
+				e.New = e.New.Add(d)
+			default:
+				e.Old = e.Old.Add(d)
 			}
-			sums[route][i] = sums[route][i].Add(d)
 		}
+	}
+	for _, n := range nodes {
+		add(n.Before, n.After, n.OnNew, false)
+		add(n.ProbesBefore, n.ProbesAfter, n.OnNew, true)
 	}
 	routes := make([]string, 0, len(sums))
 	for r := range sums {
@@ -184,43 +216,81 @@ func (j *Judge) Stage(stage int, nodes []Observation) (evidence, short string) {
 	slices.Sort(routes)
 	j.Evidence = j.Evidence[:0]
 	for _, r := range routes {
-		j.Evidence = append(j.Evidence, RouteEvidence{Route: r, Old: sums[r][0], New: sums[r][1]})
+		j.Evidence = append(j.Evidence, *sums[r])
 	}
-	var few []string
+	var none []string
 	for _, r := range routes {
-		old, nw := sums[r][0], sums[r][1]
-		if nw.Requests < j.MinRequests {
-			if nw.Requests > 0 {
-				few = append(few, r)
-			}
+		e := sums[r]
+		var ev string
+		switch {
+		case e.New.Requests >= j.MinRequests:
+			ev = j.calls(stage, e)
+		case e.NewProbes.Requests >= minProbes:
+			ev = j.probes(e, minProbes)
+		default:
+			none = append(none, r)
 			continue
 		}
-		rateNew := float64(nw.Errors) / float64(nw.Requests)
-		rateOld, known := j.OldRate[r]
-		switch {
-		case old.Requests >= j.MinRequests:
-			rateOld = float64(old.Errors) / float64(old.Requests)
-			j.OldRate[r] = rateOld
-		case !known && stage == 0:
-			rateOld = 0
-			j.OldRate[r] = 0
-		case !known:
-			continue // nothing to compare with
-		}
-		if rateNew-rateOld > j.MaxErrorRateIncrease {
+		if ev != "" {
 			j.Failed = r
-			return fmt.Sprintf("route %s failed %d of %d calls (%.1f%%) on version %d, %d of %d (%.1f%%) on version %d",
-				r, nw.Errors, nw.Requests, 100*rateNew, j.Next, old.Errors, old.Requests, 100*rateOld, j.Previous), ""
-		}
-		if old.Requests >= j.MinRequests {
-			pNew, pOld := nw.Quantile(0.99), old.Quantile(0.99)
-			if float64(pNew) > j.MaxLatencyRatio*float64(pOld) && pNew-pOld >= j.MinLatencyIncrease {
-				j.Failed = r
-				return fmt.Sprintf("route %s p99 %v on version %d, %v on version %d", r, pNew, j.Next, pOld, j.Previous), ""
-			}
+			return ev, ""
 		}
 	}
-	return "", strings.Join(few, ",")
+	return "", strings.Join(none, ",")
+}
+
+// calls judges e's route on its real calls: the evidence of a
+// regression, or "".
+func (j *Judge) calls(stage int, e *RouteEvidence) string {
+	r, old, nw := e.Route, e.Old, e.New
+	rateNew := float64(nw.Errors) / float64(nw.Requests)
+	rateOld, known := j.OldRate[r]
+	switch {
+	case old.Requests >= j.MinRequests:
+		rateOld = float64(old.Errors) / float64(old.Requests)
+		j.OldRate[r] = rateOld
+	case !known && stage == 0:
+		rateOld = 0
+		j.OldRate[r] = 0
+	case !known:
+		return "" // nothing to compare with
+	}
+	if rateNew-rateOld > j.MaxErrorRateIncrease {
+		return fmt.Sprintf("route %s failed %d of %d calls (%.1f%%) on version %d, %d of %d (%.1f%%) on version %d",
+			r, nw.Errors, nw.Requests, 100*rateNew, j.Next, old.Errors, old.Requests, 100*rateOld, j.Previous)
+	}
+	if old.Requests >= j.MinRequests {
+		pNew, pOld := nw.Quantile(0.99), old.Quantile(0.99)
+		if float64(pNew) > j.MaxLatencyRatio*float64(pOld) && pNew-pOld >= j.MinLatencyIncrease {
+			return fmt.Sprintf("route %s p99 %v on version %d, %v on version %d", r, pNew, j.Next, pOld, j.Previous)
+		}
+	}
+	return ""
+}
+
+// probes judges e's route on its synthetic probes: the evidence of a
+// regression, or "". Probes are few, so only their failures count, not
+// their latency.
+func (j *Judge) probes(e *RouteEvidence, minProbes uint64) string {
+	r, old, nw := e.Route, e.OldProbes, e.NewProbes
+	rateNew := float64(nw.Errors) / float64(nw.Requests)
+	rateOld, known := j.OldProbeRate[r]
+	var baseline string
+	switch {
+	case old.Requests >= minProbes:
+		rateOld = float64(old.Errors) / float64(old.Requests)
+		j.OldProbeRate[r] = rateOld
+		baseline = fmt.Sprintf("%d of %d (%.1f%%) on version %d", old.Errors, old.Requests, 100*rateOld, j.Previous)
+	case known:
+		baseline = fmt.Sprintf("%.1f%% on version %d earlier", 100*rateOld, j.Previous)
+	default:
+		baseline = fmt.Sprintf("none probed on version %d", j.Previous)
+	}
+	if rateNew-rateOld > j.MaxErrorRateIncrease {
+		return fmt.Sprintf("route %s failed %d of %d synthetic probes (%.1f%%) on version %d, %s",
+			r, nw.Errors, nw.Requests, 100*rateNew, j.Next, baseline)
+	}
+	return ""
 }
 
 // reset reports whether counters went down between two reports: the node
@@ -244,6 +314,16 @@ type Matcher struct {
 	All      bool
 	ids      map[string]bool
 	prefixes []string
+}
+
+// Parts returns what m selects: every route, or the routes ids names
+// and those whose id starts with one of prefixes.
+func (m Matcher) Parts() (all bool, ids, prefixes []string) {
+	for id := range m.ids {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return m.All, ids, slices.Clone(m.prefixes)
 }
 
 // Match reports whether the change touched route.

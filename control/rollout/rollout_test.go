@@ -159,3 +159,73 @@ func TestStageEvidence(t *testing.T) {
 		t.Errorf("Evidence = %+v, want r: 40 calls and 1 failure new, 30 calls old", j.Evidence)
 	}
 }
+
+// TestJudgeProbes: a changed route with too few real calls is judged on
+// the synthetic probes the nodes sent, and one with neither is not
+// judged at all: the stage has no evidence for it.
+func TestJudgeProbes(t *testing.T) {
+	t.Parallel()
+	ms := time.Millisecond
+	type m = map[string]routestats.Counts
+	probed := func(onNew bool, calls, probes m) rollout.Observation {
+		return rollout.Observation{After: calls, ProbesAfter: probes, OnNew: onNew}
+	}
+	for _, tc := range []struct {
+		name               string
+		stage              int
+		nodes              []rollout.Observation
+		evidence, unjudged string
+	}{
+		{"a new route, no calls, failing probes", 0, []rollout.Observation{
+			probed(true, m{"r": {}}, m{"r": counts(3, 3, ms)})},
+			"route r failed 3 of 3 synthetic probes (100.0%) on version 2, none probed on version 1", ""},
+		{"a new route, no calls, passing probes", 0, []rollout.Observation{
+			probed(true, m{"r": {}}, m{"r": counts(3, 0, ms)})}, "", ""},
+		{"a few calls and failing probes", 0, []rollout.Observation{
+			probed(true, m{"r": counts(5, 0, ms)}, m{"r": counts(4, 4, ms)}),
+			probed(false, m{"r": counts(100, 0, ms)}, m{"r": counts(4, 0, ms)})},
+			"route r failed 4 of 4 synthetic probes (100.0%) on version 2, 0 of 4 (0.0%) on version 1", ""},
+		{"probes failing on both versions", 0, []rollout.Observation{
+			probed(true, m{"r": {}}, m{"r": counts(5, 5, ms)}),
+			probed(false, m{"r": {}}, m{"r": counts(5, 5, ms)})}, "", ""},
+		{"enough real calls outweigh probes", 0, []rollout.Observation{
+			probed(true, m{"r": counts(50, 0, ms)}, m{"r": counts(5, 5, ms)})}, "", ""},
+		{"too few probes", 0, []rollout.Observation{
+			probed(true, m{"r": counts(2, 2, ms)}, m{"r": counts(2, 2, ms)})}, "", "r"},
+		{"no calls and no probes", 2, []rollout.Observation{
+			probed(true, m{"a": {}, "b": counts(1, 0, ms)}, nil),
+			probed(false, m{"a": counts(500, 0, ms)}, nil)}, "", "a,b"},
+		{"probes of the old version alone", 0, []rollout.Observation{
+			probed(true, m{"r": {}}, nil),
+			probed(false, m{"r": {}}, m{"r": counts(9, 0, ms)})}, "", "r"},
+	} {
+		j := judge()
+		ev, unjudged := j.Stage(tc.stage, tc.nodes)
+		if ev != tc.evidence || unjudged != tc.unjudged {
+			t.Errorf("%s: Stage = %q, unjudged %q; want %q, %q", tc.name, ev, unjudged, tc.evidence, tc.unjudged)
+		}
+		if tc.evidence != "" && j.Failed != "r" {
+			t.Errorf("%s: Failed = %q, want r", tc.name, j.Failed)
+		}
+	}
+
+	// The old version's probe rate carries to a later stage with no
+	// node left on it; probe counters are differences over the bake.
+	j := judge()
+	if ev, _ := j.Stage(0, []rollout.Observation{
+		probed(true, m{"r": {}}, m{"r": counts(10, 5, ms)}),
+		probed(false, m{"r": {}}, m{"r": counts(10, 5, ms)})}); ev != "" {
+		t.Fatalf("a canary stage failing as much as the old version: %s", ev)
+	}
+	later := rollout.Observation{After: m{"r": {}}, ProbesBefore: m{"r": counts(10, 0, ms)}, ProbesAfter: m{"r": counts(20, 5, ms)}, OnNew: true}
+	if ev, _ := j.Stage(3, []rollout.Observation{later}); ev != "" {
+		t.Errorf("5 of 10 probes failing against a carried 50%%: %s", ev)
+	}
+	if len(j.Evidence) != 1 || j.Evidence[0].NewProbes.Requests != 10 || j.Evidence[0].NewProbes.Errors != 5 {
+		t.Errorf("Evidence = %+v, want 10 probes, 5 failed, on the new version", j.Evidence)
+	}
+	worse := rollout.Observation{After: m{"r": {}}, ProbesBefore: m{"r": counts(20, 5, ms)}, ProbesAfter: m{"r": counts(30, 15, ms)}, OnNew: true}
+	if ev, _ := j.Stage(3, []rollout.Observation{worse}); !strings.Contains(ev, "failed 10 of 10 synthetic probes") || !strings.Contains(ev, "50.0% on version 1 earlier") {
+		t.Errorf("10 of 10 probes failing against a carried 50%%: %q", ev)
+	}
+}
