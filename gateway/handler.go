@@ -94,7 +94,7 @@ func (p *pool) serve(x *exchange.Record, w http.ResponseWriter, r *http.Request)
 		table = st.snap.Table(p.name)
 	}
 	var params router.Params
-	req := router.Request{Host: canonicalHost(r.Host), Method: r.Method, Path: path, Header: r.Header}
+	req := router.Request{Host: router.CanonicalHost(r.Host), Method: r.Method, Path: path, Header: r.Header}
 	route, status := table.Match(req, &params)
 	switch status {
 	case router.NotFound:
@@ -316,24 +316,6 @@ func splitRequestURI(r *http.Request) (path, query string) {
 	}
 	path, query, _ = strings.Cut(uri, "?")
 	return path, query
-}
-
-// canonicalHost lowercases host and drops the port and a trailing dot. It
-// allocates only when the host has uppercase letters.
-func canonicalHost(host string) string {
-	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.HasSuffix(host, "]") {
-		host = host[:i]
-	}
-	host = strings.TrimSuffix(host, ".")
-	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
-		host = host[1 : len(host)-1]
-	}
-	for i := 0; i < len(host); i++ {
-		if c := host[i]; 'A' <= c && c <= 'Z' {
-			return strings.ToLower(host)
-		}
-	}
-	return host
 }
 
 func headerValue(h http.Header, canonicalKey string) string {

@@ -78,6 +78,7 @@ package router
 import (
 	"sort"
 	"strconv"
+	"strings"
 )
 
 // Route is one route to compile. New does not keep the slices of a Route.
@@ -151,6 +152,25 @@ type Request struct {
 	Path string
 	// Header is shaped like http.Header: canonical keys. Match only reads it.
 	Header map[string][]string
+}
+
+// CanonicalHost is the form of a Host header that Request.Host takes:
+// lowercase, without the port, a trailing dot or an IPv6 literal's
+// brackets. It allocates only when host has uppercase letters.
+func CanonicalHost(host string) string {
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.HasSuffix(host, "]") {
+		host = host[:i]
+	}
+	host = strings.TrimSuffix(host, ".")
+	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1]
+	}
+	for i := 0; i < len(host); i++ {
+		if c := host[i]; 'A' <= c && c <= 'Z' {
+			return strings.ToLower(host)
+		}
+	}
+	return host
 }
 
 // Status is the outcome of Match. The zero Status is NotFound.
