@@ -327,3 +327,29 @@ func TemplateVariables(tpl string) ([]string, error) {
 	}
 	return names, nil
 }
+
+// ExamplePath returns a path that the template tpl matches: its literal
+// segments as written, every other segment (a variable's wildcards, "*",
+// a "**", which then stands for one segment) given seg, and its verb. It
+// is what a synthetic probe of a route sends by default. seg must be a
+// literal segment; the error is a *TemplateError.
+func ExamplePath(tpl, seg string) (string, error) {
+	t, err := parseTemplate(tpl)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, s := range t.segs {
+		b.WriteByte('/')
+		if s.kind == segLiteral {
+			b.WriteString(s.lit)
+		} else {
+			b.WriteString(seg)
+		}
+	}
+	if t.verb != "" {
+		b.WriteByte(':')
+		b.WriteString(t.verb)
+	}
+	return b.String(), nil
+}

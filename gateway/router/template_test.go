@@ -127,3 +127,37 @@ func TestTemplateVariables(t *testing.T) {
 		t.Errorf("TemplateVariables of a bad template: %v, want a *TemplateError", err)
 	}
 }
+
+func TestExamplePath(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ tmpl, want string }{
+		{"/v1/orders", "/v1/orders"},
+		{"/v1/orders/{id}", "/v1/orders/probe"},
+		{"/v1/orders/{id}/items", "/v1/orders/probe/items"},
+		{"/v1/{name=shelves/*}", "/v1/shelves/probe"},
+		{"/v1/{name=shelves/*/books/*}:archive", "/v1/shelves/probe/books/probe:archive"},
+		{"/v1/*/x", "/v1/probe/x"},
+		{"/files/**", "/files/probe"},
+		{"/files/{rest=**}", "/files/probe"},
+		{"/pkg.Svc/Method", "/pkg.Svc/Method"},
+		{"/v1/{id}:cancel", "/v1/probe:cancel"},
+	}
+	for _, tt := range tests {
+		got, err := router.ExamplePath(tt.tmpl, "probe")
+		if err != nil || got != tt.want {
+			t.Errorf("ExamplePath(%q) = %q, %v, want %q", tt.tmpl, got, err, tt.want)
+			continue
+		}
+		// The path is one the template matches.
+		tbl, err := router.New([]router.Route[string]{{ID: "r", Path: tt.tmpl, Value: "r"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, st := tbl.Match(router.Request{Method: "GET", Path: got}, nil); st != router.Matched || v != "r" {
+			t.Errorf("template %q does not match its example %q: %v", tt.tmpl, got, st)
+		}
+	}
+	if _, err := router.ExamplePath("/a/{", "probe"); err == nil {
+		t.Error(`ExamplePath("/a/{") = nil error, want a *TemplateError`)
+	}
+}
