@@ -18,9 +18,10 @@ import (
 // returns a *Error listing every problem: schema violations (protovalidate
 // on the config protos), a mismatched sha256, duplicate cluster names,
 // routes naming unknown clusters, unparsable path templates, duplicate route
-// ids and ambiguous routes (each naming both routes), and auth references to
-// unknown scopes, products, plans or issuers. cfg is not modified
-// and not referenced by the result.
+// ids and ambiguous routes (each naming both routes), auth references to
+// unknown scopes, products, plans or issuers, and route probes that their
+// route would not answer. cfg is not modified and not referenced by the
+// result.
 func Compile(cfg *configv1.Snapshot) (*Snapshot, error) {
 	if cfg == nil {
 		return nil, &Error{Violations: []Violation{{Message: "no snapshot"}}}
@@ -145,6 +146,7 @@ func Compile(cfg *configv1.Snapshot) (*Snapshot, error) {
 			return len(rc.GetPools()) == 0 || slices.Contains(rc.GetPools(), pool)
 		})
 	}
+	compileProbes(routes, labels, invalidRoute, s, errs)
 
 	if len(errs.Violations) > 0 {
 		return nil, errs

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -95,6 +97,18 @@ func summary(s *snapshot.Snapshot, err error) string {
 		}
 		if r.RequestHeaders != nil || r.ResponseHeaders != nil {
 			fmt.Fprintf(&b, "  header edits: request %v, response %v\n", r.RequestHeaders != nil, r.ResponseHeaders != nil)
+		}
+		if p := r.Probe; p != nil {
+			fmt.Fprintf(&b, "  probe %s %s%s", p.Method, p.Host, p.Target())
+			for _, k := range slices.Sorted(maps.Keys(p.Header)) {
+				fmt.Fprintf(&b, " %s=%q", k, p.Header[k])
+			}
+			if p.ContentType != "" {
+				fmt.Fprintf(&b, " content-type=%q body=%dB", p.ContentType, len(p.Body))
+			}
+			fmt.Fprintf(&b, " grpc=%v expect=%s explicit=%v pool=%q\n", p.GRPC, p.Expect, p.Explicit, p.Pool)
+		} else {
+			b.WriteString("  no probe\n")
 		}
 	}
 	return b.String()

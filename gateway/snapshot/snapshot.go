@@ -96,6 +96,10 @@ type Route struct {
 	// OpenAPI validates the route's requests against the team's OpenAPI
 	// document; nil when it has none.
 	OpenAPI *openapi.Validator
+	// Probe is the synthetic call canary nodes make to the route while a
+	// change to it rolls out; nil when the route has none (its default
+	// probe would not reach it, see compileProbes).
+	Probe *Probe
 }
 
 // Source decodes the config the snapshot was compiled from, sha256 included.
