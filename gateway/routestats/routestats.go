@@ -177,6 +177,42 @@ func (g *Registry) Routes(ids []string) []*Route {
 	return out
 }
 
+// Route returns the counters of id, new ones if the registry has none:
+// for counters made as routes need them, not per snapshot (a node's
+// probes, which only the routes being rolled out get).
+func (g *Registry) Route(id string) *Route {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r := g.routes[id]
+	if r == nil {
+		if g.routes == nil {
+			g.routes = map[string]*Route{}
+		}
+		r = new(Route)
+		g.routes[id] = r
+	}
+	return r
+}
+
+// Retain forgets every route whose id is not one of ids: called with each
+// new snapshot's routes, for a registry that Route fills.
+func (g *Registry) Retain(ids []string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.routes) == 0 {
+		return
+	}
+	keep := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		keep[id] = true
+	}
+	for id := range g.routes {
+		if !keep[id] {
+			delete(g.routes, id)
+		}
+	}
+}
+
 // Each calls fn with every route's id and counters.
 func (g *Registry) Each(fn func(id string, c Counts)) {
 	g.mu.Lock()

@@ -121,3 +121,23 @@ func TestBucketsFollowBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestRegistryMadeOnDemand: Route makes a route's counters when first
+// asked and returns the same ones after; Retain forgets those of ids that
+// left the snapshot and keeps the others.
+func TestRegistryMadeOnDemand(t *testing.T) {
+	t.Parallel()
+	var g routestats.Registry
+	g.Retain([]string{"a"}) // nothing to forget
+	g.Route("a").Observe(true, time.Millisecond)
+	g.Route("b").Observe(false, time.Millisecond)
+	if a := g.Route("a").Counts(); a.Requests != 1 || a.Errors != 1 {
+		t.Errorf("a = %+v, want the call counted before", a)
+	}
+	g.Retain([]string{"a", "c"})
+	got := map[string]uint64{}
+	g.Each(func(id string, c routestats.Counts) { got[id] = c.Requests })
+	if len(got) != 1 || got["a"] != 1 {
+		t.Errorf("after Retain(a, c): %v, want only a, with its call", got)
+	}
+}
