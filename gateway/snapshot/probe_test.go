@@ -233,3 +233,19 @@ func TestServiceMethodProbes(t *testing.T) {
 		t.Errorf("GetOrder's REST binding %v: want a GET probe of its path", rest)
 	}
 }
+
+func TestRouteSelection(t *testing.T) {
+	t.Parallel()
+	sel := snapshot.RouteSelection{IDs: []string{"orders.list"}, Prefixes: []string{"billing."}}
+	for id, want := range map[string]bool{"orders.list": true, "orders.get": false, "billing.Pay": true, "billing": false} {
+		if got := sel.Selects(id); got != want {
+			t.Errorf("Selects(%q) = %v, want %v", id, got, want)
+		}
+	}
+	if sel.Empty() || !(snapshot.RouteSelection{}).Empty() || (snapshot.RouteSelection{All: true}).Empty() {
+		t.Error("Empty is wrong")
+	}
+	if !(snapshot.RouteSelection{All: true}).Selects("anything") {
+		t.Error("All does not select every route")
+	}
+}
