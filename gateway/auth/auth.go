@@ -12,6 +12,8 @@
 package auth
 
 import (
+	"strings"
+
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
 
@@ -25,6 +27,11 @@ const (
 	APIKey
 	// Token is a caller that presented an OAuth 2.0 access token.
 	Token
+	// Synthetic is the platform's synthetic caller: the probes a node
+	// sends its own request chain while a change rolls out (see
+	// SyntheticCaller). No credential authenticates as it, and nothing a
+	// client sends makes a request one.
+	Synthetic
 )
 
 func (k Kind) String() string {
@@ -33,8 +40,25 @@ func (k Kind) String() string {
 		return "api_key"
 	case Token:
 		return "token"
+	case Synthetic:
+		return "synthetic"
 	}
 	return "anonymous"
+}
+
+// The platform's synthetic caller, as backends see it (X-Auth-Client-Id
+// and X-Auth-Tenant).
+const (
+	SyntheticClientID = "portico-synthetic"
+	SyntheticTenant   = "platform"
+)
+
+// SyntheticCaller is the identity of a synthetic probe of a route that
+// requires scopes (the route's, for the probe's method): the platform's
+// synthetic caller, with those scopes, so that the backend sees who
+// called and what the call may do. It has no plan, key or subject.
+func SyntheticCaller(scopes []string) Identity {
+	return Identity{Kind: Synthetic, ClientID: SyntheticClientID, Tenant: SyntheticTenant, Scopes: strings.Join(scopes, " ")}
 }
 
 // Identity is who a request is from, once authenticated. It is what the
