@@ -71,6 +71,15 @@ type Record struct {
 	// Protocol is the protocol the request is served in, once the chain
 	// has read it.
 	Protocol problem.Protocol
+	// Synthetic marks a probe the node sends through its own request
+	// chain (gateway.Node.ProbeRoutes), never a client's request: the
+	// node sets it after Reset, and nothing a client sends can. On a
+	// synthetic record the chain runs no authentication (Identity is
+	// auth.SyntheticCaller's) and takes no rate limit, and finish leaves
+	// the route's counters (Stats) alone: probes are counted apart. Every
+	// sink must skip a synthetic record in what it counts as calls:
+	// usage windows, quotas and billing count only real callers.
+	Synthetic bool
 
 	// By is who answered, and Code the gateway's reason when By is
 	// Gateway. Status is the HTTP status written to the caller (0 while
