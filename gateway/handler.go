@@ -118,8 +118,13 @@ func (p *pool) serve(x *exchange.Record, w http.ResponseWriter, r *http.Request)
 		return
 	}
 
-	// Authenticate and authorise.
-	if !route.Auth.Public {
+	// Authenticate and authorise. The node's own probes call as the
+	// platform's synthetic caller, with the scopes the route requires.
+	switch {
+	case x.Synthetic:
+		x.Identity = auth.SyntheticCaller(route.Auth.RequiredScopes(r.Method, path))
+		rawQuery = auth.WithoutQueryKey(rawQuery, route.Auth.QueryKey)
+	case !route.Auth.Public:
 		ident, fail := n.auth.Check(r, route, st.creds, st.snap, path, rawQuery)
 		if fail != nil {
 			if fail.Challenge != "" {
@@ -133,21 +138,23 @@ func (p *pool) serve(x *exchange.Record, w http.ResponseWriter, r *http.Request)
 	}
 
 	// Rate limits: in-memory buckets, per caller (or per client IP on
-	// public routes).
+	// public routes). Probes take none: they are no one's calls.
 	clientIP, trusted := p.peer(r)
 	realIP := p.clientAddr(r, clientIP, trusted)
-	var limitIP string // only public routes limit by address
-	if route.Auth.Public {
-		limitIP = realIP
-	}
-	v := n.rateLimit(st.limits, route, &x.Identity, limitIP)
-	v.writeHeaders(w.Header())
-	if v.limited {
-		x.Refuse(w, r, x.Protocol, problem.Problem{
-			Code: problem.RateLimited, Detail: "rate limit \"" + v.by.spec.Name + "\" exceeded",
-			Instance: path, RequestID: rid, RetryAfter: v.res.RetryAfter,
-		})
-		return
+	if !x.Synthetic {
+		var limitIP string // only public routes limit by address
+		if route.Auth.Public {
+			limitIP = realIP
+		}
+		v := n.rateLimit(st.limits, route, &x.Identity, limitIP)
+		v.writeHeaders(w.Header())
+		if v.limited {
+			x.Refuse(w, r, x.Protocol, problem.Problem{
+				Code: problem.RateLimited, Detail: "rate limit \"" + v.by.spec.Name + "\" exceeded",
+				Instance: path, RequestID: rid, RetryAfter: v.res.RetryAfter,
+			})
+			return
+		}
 	}
 
 	// The team's OpenAPI document, for routes that have one.
@@ -214,16 +221,18 @@ func (p *pool) serve(x *exchange.Record, w http.ResponseWriter, r *http.Request)
 // finish is where every request ends, once, whatever its exit: it hands
 // the request's record to the sinks, then recycles it. It runs deferred,
 // so a request the proxy aborts (http.ErrAbortHandler) passes through it
-// too.
+// too. So does every probe the node sends itself (ProbeRoutes): the sinks
+// see x.Synthetic and leave it out of what they count as calls.
 func (n *Node) finish(x *exchange.Record) {
 	if x.By == exchange.Nobody && x.Status != 0 {
 		// An answer no one claimed: the transcoder's own error for a call
 		// it could not make. (The rest of the chain records its answers.)
 		x.By = exchange.Gateway
 	}
-	if s := x.Stats; s != nil {
+	if s := x.Stats; s != nil && !x.Synthetic {
 		// The rollout judge counts what reached the proxy, as it always
-		// has; the gateway's refusals before it are counted apart.
+		// has; the gateway's refusals before it are counted apart. The
+		// node's own probes are counted apart too, by the prober.
 		if x.Forwarded {
 			s.Observe(x.UpstreamFailed, x.UpstreamTime())
 		} else {
