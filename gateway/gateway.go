@@ -23,6 +23,11 @@
 //     once it serves with a snapshot applied.
 //  4. Close releases the listeners of a Node that never ran. Run closes
 //     everything itself.
+//
+// Beside the requests it serves, a node probes routes when asked
+// (ProbeRoutes, which the control plane's stream calls during a rollout):
+// in process, through its own request chain, until the set ends, the next
+// replaces it, or the node drains or closes.
 package gateway
 
 import (
@@ -183,6 +188,8 @@ type Node struct {
 	closeOnce sync.Once
 	// probing holds one token while ProbeClusters runs.
 	probing chan struct{}
+	// probes runs the route probes ProbeRoutes asks for and counts them.
+	probes prober
 }
 
 // RouteStats calls fn with every route's counters (calls, server-side
@@ -410,6 +417,7 @@ func (n *Node) Run(ctx context.Context) error {
 // shutdown drains every server and logs when it starts and ends, with the
 // requests it waited for and those it cut. In order:
 //
+//  0. The route probes stop (ProbeRoutes), and no new set starts.
 //  1. The listeners close: no connection is accepted any more (after an
 //     upgrade, the new process accepts from the same sockets). A TLS
 //     handshake in progress still completes and is served.
@@ -422,6 +430,9 @@ func (n *Node) Run(ctx context.Context) error {
 //  3. http.Server.Shutdown: GOAWAY, idle connections closed, in-flight
 //     requests waited for up to the drain timeout, then force-closed.
 func (n *Node) shutdown() {
+	// A draining node's probes would judge nothing: they stop first, and
+	// the drain's counts are of clients' requests alone.
+	n.probes.close()
 	start := time.Now()
 	started, finished := n.requests()
 	n.log.Info("draining", "in_flight", started-finished, "timeout", n.opts.DrainTimeout.String())
@@ -495,6 +506,7 @@ func (n *Node) requests() (started, finished int64) {
 // it only for a Node whose Run was never called.
 func (n *Node) Close() {
 	n.closeOnce.Do(func() {
+		n.probes.close()
 		n.closeListeners()
 		n.upstreams.Close()
 		n.tokens.Close()

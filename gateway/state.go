@@ -75,6 +75,7 @@ func (n *Node) Apply(cfg *configv1.Snapshot) error {
 		ids[i] = st.snap.Routes[i].ID
 	}
 	st.stats = n.stats.Routes(ids)
+	n.probes.counts.Retain(ids)
 	old := n.state.Swap(st)
 	creds.Commit()
 	if old != nil {
