@@ -32,6 +32,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/portico-gw/portico/gateway/routestats"
+	"github.com/portico-gw/portico/gateway/snapshot"
 	"github.com/portico-gw/portico/gateway/upstream"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
@@ -75,19 +76,26 @@ type Options struct {
 	// current bound, which doubles per failure.
 	MinBackoff, MaxBackoff time.Duration
 	// Node, if set, describes the node to the control plane (its upstream
-	// identities and its endpoints' health, in the hello and every report)
-	// and runs the probes the control plane asks for before it commits a
-	// change (gateway.Node). Without it the node reports none, and
-	// answers probes that it cannot run them.
+	// identities and its endpoints' health, in the hello and every report),
+	// runs the probes the control plane asks for before it commits a
+	// change, and the synthetic probes of routes it asks for while one
+	// rolls out, which every report counts (gateway.Node). Without it the
+	// node reports none, answers cluster probes that it cannot run them,
+	// and ignores route probes.
 	Node Node
 }
 
 // Node is what the client tells the control plane of the node, and how
-// it probes clusters (*gateway.Node).
+// it probes clusters and routes (*gateway.Node).
 type Node interface {
 	UpstreamIdentities() []upstream.IdentityInfo
 	ClusterStatus() []upstream.ClusterStatus
 	ProbeClusters(ctx context.Context, clusters []*configv1.Cluster, timeout time.Duration) []upstream.ProbeResult
+	// ProbeRoutes replaces the routes the node probes (an empty selection
+	// stops it); ProbeStats reports the probes it sent, per route, since
+	// it started.
+	ProbeRoutes(sha256 string, routes snapshot.RouteSelection, interval, duration time.Duration) error
+	ProbeStats(fn func(routeID string, c routestats.Counts))
 }
 
 // Lane is what the fast-lane stream feeds (*fastlane.Lane). Apply merges
@@ -304,6 +312,10 @@ func (c *Client) session(ctx context.Context, client distributionv1connect.Distr
 			go c.probe(ctx, p, send)
 			continue
 		}
+		if pr := resp.GetProbeRoutes(); pr != nil {
+			c.probeRoutes(pr)
+			continue
+		}
 		snap := resp.GetSnapshot()
 		if snap == nil {
 			continue
@@ -343,8 +355,8 @@ func closeOnDone(ctx context.Context, stream interface{ CloseRequest() error }) 
 	return stopped
 }
 
-// report sends the route counters every ReportInterval until the session
-// ends.
+// report sends the route counters, and the route probes', every
+// ReportInterval until the session ends.
 func (c *Client) report(ctx context.Context, stopped <-chan struct{}, send func(*distributionv1.StreamRequest) error) {
 	t := time.NewTicker(c.opts.ReportInterval)
 	defer t.Stop()
@@ -366,6 +378,11 @@ func (c *Client) report(ctx context.Context, stopped <-chan struct{}, send func(
 		}
 		if c.opts.Node != nil {
 			rep.Clusters = healthOf(c.opts.Node.ClusterStatus())
+			c.opts.Node.ProbeStats(func(id string, n routestats.Counts) {
+				rep.Probes = append(rep.Probes, &distributionv1.RouteCounts{
+					RouteId: id, Requests: n.Requests, Errors: n.Errors, LatencyBuckets: n.Buckets[:],
+				})
+			})
 		}
 		if err := send(&distributionv1.StreamRequest{Message: &distributionv1.StreamRequest_Report{Report: rep}}); err != nil {
 			return // the session is ending; it reports why
