@@ -78,7 +78,9 @@ type Record struct {
 	// auth.SyntheticCaller's) and takes no rate limit, and finish leaves
 	// the route's counters (Stats) alone: probes are counted apart. Every
 	// sink must skip a synthetic record in what it counts as calls:
-	// usage windows, quotas and billing count only real callers.
+	// usage windows, quotas and billing count only real callers. (Its
+	// Pool is the pool whose route table it went through: "" for the
+	// table of the routes every pool serves.)
 	Synthetic bool
 
 	// By is who answered, and Code the gateway's reason when By is
