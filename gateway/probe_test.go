@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -93,7 +94,11 @@ func probeAll(t *testing.T, g *gatewaytest.Gateway) {
 func waitProbes(t *testing.T, n *gateway.Node, want map[string]uint64) map[string]routestats.Counts {
 	t.Helper()
 	var got map[string]routestats.Counts
-	gatewaytest.WaitFor(t, 20*time.Second, fmt.Sprintf("probes %v", want), func() bool {
+	what := fmt.Sprintf("probes %v", want)
+	if len(want) > 4 {
+		what = fmt.Sprintf("probes of %d routes", len(want))
+	}
+	gatewaytest.WaitFor(t, 20*time.Second, what, func() bool {
 		got = probeCounts(n)
 		for id, w := range want {
 			if got[id].Requests < w {
@@ -476,5 +481,35 @@ func TestProbesOnePerRoute(t *testing.T) {
 	defer mu.Unlock()
 	if held != 1 {
 		t.Errorf("the held route's backend saw %d probes, want 1 until it answers", held)
+	}
+}
+
+// TestProbedRoutesCut: a set selects at most MaxProbedRoutes routes, the
+// first by id; the node logs the cut.
+func TestProbedRoutesCut(t *testing.T) {
+	t.Parallel()
+	cfg := &configv1.Snapshot{Clusters: []*configv1.Cluster{cluster("web", startBackend(t, &callLog{}))}}
+	want := map[string]uint64{}
+	for i := range gateway.MaxProbedRoutes + 1 {
+		id := fmt.Sprintf("r%04d", i)
+		cfg.Routes = append(cfg.Routes, route(id, "/"+id, "web"))
+		if i < gateway.MaxProbedRoutes {
+			want[id] = 2
+		}
+	}
+	// In reverse: the routes are probed by id, not in the snapshot's order.
+	slices.Reverse(cfg.Routes)
+	var logs logbuf.Buffer
+	g := gatewaytest.Start(t, cfg, func(o *gateway.Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	probeAll(t, g)
+	// Every route within the bound probed twice: the route past it, had it
+	// been kept, would have been probed in the first round.
+	got := waitProbes(t, g.Node, want)
+	last := fmt.Sprintf("r%04d", gateway.MaxProbedRoutes)
+	if c, ok := got[last]; ok {
+		t.Errorf("route %s, past the bound, was probed %d times", last, c.Requests)
+	}
+	if n := strings.Count(logs.String(), "probe set cut"); n != 1 {
+		t.Errorf("the cut was logged %d times, want once:\n%s", n, logs.String())
 	}
 }

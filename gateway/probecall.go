@@ -24,8 +24,8 @@ var errProbeBodyCut = errors.New("gateway: a probe reads at most 1 MiB of an ans
 
 // probe sends route r's probe through the request chain of p and counts
 // its outcome under the route's id. A probe cut short by the end of its
-// set (its duration, a stop, the next set) is not counted, nor one that a snapshot swapped
-// while it ran sent to another route.
+// set (its duration, a stop, the next set) is not counted, nor one that
+// went to another route because a snapshot swapped while it ran.
 func (n *Node) probe(set context.Context, p *pool, r *snapshot.Route) {
 	pr := r.Probe
 	ctx, cancel := context.WithTimeout(set, min(r.Timeout, MaxProbeTimeout))
