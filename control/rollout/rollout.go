@@ -218,20 +218,24 @@ func (j *Judge) Stage(stage int, nodes []Observation) (evidence, unjudged string
 	for _, r := range routes {
 		j.Evidence = append(j.Evidence, *sums[r])
 	}
-	var none []string
+	// Real calls first: a regression they show is the stronger evidence.
+	var probed, none []string
 	for _, r := range routes {
 		e := sums[r]
-		var ev string
 		switch {
 		case e.New.Requests >= j.MinRequests:
-			ev = j.calls(stage, e)
+			if ev := j.calls(stage, e); ev != "" {
+				j.Failed = r
+				return ev, ""
+			}
 		case e.NewProbes.Requests >= minProbes:
-			ev = j.probes(e, minProbes)
+			probed = append(probed, r)
 		default:
 			none = append(none, r)
-			continue
 		}
-		if ev != "" {
+	}
+	for _, r := range probed {
+		if ev := j.probes(sums[r], minProbes); ev != "" {
 			j.Failed = r
 			return ev, ""
 		}
@@ -269,8 +273,9 @@ func (j *Judge) calls(stage int, e *RouteEvidence) string {
 }
 
 // probes judges e's route on its synthetic probes: the evidence of a
-// regression, or "". Probes are few, so only their failures count, not
-// their latency.
+// regression, or "". Probes are few, so their latency is judged on the
+// median, which one slow probe (a pause on a loaded node) does not move,
+// and only against the old version's probes in the same bake.
 func (j *Judge) probes(e *RouteEvidence, minProbes uint64) string {
 	r, old, nw := e.Route, e.OldProbes, e.NewProbes
 	rateNew := float64(nw.Errors) / float64(nw.Requests)
@@ -289,6 +294,12 @@ func (j *Judge) probes(e *RouteEvidence, minProbes uint64) string {
 	if rateNew-rateOld > j.MaxErrorRateIncrease {
 		return fmt.Sprintf("route %s failed %d of %d synthetic probes (%.1f%%) on version %d, %s",
 			r, nw.Errors, nw.Requests, 100*rateNew, j.Next, baseline)
+	}
+	if old.Requests >= minProbes {
+		mNew, mOld := nw.Quantile(0.5), old.Quantile(0.5)
+		if float64(mNew) > j.MaxLatencyRatio*float64(mOld) && mNew-mOld >= j.MinLatencyIncrease {
+			return fmt.Sprintf("route %s synthetic probes took %v (median) on version %d, %v on version %d", r, mNew, j.Next, mOld, j.Previous)
+		}
 	}
 	return ""
 }

@@ -198,6 +198,13 @@ func TestJudgeProbes(t *testing.T) {
 		{"probes of the old version alone", 0, []rollout.Observation{
 			probed(true, m{"r": {}}, nil),
 			probed(false, m{"r": {}}, m{"r": counts(9, 0, ms)})}, "", "r"},
+		{"slow probes", 0, []rollout.Observation{
+			probed(true, m{"r": {}}, m{"r": counts(5, 0, 300*ms)}),
+			probed(false, m{"r": {}}, m{"r": counts(5, 0, ms)})},
+			"route r synthetic probes took 512ms (median) on version 2, 1ms on version 1", ""},
+		{"one slow probe among fast ones", 0, []rollout.Observation{
+			probed(true, m{"r": {}}, m{"r": counts(4, 0, ms).Add(counts(1, 0, 300*ms))}),
+			probed(false, m{"r": {}}, m{"r": counts(5, 0, ms)})}, "", ""},
 	} {
 		j := judge()
 		ev, unjudged := j.Stage(tc.stage, tc.nodes)
@@ -207,6 +214,16 @@ func TestJudgeProbes(t *testing.T) {
 		if tc.evidence != "" && j.Failed != "r" {
 			t.Errorf("%s: Failed = %q, want r", tc.name, j.Failed)
 		}
+	}
+
+	// A regression in real calls is the evidence, before one in another
+	// route's probes, whatever their order.
+	j0 := judge()
+	ev, _ := j0.Stage(0, []rollout.Observation{
+		probed(true, m{"a": {}, "b": counts(50, 50, ms)}, m{"a": counts(5, 5, ms)}),
+		probed(false, m{"a": {}, "b": counts(50, 0, ms)}, nil)})
+	if j0.Failed != "b" || !strings.Contains(ev, "route b failed 50 of 50 calls") {
+		t.Errorf("a failing route in calls and another in probes: Failed %q, evidence %q; want b's calls", j0.Failed, ev)
 	}
 
 	// The old version's probe rate carries to a later stage with no
