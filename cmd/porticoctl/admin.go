@@ -290,8 +290,10 @@ func (c *cli) rolloutCmd() *cobra.Command {
 		Short: "Show the target version and the newest rollout",
 		Long: `Status shows the version the fleet should run, the NACK that halted it if one
 did (each refused object with its error), and the newest staged rollout: its
-state, stage and how many nodes it reached, and the evidence when it was
-reverted or halted.`,
+state, stage and how many nodes it reached, the evidence when it was reverted,
+halted or paused, and what the stage judged last saw of each changed route:
+real calls and failed calls on the nodes running the new version and on those
+still on the old, and the canaries' synthetic probes as failed/sent (PROBES).`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			resp, err := c.admin.GetRollout(cmd.Context(), connect.NewRequest(&adminv1.GetRolloutRequest{}))
@@ -374,11 +376,13 @@ func (c *cli) printRollout(ro *adminv1.Rollout) {
 		fmt.Fprintln(c.stdout, "  "+ro.GetEvidence())
 	}
 	if len(ro.GetRoutes()) > 0 {
-		// The calls the last judged stage saw of each changed route.
-		t := newTable(c.stdout, "ROUTE", "NEW CALLS", "NEW FAILED", "OLD CALLS", "OLD FAILED")
+		// The calls and probes the last judged stage saw of each changed
+		// route; probes as failed/sent.
+		t := newTable(c.stdout, "ROUTE", "NEW CALLS", "NEW FAILED", "NEW PROBES", "OLD CALLS", "OLD FAILED", "OLD PROBES")
+		u := func(n uint64) string { return strconv.FormatUint(n, 10) }
 		for _, e := range ro.GetRoutes() {
-			t.row(e.GetRoute(), strconv.FormatUint(e.GetNewCalls(), 10), strconv.FormatUint(e.GetNewFailures(), 10),
-				strconv.FormatUint(e.GetOldCalls(), 10), strconv.FormatUint(e.GetOldFailures(), 10))
+			t.row(e.GetRoute(), u(e.GetNewCalls()), u(e.GetNewFailures()), u(e.GetNewProbesFailed())+"/"+u(e.GetNewProbes()),
+				u(e.GetOldCalls()), u(e.GetOldFailures()), u(e.GetOldProbesFailed())+"/"+u(e.GetOldProbes()))
 		}
 		_ = t.flush()
 	}

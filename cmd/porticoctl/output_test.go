@@ -83,11 +83,13 @@ func TestPrintRolloutRoutes(t *testing.T) {
 	c := &cli{stdout: &out}
 	c.printRollout(&adminv1.Rollout{Version: 7, Previous: 5, Stage: "canary", State: "reverted", Reached: 4,
 		Evidence: "stage canary: route orders.list failed 95 of 97 calls",
-		Routes:   []*adminv1.RouteEvidence{{Route: "orders.list", NewCalls: 97, NewFailures: 95, OldCalls: 145}}})
+		Routes: []*adminv1.RouteEvidence{{Route: "orders.list", NewCalls: 97, NewFailures: 95, OldCalls: 145},
+			{Route: "orders.new", NewCalls: 2, NewProbes: 12, NewProbesFailed: 12, OldProbes: 0}}})
 	want := `version 7 (from 5): reverted at stage canary, 4 nodes
   stage canary: route orders.list failed 95 of 97 calls
-ROUTE        NEW CALLS  NEW FAILED  OLD CALLS  OLD FAILED
-orders.list  97         95          145        0
+ROUTE        NEW CALLS  NEW FAILED  NEW PROBES  OLD CALLS  OLD FAILED  OLD PROBES
+orders.list  97         95          0/0         145        0           0/0
+orders.new   2          0           12/12       0          0           0/0
 `
 	if out.String() != want {
 		t.Errorf("printRollout printed\n%s\nwant\n%s", out.String(), want)

@@ -133,7 +133,8 @@ func rolloutProto(r *distribution.RolloutStatus) *adminv1.Rollout {
 	out := &adminv1.Rollout{Version: r.Version, Previous: r.Previous, Stage: r.Stage, State: r.State, Evidence: r.Evidence, Reached: int32(r.Reached)}
 	for _, e := range r.Routes {
 		out.Routes = append(out.Routes, &adminv1.RouteEvidence{Route: e.Route,
-			NewCalls: e.New.Requests, NewFailures: e.New.Errors, OldCalls: e.Old.Requests, OldFailures: e.Old.Errors})
+			NewCalls: e.New.Requests, NewFailures: e.New.Errors, OldCalls: e.Old.Requests, OldFailures: e.Old.Errors,
+			NewProbes: e.NewProbes.Requests, NewProbesFailed: e.NewProbes.Errors, OldProbes: e.OldProbes.Requests, OldProbesFailed: e.OldProbes.Errors})
 	}
 	return out
 }
