@@ -140,8 +140,14 @@ type RefusedObject struct {
 type node struct {
 	NodeStatus
 	// routes are the node's last reported counters, by route id
-	// (cumulative since the node started).
-	routes map[string]routestats.Counts
+	// (cumulative since the node started); probed are those of the
+	// synthetic probes it sent.
+	routes, probed map[string]routestats.Counts
+	// probing names the ProbeRoutes last sent to the node ("" for none,
+	// or one that stopped it); probeRoutes holds one not yet sent, which
+	// a newer one replaces.
+	probing     string
+	probeRoutes chan *distributionv1.StreamResponse
 	// sent and sentVersion are the snapshot last pushed to the node and
 	// the version it was pushed as (a revert is the same snapshot again
 	// under a new number).
@@ -396,6 +402,7 @@ func (s *Server) notifyLocked() {
 	if ro := s.rollout; ro != nil {
 		s.saveLocked(ro)
 	}
+	s.syncProbesLocked()
 }
 
 // receiveHello receives a node stream's first message, which must be a
@@ -428,9 +435,10 @@ func (s *Server) Stream(ctx context.Context, stream *connect.BidiStream[distribu
 	n := &node{
 		NodeStatus: NodeStatus{ID: hello.GetNodeId(), Pool: hello.GetPool(), Region: hello.GetRegion(), Labels: hello.GetLabels(),
 			ConnectedAt: s.now(), SHA256: hello.GetSha256(), Clusters: hello.GetClusters()},
-		send:   make(chan *distributionv1.StreamResponse, 1),
-		probes: make(chan *distributionv1.StreamResponse, 4),
-		done:   make(chan struct{}),
+		send:        make(chan *distributionv1.StreamResponse, 1),
+		probes:      make(chan *distributionv1.StreamResponse, 4),
+		probeRoutes: make(chan *distributionv1.StreamResponse, 1),
+		done:        make(chan struct{}),
 	}
 	for _, id := range hello.GetResources().GetUpstreamIdentities() {
 		n.Identities = append(n.Identities, id.GetName())
@@ -455,6 +463,11 @@ func (s *Server) Stream(ctx context.Context, stream *connect.BidiStream[distribu
 					return
 				}
 			case msg := <-n.probes:
+				if err := stream.Send(msg); err != nil {
+					sendErr <- err
+					return
+				}
+			case msg := <-n.probeRoutes:
 				if err := stream.Send(msg); err != nil {
 					sendErr <- err
 					return
@@ -568,20 +581,29 @@ func haltsLocked(t *target, n *node) bool {
 }
 
 func (s *Server) report(n *node, rep *distributionv1.Report) {
-	routes := make(map[string]routestats.Counts, len(rep.GetRoutes()))
-	for _, r := range rep.GetRoutes() {
-		c := routestats.Counts{Requests: r.GetRequests(), Errors: r.GetErrors()}
-		copy(c.Buckets[:], r.GetLatencyBuckets())
-		routes[r.GetRouteId()] = c
-	}
+	routes, probed := countsOf(rep.GetRoutes()), countsOf(rep.GetProbes())
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n.routes = routes
+	n.routes, n.probed = routes, probed
 	if rep.GetClusters() != nil {
 		n.Clusters = rep.GetClusters()
 	}
 	n.ReportedAt = s.now()
 	s.notifyLocked()
+}
+
+// countsOf decodes a report's counters, by route id; nil for none.
+func countsOf(rs []*distributionv1.RouteCounts) map[string]routestats.Counts {
+	if len(rs) == 0 {
+		return nil
+	}
+	out := make(map[string]routestats.Counts, len(rs))
+	for _, r := range rs {
+		c := routestats.Counts{Requests: r.GetRequests(), Errors: r.GetErrors()}
+		copy(c.Buckets[:], r.GetLatencyBuckets())
+		out[r.GetRouteId()] = c
+	}
+	return out
 }
 
 // RouteCounts returns the route counters node last reported (cumulative

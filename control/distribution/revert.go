@@ -36,10 +36,10 @@ type continuation struct {
 	same bool
 	// paused: the rollout was paused, and stays so.
 	paused bool
-	// oldRate is the judge's baseline so far (rollout.Judge.OldRate): at
-	// a stage with few or no nodes left on the old version, it is all
-	// the judge has to compare with.
-	oldRate map[string]float64
+	// oldRate and oldProbeRate are the judge's baselines so far
+	// (rollout.Judge): at a stage with few or no nodes left on the old
+	// version, they are all the judge has to compare with.
+	oldRate, oldProbeRate map[string]float64
 }
 
 // change is one version of a train, as committed.
@@ -244,7 +244,7 @@ func (s *Server) continueLocked(next *target, c *continuation) {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ro := &staged{next: next, previous: c.previous, reached: c.reached, stage: c.stage, state: RolloutRunning, cancel: cancel, oldRate: c.oldRate}
+	ro := &staged{next: next, previous: c.previous, reached: c.reached, stage: c.stage, state: RolloutRunning, cancel: cancel, oldRate: c.oldRate, oldProbeRate: c.oldProbeRate}
 	if c.paused {
 		ro.state, ro.resume = RolloutPaused, make(chan struct{})
 	}
@@ -258,7 +258,7 @@ func (s *Server) continueLocked(next *target, c *continuation) {
 // paused if it is, with the judge's baseline so far.
 func (ro *staged) continuationLocked() *continuation {
 	return &continuation{previous: ro.previous, reached: maps.Clone(ro.reached), stage: ro.stage,
-		paused: ro.state == RolloutPaused, oldRate: maps.Clone(ro.judge.OldRate)}
+		paused: ro.state == RolloutPaused, oldRate: maps.Clone(ro.judge.OldRate), oldProbeRate: maps.Clone(ro.judge.OldProbeRate)}
 }
 
 func teamOf(objs []revert.Object) string {

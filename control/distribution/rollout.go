@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/portico-gw/portico/control/rollout"
 	"github.com/portico-gw/portico/control/store"
 	"github.com/portico-gw/portico/control/versions"
 	"github.com/portico-gw/portico/gateway/routestats"
+	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
 )
 
 // RolloutOptions stage a new version through the fleet. The zero value
@@ -23,12 +25,19 @@ type RolloutOptions struct {
 	// (default 30 s); a stage that does not get there stops the rollout.
 	AckTimeout time.Duration
 	// MinRequests is how many calls of a changed route the new version's
-	// nodes must have served in a stage for it to be judged (default 20).
-	// A stage whose changed routes were called, but fewer times, bakes on
-	// until they have, or until MaxBake: a quiet canary is not evidence.
-	MinRequests uint64
-	// MaxBake bounds how long a stage bakes while waiting for enough calls
-	// (default 5 × Bake); after it the stage is judged on what it has.
+	// nodes must have served in a stage for it to be judged on them
+	// (default 20); with fewer, it is judged on the canaries' synthetic
+	// probes, MinProbes of them at least (default 3). A stage with a
+	// changed route that has neither bakes on until it has, or until
+	// MaxBake: a quiet canary is not evidence.
+	MinRequests, MinProbes uint64
+	// ProbeInterval is how often each prober probes each changed route
+	// (default a tenth of Bake, between 100 ms and 1 s).
+	ProbeInterval time.Duration
+	// MaxBake bounds how long a stage bakes while waiting for evidence
+	// (default 5 × Bake); a stage still without it then pauses the
+	// rollout, with the routes it could not judge, until an operator
+	// resumes it (or aborts it).
 	MaxBake time.Duration
 	// MaxErrorRateIncrease is how much higher the new version's share of
 	// failed calls may be than the old one's (default 0.05: five points).
@@ -46,6 +55,7 @@ const (
 	DefaultBake                 = time.Minute
 	DefaultAckTimeout           = 30 * time.Second
 	DefaultMinRequests          = 20
+	DefaultMinProbes            = 3
 	DefaultMaxErrorRateIncrease = 0.05
 )
 
@@ -55,6 +65,9 @@ func (o RolloutOptions) withDefaults() RolloutOptions {
 	}
 	if o.MinRequests == 0 {
 		o.MinRequests = DefaultMinRequests
+	}
+	if o.MinProbes == 0 {
+		o.MinProbes = DefaultMinProbes
 	}
 	if o.MaxBake < o.Bake {
 		o.MaxBake = 5 * o.Bake
@@ -100,9 +113,15 @@ type staged struct {
 	holding bool
 	// resumed: taken up by a control plane that restarted (resume).
 	resumed bool
-	// oldRate seeds the judge's baseline: a train that goes on with a
-	// new version keeps what it measured on the old one.
-	oldRate map[string]float64
+	// oldRate and oldProbeRate seed the judge's baselines: a train that
+	// goes on with a new version keeps what it measured on the old one.
+	oldRate, oldProbeRate map[string]float64
+	// probes selects the routes the probers probe (syncProbesLocked):
+	// the changed ones, nil until they are known.
+	probes *distributionv1.ProbeRoutes
+	// waived are the routes an operator let a stage pass without
+	// evidence for (holdUnjudged): later stages do not wait for them.
+	waived map[string]bool
 }
 
 // ended reports whether ro is over: done, reverted, aborted or replaced.
@@ -178,10 +197,12 @@ func (s *Server) runRollout(ctx context.Context, ro *staged) {
 	}
 	s.mu.Lock()
 	ro.judge = rollout.Judge{
-		Criteria: rollout.Criteria{MinRequests: opts.MinRequests, MaxErrorRateIncrease: opts.MaxErrorRateIncrease,
+		Criteria: rollout.Criteria{MinRequests: opts.MinRequests, MinProbes: opts.MinProbes, MaxErrorRateIncrease: opts.MaxErrorRateIncrease,
 			MaxLatencyRatio: opts.MaxLatencyRatio, MinLatencyIncrease: opts.MinLatencyIncrease},
-		Changed: changed, Next: ro.next.version, Previous: ro.previous.version, OldRate: ro.oldRate,
+		Changed: changed, Next: ro.next.version, Previous: ro.previous.version, OldRate: ro.oldRate, OldProbeRate: ro.oldProbeRate,
 	}
+	ro.probes = probeSelection(changed)
+	s.syncProbesLocked()
 	s.mu.Unlock()
 	first := ro.stage
 	if ro.resumed {
@@ -257,6 +278,14 @@ func (s *Server) runRollout(ctx context.Context, ro *staged) {
 			// Every node runs it: going back to it later is not staged.
 			s.ranEverywhere[ro.next.sha256] = true
 		}
+		s.mu.Unlock()
+		// The bake's counters start from reports sent since the stage's
+		// nodes switched: a report from before would count calls the
+		// old version served as the new one's.
+		if !s.waitReports(ctx, s.now()) {
+			return
+		}
+		s.mu.Lock()
 		before := s.countsLocked()
 		s.mu.Unlock()
 
@@ -291,7 +320,8 @@ func (s *Server) runRollout(ctx context.Context, ro *staged) {
 				s.mu.Unlock()
 				return
 			}
-			evidence, short := s.judgeLocked(ro, before, s.countsLocked())
+			evidence, unjudged := s.judgeLocked(ro, before, s.countsLocked())
+			unjudged = ro.unwaived(unjudged)
 			if evidence != "" {
 				ro.state, ro.evidence = RolloutReverted, fmt.Sprintf("stage %s: %s", stageNames[i], evidence)
 				failed := ro.judge.Failed
@@ -310,9 +340,14 @@ func (s *Server) runRollout(ctx context.Context, ro *staged) {
 				return
 			}
 			s.mu.Unlock()
-			if short == "" || !time.Now().Before(bakeEnd) {
-				if short != "" {
-					s.log.Warn("rollout: a stage ends without enough calls to judge", "version", ro.next.version, "stage", stageNames[i], "routes", short)
+			if unjudged == "" {
+				break
+			}
+			if !time.Now().Before(bakeEnd) {
+				// A stage never passes on no evidence: it waits for an
+				// operator.
+				if !s.holdUnjudged(ctx, ro, stageNames[i], unjudged) {
+					return
 				}
 				break
 			}
@@ -451,11 +486,17 @@ func (s *Server) stageNodesLocked(i int) []string {
 	return rollout.StageNodes(i, nodes)
 }
 
-// countsLocked copies every node's latest route counters.
-func (s *Server) countsLocked() map[string]map[string]routestats.Counts {
-	out := make(map[string]map[string]routestats.Counts, len(s.nodes))
+// counts are a node's counters as it last reported them: its real calls
+// and its synthetic probes, by route id.
+type counts struct {
+	routes, probed map[string]routestats.Counts
+}
+
+// countsLocked copies every node's latest counters.
+func (s *Server) countsLocked() map[string]counts {
+	out := make(map[string]counts, len(s.nodes))
 	for id, n := range s.nodes {
-		out[id] = n.routes
+		out[id] = counts{routes: n.routes, probed: n.probed}
 	}
 	return out
 }
@@ -463,16 +504,74 @@ func (s *Server) countsLocked() map[string]map[string]routestats.Counts {
 // judgeLocked judges the stage ro reached (rollout.Judge) on the nodes
 // still connected: those assigned the version that run it, against those
 // not assigned it.
-func (s *Server) judgeLocked(ro *staged, before, after map[string]map[string]routestats.Counts) (evidence, short string) {
+func (s *Server) judgeLocked(ro *staged, before, after map[string]counts) (evidence, unjudged string) {
 	var obs []rollout.Observation
 	for id, now := range after {
 		onNew := ro.reached[id]
 		if n := s.nodes[id]; n == nil || (onNew && n.SHA256 != ro.next.sha256) {
 			continue
 		}
-		obs = append(obs, rollout.Observation{Before: before[id], After: now, OnNew: onNew})
+		b := before[id]
+		obs = append(obs, rollout.Observation{Before: b.routes, After: now.routes, ProbesBefore: b.probed, ProbesAfter: now.probed, OnNew: onNew})
 	}
 	return ro.judge.Stage(ro.stage, obs)
+}
+
+// holdUnjudged pauses ro at stage, whose bake ran to MaxBake with routes
+// it has no evidence for (too few calls, too few probes), until an
+// operator resumes it, and records why in its evidence and the audit log.
+// It returns false if ctx ended.
+func (s *Server) holdUnjudged(ctx context.Context, ro *staged, stage, routes string) bool {
+	opts := s.opts.Rollout
+	s.mu.Lock()
+	if ro.state != RolloutRunning {
+		s.mu.Unlock()
+		return true // paused, aborted or replaced meanwhile: the caller sees which
+	}
+	ro.state, ro.resume = RolloutPaused, make(chan struct{})
+	ro.evidence = fmt.Sprintf("stage %s: no evidence for route %s after %v (fewer than %d calls and %d synthetic probes on version %d): paused; resume to go on without it, abort to undo the newest change",
+		stage, strings.ReplaceAll(routes, ",", ", "), opts.MaxBake, opts.MinRequests, opts.MinProbes, ro.next.version)
+	s.notifyLocked()
+	s.mu.Unlock()
+	evidence := ro.evidence
+	s.log.Warn("rollout paused: a stage has no evidence for changed routes", "version", ro.next.version, "stage", stage, "routes", routes)
+	actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err := s.store.AppendAudit(actx, &store.AuditEntry{Actor: "system", Action: "rollout.pause",
+		Object: fmt.Sprintf("version %d", ro.next.version), Outcome: "ok", Detail: evidence})
+	cancel()
+	if err != nil {
+		s.log.Error("recording a rollout in the audit log failed", "action", "rollout.pause", "version", ro.next.version, "err", err)
+	}
+	if !s.waitWhilePaused(ctx, ro) {
+		return false
+	}
+	s.mu.Lock()
+	if ro.state == RolloutRunning {
+		// Resumed: the stage passes on the operator's word, and later
+		// stages do not wait for these routes again.
+		if ro.waived == nil {
+			ro.waived = map[string]bool{}
+		}
+		for _, r := range strings.Split(routes, ",") {
+			ro.waived[r] = true
+		}
+		if ro.evidence == evidence {
+			ro.evidence = ""
+		}
+		s.notifyLocked()
+	}
+	s.mu.Unlock()
+	return true
+}
+
+// unwaived drops from routes (comma-separated) those an operator waived.
+func (ro *staged) unwaived(routes string) string {
+	if routes == "" || len(ro.waived) == 0 {
+		return routes
+	}
+	list := strings.Split(routes, ",")
+	list = slices.DeleteFunc(list, func(r string) bool { return ro.waived[r] })
+	return strings.Join(list, ",")
 }
 
 // Close stops the rollout in progress, if any, where it is: nodes keep

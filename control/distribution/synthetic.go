@@ -1,0 +1,121 @@
+package distribution
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/portico-gw/portico/control/rollout"
+	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
+)
+
+// While a version rolls out, the canaries run synthetic probes of the
+// routes it changed (seed flow 2: "Canary proxies load the new snapshot
+// first and run synthetic checks"), so that a stage whose changed routes
+// get too few real calls is judged on probes instead of passing on no
+// evidence. A few nodes still on the old version probe the same routes
+// as they run them there: the baseline, so that a backend that fails for
+// both versions is not blamed on the change. Each node sends each route's
+// probe (config.v1.RouteProbe) through its own request chain as the
+// platform's synthetic caller and reports the counts beside its real
+// calls, which never include them.
+//
+// What the probers are told follows the rollout: syncProbesLocked runs
+// with every change of state (notifyLocked) and sends a node a new
+// ProbeRoutes only when what it should probe changed, a stop when it
+// should probe nothing. The duration a node probes for bounds the
+// probing of a control plane that went away.
+
+// baselineProbers is how many nodes on the old version probe beside the
+// canaries.
+const baselineProbers = 2
+
+// probeInterval is how often each prober probes each changed route: the
+// option, else a tenth of the bake, between 100 ms and 1 s (a 3 s bake
+// gets 10 probes a route per canary, a minute's 60).
+func (o RolloutOptions) probeInterval() time.Duration {
+	if o.ProbeInterval > 0 {
+		return max(o.ProbeInterval, 100*time.Millisecond)
+	}
+	return min(max(o.Bake/10, 100*time.Millisecond), time.Second)
+}
+
+// probeSelection is what ro's probers probe: the routes its judge
+// judges.
+func probeSelection(m rollout.Matcher) *distributionv1.ProbeRoutes {
+	all, ids, prefixes := m.Parts()
+	return &distributionv1.ProbeRoutes{All: all, RouteIds: ids, RoutePrefixes: prefixes}
+}
+
+// syncProbesLocked tells every node what to probe for the rollout in
+// progress: the canaries it reached probe its version's changed routes,
+// baselineProbers nodes it has not reached probe them on the version
+// before, and every other node nothing.
+func (s *Server) syncProbesLocked() {
+	want := map[string]*distributionv1.ProbeRoutes{} // node → what it probes
+	ro := s.rollout
+	if ro != nil && !ro.ended() && ro.state != RolloutHalted {
+		if ro.probes == nil {
+			return // the changed routes are not known yet: nothing changes
+		}
+		opts := s.opts.Rollout
+		msg := func(sha string) *distributionv1.ProbeRoutes {
+			m := proto.CloneOf(ro.probes)
+			m.Sha256 = sha
+			m.Interval = durationpb.New(opts.probeInterval())
+			// Until the stage after next is due, at the latest: every
+			// stage sends it again.
+			m.Duration = durationpb.New(min(2*(opts.MaxBake+opts.AckTimeout), time.Hour))
+			return m
+		}
+		var onNew []string
+		for _, id := range s.stageNodesLocked(0) {
+			if ro.reached[id] {
+				onNew = append(onNew, id)
+			}
+		}
+		if len(onNew) == 0 {
+			// The canaries are gone: two of the nodes it reached probe.
+			for id := range ro.reached {
+				if s.nodes[id] != nil {
+					onNew = append(onNew, id)
+				}
+			}
+			slices.Sort(onNew)
+			onNew = onNew[:min(len(onNew), 2)]
+		}
+		for _, id := range onNew {
+			want[id] = msg(ro.next.sha256)
+		}
+		var old []string
+		for id := range s.nodes {
+			if !ro.reached[id] {
+				old = append(old, id)
+			}
+		}
+		slices.Sort(old)
+		for _, id := range old[:min(len(old), baselineProbers)] {
+			want[id] = msg(ro.previous.sha256)
+		}
+	}
+	for id, n := range s.nodes {
+		m, key := want[id], ""
+		if m != nil {
+			key = fmt.Sprintf("%s/%d/%d", m.GetSha256(), ro.next.version, ro.stage)
+		} else {
+			m = &distributionv1.ProbeRoutes{} // stop
+		}
+		if n.probing == key {
+			continue
+		}
+		n.probing = key
+		select {
+		case <-n.probeRoutes: // replaced by this newer one
+		default:
+		}
+		n.probeRoutes <- &distributionv1.StreamResponse{Message: &distributionv1.StreamResponse_ProbeRoutes{ProbeRoutes: m}}
+	}
+}
