@@ -23,8 +23,10 @@ func runControl(ctx context.Context, args []string) error {
 		keyFile   = fs.String("tls-key", "", "PEM private key for -tls-cert")
 		logLevel  = fs.String("log-level", "info", "debug, info, warn or error")
 		bake      = fs.Duration("rollout-bake", distribution.DefaultBake, "how long each rollout stage (canaries, 10 %, a region, all) runs before the changed routes are compared with nodes on the old version; 0 sends every version to every node at once")
-		minCalls  = fs.Uint64("rollout-min-requests", distribution.DefaultMinRequests, "calls of a changed route the new version must serve in a stage to be judged")
-		maxBake   = fs.Duration("rollout-max-bake", 0, "how long a stage may bake on while its changed routes have fewer calls than -rollout-min-requests (default 5 × -rollout-bake); then it is judged on what it has")
+		minCalls  = fs.Uint64("rollout-min-requests", distribution.DefaultMinRequests, "calls of a changed route the new version must serve in a stage to be judged on them; with fewer it is judged on the canaries' synthetic probes")
+		minProbes = fs.Uint64("rollout-min-probes", distribution.DefaultMinProbes, "synthetic probes of a changed route the canaries must send in a stage to judge it on them")
+		probeInt  = fs.Duration("rollout-probe-interval", 0, "how often each canary probes each changed route (default a tenth of -rollout-bake, between 100ms and 1s)")
+		maxBake   = fs.Duration("rollout-max-bake", 0, "how long a stage may bake on while a changed route has neither -rollout-min-requests calls nor -rollout-min-probes probes (default 5 × -rollout-bake); then the rollout pauses until resumed")
 		maxErrInc = fs.Float64("rollout-max-error-increase", distribution.DefaultMaxErrorRateIncrease, "how much higher the new version's share of failed calls of a changed route may be (0.05: five points)")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -36,7 +38,8 @@ func runControl(ctx context.Context, args []string) error {
 	}
 	opts := control.Options{
 		StoreDSN: *dsn, Listen: *listen, TLSCertFile: *certFile, TLSKeyFile: *keyFile, Logger: log,
-		Rollout: distribution.RolloutOptions{Bake: *bake, MinRequests: *minCalls, MaxBake: *maxBake, MaxErrorRateIncrease: *maxErrInc},
+		Rollout: distribution.RolloutOptions{Bake: *bake, MinRequests: *minCalls, MinProbes: *minProbes, ProbeInterval: *probeInt,
+			MaxBake: *maxBake, MaxErrorRateIncrease: *maxErrInc},
 	}
 	for _, f := range []struct {
 		flag, file string
