@@ -139,13 +139,18 @@ func runGateway(ctx context.Context, args []string) error {
 		}
 		return err
 	}
+	// The signals are subscribed to before anything serves: one sent as
+	// soon as the node says it listens must not be lost (Go ignores a
+	// SIGUSR2 nobody subscribed to, and a SIGHUP ends the process).
 	if opts.ConfigFile != nil {
-		runs.add(func(ctx context.Context) error { return forwardSIGHUP(ctx, reload) })
+		hup := subscribe(syscall.SIGHUP)
+		runs.add(func(ctx context.Context) error { return forwardSIGHUP(ctx, hup, reload) })
 	}
 	if handed.ready != nil {
 		runs.add(func(ctx context.Context) error { return handed.reportReady(ctx, node, log) })
 	}
-	runs.add(func(ctx context.Context) error { return upgradeOnSIGUSR2(ctx, node, ls, *upTimeout, log) })
+	usr2 := subscribe(syscall.SIGUSR2)
+	runs.add(func(ctx context.Context) error { return upgradeOnSIGUSR2(ctx, usr2, node, ls, *upTimeout, log) })
 	runs.add(node.Run)
 	if err := runs.run(ctx); !errors.Is(err, errUpgraded) {
 		return err
@@ -157,10 +162,9 @@ func runGateway(ctx context.Context, args []string) error {
 const defaultUpgradeTimeout = 30 * time.Second
 
 // forwardSIGHUP turns each SIGHUP into a forced reload until ctx is done;
-// a reload already pending absorbs the next.
-func forwardSIGHUP(ctx context.Context, reload chan<- struct{}) error {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
+// a reload already pending absorbs the next. hup is subscribed to
+// SIGHUP (subscribe); forwardSIGHUP unsubscribes it when it returns.
+func forwardSIGHUP(ctx context.Context, hup chan os.Signal, reload chan<- struct{}) error {
 	defer signal.Stop(hup)
 	for {
 		select {
@@ -173,4 +177,11 @@ func forwardSIGHUP(ctx context.Context, reload chan<- struct{}) error {
 			}
 		}
 	}
+}
+
+// subscribe returns a channel that receives sig from now on.
+func subscribe(sig os.Signal) chan os.Signal {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, sig)
+	return c
 }

@@ -11,7 +11,6 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/portico-gw/portico/gateway"
@@ -126,11 +125,10 @@ func (h handoff) reportReady(ctx context.Context, node *gateway.Node, log *slog.
 }
 
 // upgradeOnSIGUSR2 upgrades the process in place on each SIGUSR2 until one
-// upgrade succeeds, when it returns errUpgraded, or ctx is done. ls are
-// the node's listeners, in the order ListenerFiles returns them.
-func upgradeOnSIGUSR2(ctx context.Context, node *gateway.Node, ls []gateway.Listener, timeout time.Duration, log *slog.Logger) error {
-	usr2 := make(chan os.Signal, 1)
-	signal.Notify(usr2, syscall.SIGUSR2)
+// upgrade succeeds, when it returns errUpgraded, or ctx is done. usr2 is
+// subscribed to SIGUSR2 (subscribe), and unsubscribed when it returns; ls
+// are the node's listeners, in the order ListenerFiles returns them.
+func upgradeOnSIGUSR2(ctx context.Context, usr2 chan os.Signal, node *gateway.Node, ls []gateway.Listener, timeout time.Duration, log *slog.Logger) error {
 	defer signal.Stop(usr2)
 	for {
 		select {
