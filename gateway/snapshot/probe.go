@@ -135,7 +135,8 @@ func compileProbes(routes []*configv1.Route, labels []string, skip map[int]bool,
 // buildProbe makes the probe of route r from its config rc: the probe rc
 // configures, its unset fields given their defaults, or the default
 // probe. Problems with the probe's own fields go to errs, at at; ok is
-// false then, or when the route's path does not parse (reported already).
+// false then, when the route's path does not parse (reported already),
+// or when the route has no default probe (a probe would change data).
 func buildProbe(at string, rc *configv1.Route, r *Route, errs *Error) (p *Probe, ok bool) {
 	pc := rc.GetProbe()
 	p = &Probe{Explicit: pc != nil, Expect: pc.GetExpect()}
@@ -146,9 +147,19 @@ func buildProbe(at string, rc *configv1.Route, r *Route, errs *Error) (p *Probe,
 
 	p.Method = pc.GetMethod()
 	if p.Method == "" {
-		p.Method = defaultProbeMethod(rc.GetMethods())
-		if grpc {
+		switch {
+		case grpc:
+			if pc == nil && !safeMethod(r.RPC.Method) {
+				return nil, false // a call that may change data: no default
+			}
 			p.Method = "POST"
+		case pc == nil:
+			p.Method = safeProbeMethod(rc.GetMethods())
+			if p.Method == "" {
+				return nil, false // GET nor HEAD: no default
+			}
+		default:
+			p.Method = explicitProbeMethod(rc.GetMethods())
 		}
 	}
 	p.Host = pc.GetHost()
@@ -205,12 +216,27 @@ func buildProbe(at string, rc *configv1.Route, r *Route, errs *Error) (p *Probe,
 	return p, ok
 }
 
-// defaultProbeMethod is a default probe's method: GET when the route
-// accepts it (a route that lists no method accepts every one), else the
-// route's first method.
-func defaultProbeMethod(methods []string) string {
-	if len(methods) == 0 || slices.Contains(methods, "GET") {
+// safeProbeMethod is a default probe's method: GET when the route
+// accepts it (a route that lists no method accepts every one), else
+// HEAD when it does, else "": a route that takes only methods that may
+// change data has no default probe, since a probe repeats every interval
+// on every canary node while a change rolls out.
+func safeProbeMethod(methods []string) string {
+	switch {
+	case len(methods) == 0 || slices.Contains(methods, "GET"):
 		return "GET"
+	case slices.Contains(methods, "HEAD"):
+		return "HEAD"
+	}
+	return ""
+}
+
+// explicitProbeMethod is the method of a probe the route configures
+// without one: GET or HEAD if the route accepts either, else the route's
+// first method, which its team asked for by writing the probe.
+func explicitProbeMethod(methods []string) string {
+	if m := safeProbeMethod(methods); m != "" {
+		return m
 	}
 	return methods[0]
 }

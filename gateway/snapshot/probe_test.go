@@ -48,14 +48,19 @@ func TestDefaultProbes(t *testing.T) {
 			&want{"GET", "probe.invalid", "/v1/orders", nil, ""}},
 		{"variables", &configv1.Route{Path: "/v1/orders/{id}/items/{item}"}, nil,
 			&want{"GET", "probe.invalid", "/v1/orders/probe/items/probe", nil, ""}},
-		{"variable with a pattern, verb", &configv1.Route{Path: "/v1/{name=shelves/*}:archive", Methods: []string{"POST"}}, nil,
-			&want{"POST", "probe.invalid", "/v1/shelves/probe:archive", nil, ""}},
+		{"variable with a pattern, verb", &configv1.Route{Path: "/v1/{name=shelves/*}:archive", Methods: []string{"GET"}}, nil,
+			&want{"GET", "probe.invalid", "/v1/shelves/probe:archive", nil, ""}},
 		{"wildcards", &configv1.Route{Path: "/files/*/{rest=**}"}, nil,
 			&want{"GET", "probe.invalid", "/files/probe/probe", nil, ""}},
 		{"GET among methods", &configv1.Route{Path: "/a", Methods: []string{"POST", "GET"}}, nil,
 			&want{"GET", "probe.invalid", "/a", nil, ""}},
-		{"first method without GET", &configv1.Route{Path: "/a", Methods: []string{"PUT", "DELETE"}}, nil,
-			&want{"PUT", "probe.invalid", "/a", nil, ""}},
+		{"HEAD without GET", &configv1.Route{Path: "/a", Methods: []string{"POST", "HEAD"}}, nil,
+			&want{"HEAD", "probe.invalid", "/a", nil, ""}},
+		// A probe repeats every interval on every canary node: by
+		// default, none may change data.
+		{"DELETE only", &configv1.Route{Path: "/a/{id}", Methods: []string{"DELETE"}}, nil, nil},
+		{"POST only", &configv1.Route{Path: "/a", Methods: []string{"POST"}}, nil, nil},
+		{"neither GET nor HEAD", &configv1.Route{Path: "/a", Methods: []string{"PUT", "PATCH", "OPTIONS"}}, nil, nil},
 		{"first host", &configv1.Route{Path: "/a", Hosts: []string{"api.example.com", "eu.example.com"}}, nil,
 			&want{"GET", "api.example.com", "/a", nil, ""}},
 		{"wildcard host", &configv1.Route{Path: "/a", Hosts: []string{"*.example.com"}}, nil,
@@ -75,9 +80,9 @@ func TestDefaultProbes(t *testing.T) {
 		}}, nil, nil},
 		{"an exact host beats the wildcard's probe host", &configv1.Route{Path: "/a", Hosts: []string{"*.example.com"}},
 			&configv1.Route{Id: "other", Path: "/a", Hosts: []string{"probe.example.com"}}, nil},
-		{"the route accepts no GET, another does", &configv1.Route{Path: "/a", Methods: []string{"POST"}},
+		{"the route accepts HEAD, another GET", &configv1.Route{Path: "/a", Methods: []string{"HEAD", "POST"}},
 			&configv1.Route{Id: "other", Path: "/a", Methods: []string{"GET"}},
-			&want{"POST", "probe.invalid", "/a", nil, ""}},
+			&want{"HEAD", "probe.invalid", "/a", nil, ""}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -154,6 +159,13 @@ func TestExplicitProbes(t *testing.T) {
 			refused: `route "r": probe GET /v1/y matches route "y", not this one`, at: "routes[0].probe"},
 		{name: "no route answers", route: &configv1.Route{Path: "/v1/{x}", Probe: &configv1.RouteProbe{Path: "/v2/x"}},
 			refused: `route "r": probe GET /v2/x matches no route`, at: "routes[0].probe"},
+		{name: "a route without a safe method: its first", route: &configv1.Route{Path: "/v1/{x}", Methods: []string{"PUT", "DELETE"},
+			Probe: &configv1.RouteProbe{Expect: configv1.StatusClass_STATUS_CLASS_2XX}},
+			check: func(t *testing.T, p *snapshot.Probe) {
+				if p.Method != "PUT" || p.Target() != "/v1/probe" {
+					t.Errorf("Probe = %+v, want PUT /v1/probe", p)
+				}
+			}},
 		{name: "method not accepted", route: &configv1.Route{Path: "/v1/{x}", Methods: []string{"GET"}, Probe: &configv1.RouteProbe{Method: "DELETE"}},
 			refused: `route "r": probe DELETE /v1/probe: method DELETE not accepted (allowed: GET, HEAD)`, at: "routes[0].probe"},
 		{name: "an empty probe that its route would not answer", route: &configv1.Route{Path: "/v1/{x}", Probe: &configv1.RouteProbe{Host: "other.example.com"},
@@ -201,7 +213,9 @@ func TestExplicitProbes(t *testing.T) {
 }
 
 // TestServiceMethodProbes: a service method's gRPC route is probed as a
-// gRPC call with an empty message; its REST bindings as REST calls.
+// gRPC call with an empty message when the method has a GET binding (or
+// says it has no side effects); its REST bindings as REST calls when
+// they are GETs. Other methods and bindings have no default probe.
 func TestServiceMethodProbes(t *testing.T) {
 	t.Parallel()
 	svc := demoService(&configv1.Descriptors{Source: &configv1.Descriptors_FileDescriptorSet{FileDescriptorSet: demoSet(t)}})
@@ -222,6 +236,19 @@ func TestServiceMethodProbes(t *testing.T) {
 	if p.Method != "POST" || p.Target() != "/portico.demo.v1.OrdersService/GetOrder" || !p.GRPC || p.ContentType != "application/grpc" ||
 		!bytes.Equal(p.Body, []byte{0, 0, 0, 0, 0}) || !slices.Equal(p.Header["Te"], []string{"trailers"}) {
 		t.Errorf("GetOrder's probe = %+v, want a gRPC call of an empty message", p)
+	}
+	// CreateOrder's one binding is a POST, ImportOrders has none: a probe
+	// could create or import orders.
+	for _, id := range []string{"demo-orders.CreateOrder", "demo-orders.CreateOrder.http0", "demo-orders.ImportOrders",
+		"demo-orders.SyncOrders", "demo-orders.ListOrders.http1"} {
+		if r := byID[id]; r == nil || r.Probe != nil {
+			t.Errorf("route %s = %+v, want it without a default probe", id, r)
+		}
+	}
+	for _, id := range []string{"demo-orders.ListOrders", "demo-orders.WatchOrders", "demo-orders.ListOrders.http0"} {
+		if r := byID[id]; r == nil || r.Probe == nil {
+			t.Errorf("route %s = %+v, want it with a default probe", id, r)
+		}
 	}
 	var rest *snapshot.Route
 	for i := range s.Routes {

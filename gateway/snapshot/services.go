@@ -226,6 +226,27 @@ func deriveMethodRoutes(path string, sc *configv1.Service, svc *Service, md prot
 	return out
 }
 
+// safeMethod reports whether calling md cannot change data, so that a
+// synthetic probe may call it by default: its options say
+// idempotency_level NO_SIDE_EFFECTS, or it has a google.api.http GET
+// binding (the rule or an additional one).
+func safeMethod(md protoreflect.MethodDescriptor) bool {
+	opts, _ := md.Options().(*descriptorpb.MethodOptions)
+	if opts.GetIdempotencyLevel() == descriptorpb.MethodOptions_NO_SIDE_EFFECTS {
+		return true
+	}
+	rule, _ := proto.GetExtension(md.Options(), annotations.E_Http).(*annotations.HttpRule)
+	if rule == nil {
+		return false
+	}
+	for _, r := range append([]*annotations.HttpRule{rule}, rule.GetAdditionalBindings()...) {
+		if verb, _ := httpPattern(r); verb == "GET" {
+			return true
+		}
+	}
+	return false
+}
+
 // httpMethods are the methods a binding may use: those a route may.
 var httpMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"}
 
