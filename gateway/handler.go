@@ -110,6 +110,13 @@ func (p *pool) serve(x *exchange.Record, w http.ResponseWriter, r *http.Request)
 	// request in.
 	proto := x.Protocol // as its headers say
 	x.Protocol = servedAs(proto, r, route)
+	if x.Synthetic && route.ID != x.ProbeOf {
+		// A probe made from an older snapshot that now reaches another
+		// route: it must not call that route as the synthetic caller,
+		// with that route's scopes.
+		x.Refuse(w, r, x.Protocol, problem.Problem{Code: problem.NoRoute, Detail: "the probe's route " + x.ProbeOf + " no longer answers " + r.Method + " " + path, Instance: path, RequestID: rid})
+		return
+	}
 
 	// Size limit by the declared length; the proxy also counts while the
 	// body streams.

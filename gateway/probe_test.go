@@ -21,6 +21,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/portico-gw/portico/gateway"
+	"github.com/portico-gw/portico/gateway/auth"
+	"github.com/portico-gw/portico/gateway/exchange"
+	"github.com/portico-gw/portico/gateway/problem"
 	"github.com/portico-gw/portico/gateway/routestats"
 	"github.com/portico-gw/portico/gateway/snapshot"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
@@ -511,5 +514,57 @@ func TestProbedRoutesCut(t *testing.T) {
 	}
 	if n := strings.Count(logs.String(), "probe set cut"); n != 1 {
 		t.Errorf("the cut was logged %d times, want once:\n%s", n, logs.String())
+	}
+}
+
+// TestProbeOfAnotherSnapshot: a probe made from a snapshot the node no
+// longer runs, whose request now matches another route, is refused
+// before the synthetic caller is granted that route's scopes, never
+// forwarded, and not counted.
+func TestProbeOfAnotherSnapshot(t *testing.T) {
+	t.Parallel()
+	web := &callLog{}
+	cfg := &configv1.Snapshot{
+		Clusters: []*configv1.Cluster{cluster("web", startBackend(t, web))},
+		Scopes:   []*configv1.Scope{{Name: "admin"}},
+		Routes:   []*configv1.Route{route("a", "/v1/{id}", "web")},
+	}
+	g := gatewaytest.Start(t, cfg, nil)
+	var old *snapshot.Route
+	for i, r := range g.Node.Current().Routes {
+		if r.ID == "a" {
+			old = &g.Node.Current().Routes[i]
+		}
+	}
+	if old == nil || old.Probe == nil || old.Probe.Target() != "/v1/probe" {
+		t.Fatalf("route a = %+v, want a probe of /v1/probe", old)
+	}
+	// Route a moves; b, which requires a scope, takes its probe's path.
+	next := gatewaytest.WithoutAnonymousLimit(proto.CloneOf(cfg))
+	next.Routes = []*configv1.Route{route("a", "/v2/{id}", "web"),
+		{Id: "b", Team: "t", Path: "/v1/probe", Cluster: "web", Auth: &configv1.RouteAuth{Scopes: []string{"admin"}}}}
+	if err := g.Node.Apply(next); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu   sync.Mutex
+		recs []exchange.Record
+	)
+	gateway.OnFinish(g.Node, func(x exchange.Record) {
+		mu.Lock()
+		defer mu.Unlock()
+		recs = append(recs, x)
+	})
+	gateway.Probe(g.Node, old)
+	if seen := web.seen(); len(seen) != 0 {
+		t.Errorf("the backend saw %+v, want no call", seen)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(recs) != 1 || recs[0].Code != problem.NoRoute || recs[0].Forwarded || recs[0].Identity.Kind != auth.Anonymous || recs[0].Identity.Scopes != "" {
+		t.Errorf("records %+v, want one refused with %s before auth", recs, problem.NoRoute)
+	}
+	if m := probeCounts(g.Node); len(m) != 0 {
+		t.Errorf("probe counters %v, want none", m)
 	}
 }

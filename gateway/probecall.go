@@ -25,7 +25,8 @@ var errProbeBodyCut = errors.New("gateway: a probe reads at most 1 MiB of an ans
 // probe sends route r's probe through the request chain of p and counts
 // its outcome under the route's id. A probe cut short by the end of its
 // set (its duration, a stop, the next set) is not counted, nor one that
-// went to another route because a snapshot swapped while it ran.
+// matched another route because a snapshot swapped while it ran (which
+// the chain refuses, see exchange.Record.ProbeOf).
 func (n *Node) probe(set context.Context, p *pool, r *snapshot.Route) {
 	pr := r.Probe
 	ctx, cancel := context.WithTimeout(set, min(r.Timeout, MaxProbeTimeout))
@@ -37,7 +38,7 @@ func (n *Node) probe(set context.Context, p *pool, r *snapshot.Route) {
 	}
 	w := &probeWriter{h: make(http.Header)}
 	start := time.Now()
-	matched, aborted := p.serveProbe(w, req)
+	matched, aborted := p.serveProbe(w, req, r.ID)
 	took := time.Since(start)
 	if set.Err() != nil || matched != r.ID {
 		return
@@ -79,17 +80,18 @@ func probeRequest(ctx context.Context, pr *snapshot.Probe) (*http.Request, error
 
 // serveProbe runs one probe through the pool's request chain, as
 // ServeHTTP runs a client's request, except that its record is marked
-// synthetic (see exchange.Record.Synthetic) and that it is left out of
+// synthetic (see exchange.Record.Synthetic), the probe of the route with
+// id routeID (exchange.Record.ProbeOf), and that it is left out of
 // the pool's counts of requests started and finished: those are the
 // clients' requests that a drain waits for and cuts, and the node stops
 // its probes before it drains. It returns the id of the route the probe
 // matched ("" for none) and whether the chain aborted the answer (a
 // panic, which the server would have recovered from a client's request;
 // one other than http.ErrAbortHandler is logged, as the server logs it).
-func (p *pool) serveProbe(w http.ResponseWriter, r *http.Request) (matched string, aborted bool) {
+func (p *pool) serveProbe(w http.ResponseWriter, r *http.Request, routeID string) (matched string, aborted bool) {
 	x := records.Get().(*exchange.Record)
 	w = x.Reset(w, p.name, time.Now())
-	x.Synthetic = true
+	x.Synthetic, x.ProbeOf = true, routeID
 	defer func() {
 		if x.Route != nil {
 			matched = x.Route.ID

@@ -82,6 +82,11 @@ type Record struct {
 	// Pool is the pool whose route table it went through: "" for the
 	// table of the routes every pool serves.)
 	Synthetic bool
+	// ProbeOf is the id of the route a synthetic record is the probe of,
+	// set with Synthetic. The chain refuses the probe, before it grants
+	// the synthetic caller anything, if it matches another route: the
+	// snapshot swapped between the probe's tick and its call.
+	ProbeOf string
 
 	// By is who answered, and Code the gateway's reason when By is
 	// Gateway. Status is the HTTP status written to the caller (0 while
