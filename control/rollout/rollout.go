@@ -153,15 +153,18 @@ type RouteEvidence struct {
 	NewProbes, OldProbes routestats.Counts
 }
 
-// Stage judges the changed routes of stage's bake. A route the new
-// version's nodes served at least MinRequests calls of is judged on them:
-// against the calls the nodes still on the old version served (at the
-// canaries, stage 0, a route without enough old calls is one the change
-// adds, judged against none failing; later, such a route is judged
-// against its OldRate, if any). A route with fewer real calls is judged
-// on the synthetic probes the nodes sent, if the new version's sent at
-// least MinProbes: against the old version's probes, else its
-// OldProbeRate, else against none failing (a route the change adds).
+// Stage judges the changed routes of stage's bake that the new
+// version's nodes run (a route the change removes is not judged).
+//
+// A route the new version's nodes served at least MinRequests calls of is
+// judged on them, against the calls the nodes still on the old version
+// served, else against its OldRate, else (a route the change adds, or
+// one too quiet on the old version to measure) against none failing. A
+// route with fewer real calls is judged on the synthetic probes
+// the nodes sent, when the new version's sent at least MinProbes: its
+// calls and probes together, against the old version's probes, else its
+// OldProbeRate, else none failing; a regression on probes needs at least
+// two failures, so that one probe lost on a loaded node reverts nothing.
 //
 // It returns the evidence of a regression, or "", and the changed routes
 // it has no evidence to judge (too few calls and too few probes),
@@ -179,10 +182,14 @@ func (j *Judge) Stage(stage int, nodes []Observation) (evidence, unjudged string
 	}
 	j.Failed = ""
 	sums := map[string]*RouteEvidence{}
-	add := func(before, after map[string]routestats.Counts, onNew, probes bool) {
+	onNew := map[string]bool{} // the routes the new version's nodes run
+	add := func(before, after map[string]routestats.Counts, newNode, probes bool) {
 		for route, c := range after {
 			if !j.Changed.Match(route) {
 				continue
+			}
+			if newNode && !probes {
+				onNew[route] = true
 			}
 			d := c
 			if prev, ok := before[route]; ok && !reset(prev, c) {
@@ -194,11 +201,11 @@ func (j *Judge) Stage(stage int, nodes []Observation) (evidence, unjudged string
 				sums[route] = e
 			}
 			switch {
-			case onNew && probes:
+			case newNode && probes:
 				e.NewProbes = e.NewProbes.Add(d)
 			case probes:
 				e.OldProbes = e.OldProbes.Add(d)
-			case onNew:
+			case newNode:
 				e.New = e.New.Add(d)
 			default:
 				e.Old = e.Old.Add(d)
@@ -211,12 +218,23 @@ func (j *Judge) Stage(stage int, nodes []Observation) (evidence, unjudged string
 	}
 	routes := make([]string, 0, len(sums))
 	for r := range sums {
-		routes = append(routes, r)
+		if onNew[r] {
+			routes = append(routes, r)
+		}
 	}
 	slices.Sort(routes)
 	j.Evidence = j.Evidence[:0]
 	for _, r := range routes {
-		j.Evidence = append(j.Evidence, *sums[r])
+		e := sums[r]
+		j.Evidence = append(j.Evidence, *e)
+		// The old version's rates, whenever it had enough to measure
+		// them: the baseline of later stages.
+		if e.Old.Requests >= j.MinRequests {
+			j.OldRate[r] = float64(e.Old.Errors) / float64(e.Old.Requests)
+		}
+		if e.OldProbes.Requests >= minProbes {
+			j.OldProbeRate[r] = float64(e.OldProbes.Errors) / float64(e.OldProbes.Requests)
+		}
 	}
 	// Real calls first: a regression they show is the stronger evidence.
 	var probed, none []string
@@ -224,7 +242,7 @@ func (j *Judge) Stage(stage int, nodes []Observation) (evidence, unjudged string
 		e := sums[r]
 		switch {
 		case e.New.Requests >= j.MinRequests:
-			if ev := j.calls(stage, e); ev != "" {
+			if ev := j.calls(e); ev != "" {
 				j.Failed = r
 				return ev, ""
 			}
@@ -243,22 +261,12 @@ func (j *Judge) Stage(stage int, nodes []Observation) (evidence, unjudged string
 	return "", strings.Join(none, ",")
 }
 
-// calls judges e's route on its real calls: the evidence of a
-// regression, or "".
-func (j *Judge) calls(stage int, e *RouteEvidence) string {
+// calls judges e's route on its real calls, against the old version's
+// rate (none failing without one): the evidence of a regression, or "".
+func (j *Judge) calls(e *RouteEvidence) string {
 	r, old, nw := e.Route, e.Old, e.New
 	rateNew := float64(nw.Errors) / float64(nw.Requests)
-	rateOld, known := j.OldRate[r]
-	switch {
-	case old.Requests >= j.MinRequests:
-		rateOld = float64(old.Errors) / float64(old.Requests)
-		j.OldRate[r] = rateOld
-	case !known && stage == 0:
-		rateOld = 0
-		j.OldRate[r] = 0
-	case !known:
-		return "" // nothing to compare with
-	}
+	rateOld := j.OldRate[r]
 	if rateNew-rateOld > j.MaxErrorRateIncrease {
 		return fmt.Sprintf("route %s failed %d of %d calls (%.1f%%) on version %d, %d of %d (%.1f%%) on version %d",
 			r, nw.Errors, nw.Requests, 100*rateNew, j.Next, old.Errors, old.Requests, 100*rateOld, j.Previous)
@@ -272,28 +280,32 @@ func (j *Judge) calls(stage int, e *RouteEvidence) string {
 	return ""
 }
 
-// probes judges e's route on its synthetic probes: the evidence of a
-// regression, or "". Probes are few, so their latency is judged on the
-// median, which one slow probe (a pause on a loaded node) does not move,
-// and only against the old version's probes in the same bake.
+// probes judges e's route on its synthetic probes and the few real calls
+// it had, together: the evidence of a regression, or "". Probes are few,
+// so their latency is judged on the median, which one slow probe (a
+// pause on a loaded node) does not move, and only against the old
+// version's probes in the same bake.
 func (j *Judge) probes(e *RouteEvidence, minProbes uint64) string {
 	r, old, nw := e.Route, e.OldProbes, e.NewProbes
-	rateNew := float64(nw.Errors) / float64(nw.Requests)
+	n, failed := nw.Requests+e.New.Requests, nw.Errors+e.New.Errors
+	rateNew := float64(failed) / float64(n)
 	rateOld, known := j.OldProbeRate[r]
 	var baseline string
 	switch {
 	case old.Requests >= minProbes:
-		rateOld = float64(old.Errors) / float64(old.Requests)
-		j.OldProbeRate[r] = rateOld
-		baseline = fmt.Sprintf("%d of %d (%.1f%%) on version %d", old.Errors, old.Requests, 100*rateOld, j.Previous)
+		baseline = fmt.Sprintf("%d of %d probes (%.1f%%) on version %d", old.Errors, old.Requests, 100*rateOld, j.Previous)
 	case known:
-		baseline = fmt.Sprintf("%.1f%% on version %d earlier", 100*rateOld, j.Previous)
+		baseline = fmt.Sprintf("%.1f%% of probes on version %d earlier", 100*rateOld, j.Previous)
 	default:
 		baseline = fmt.Sprintf("none probed on version %d", j.Previous)
 	}
-	if rateNew-rateOld > j.MaxErrorRateIncrease {
-		return fmt.Sprintf("route %s failed %d of %d synthetic probes (%.1f%%) on version %d, %s",
-			r, nw.Errors, nw.Requests, 100*rateNew, j.Next, baseline)
+	if failed >= 2 && rateNew-rateOld > j.MaxErrorRateIncrease {
+		calls := ""
+		if e.New.Requests > 0 {
+			calls = fmt.Sprintf(" and %d of %d calls", e.New.Errors, e.New.Requests)
+		}
+		return fmt.Sprintf("route %s failed %d of %d synthetic probes%s (%.1f%%) on version %d, %s",
+			r, nw.Errors, nw.Requests, calls, 100*rateNew, j.Next, baseline)
 	}
 	if old.Requests >= minProbes {
 		mNew, mOld := nw.Quantile(0.5), old.Quantile(0.5)
@@ -319,7 +331,8 @@ func reset(prev, now routestats.Counts) bool {
 }
 
 // Matcher selects the routes a change touched: by id, or by the prefix
-// of the routes a service derives ("<service id>."). The zero value
+// of the routes a service derives ("<service id>.", followed by the
+// method's name, which starts with an uppercase letter). The zero value
 // matches none; All matches every route.
 type Matcher struct {
 	All      bool
@@ -343,7 +356,9 @@ func (m Matcher) Match(route string) bool {
 		return true
 	}
 	for _, p := range m.prefixes {
-		if strings.HasPrefix(route, p) {
+		// A service's routes are "<service id>.<Method>": a plain route
+		// id (lowercase only) under the same prefix is not one of them.
+		if strings.HasPrefix(route, p) && len(route) > len(p) && 'A' <= route[len(p)] && route[len(p)] <= 'Z' {
 			return true
 		}
 	}

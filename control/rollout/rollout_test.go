@@ -82,8 +82,11 @@ func TestJudge(t *testing.T) {
 			obs(false, map[string]routestats.Counts{"r": counts(100, 0, 5*ms)})}, "", "r"},
 		{"a new route at the canaries, against none failing", 0, []rollout.Observation{
 			obs(true, map[string]routestats.Counts{"new": counts(50, 10, 5*ms)})}, "route new failed 10 of 50", ""},
-		{"a route with no old calls after the canaries", 1, []rollout.Observation{
-			obs(true, map[string]routestats.Counts{"new": counts(50, 10, 5*ms)})}, "", ""},
+		{"a route with no old calls after the canaries, against none failing", 1, []rollout.Observation{
+			obs(true, map[string]routestats.Counts{"new": counts(50, 10, 5*ms)})}, "route new failed 10 of 50", ""},
+		{"a route the change removes", 0, []rollout.Observation{
+			obs(true, map[string]routestats.Counts{"kept": counts(50, 0, 5*ms)}),
+			obs(false, map[string]routestats.Counts{"kept": counts(50, 0, 5*ms), "gone": counts(50, 0, 5*ms)})}, "", ""},
 	} {
 		ev, few := judge().Stage(tc.stage, tc.nodes)
 		if tc.evidence == "" && ev != "" || tc.evidence != "" && !strings.Contains(ev, tc.evidence) || few != tc.few {
@@ -135,7 +138,8 @@ func TestChangedRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for route, want := range map[string]bool{"same": false, "edited": true, "added": true, "svc.Get": true, "other.Get": false} {
+	for route, want := range map[string]bool{"same": false, "edited": true, "added": true, "svc.Get": true, "other.Get": false,
+		"svc.list": false, "svc.": false} {
 		if m.Match(route) != want {
 			t.Errorf("Match(%q) = %v, want %v", route, !want, want)
 		}
@@ -184,7 +188,12 @@ func TestJudgeProbes(t *testing.T) {
 		{"a few calls and failing probes", 0, []rollout.Observation{
 			probed(true, m{"r": counts(5, 0, ms)}, m{"r": counts(4, 4, ms)}),
 			probed(false, m{"r": counts(100, 0, ms)}, m{"r": counts(4, 0, ms)})},
-			"route r failed 4 of 4 synthetic probes (100.0%) on version 2, 0 of 4 (0.0%) on version 1", ""},
+			"route r failed 4 of 4 synthetic probes and 0 of 5 calls (44.4%) on version 2, 0 of 4 probes (0.0%) on version 1", ""},
+		{"a few failing calls and passing probes", 0, []rollout.Observation{
+			probed(true, m{"r": counts(15, 15, ms)}, m{"r": counts(10, 0, ms)})},
+			"route r failed 0 of 10 synthetic probes and 15 of 15 calls (60.0%) on version 2, none probed on version 1", ""},
+		{"one failed probe", 0, []rollout.Observation{
+			probed(true, m{"r": {}}, m{"r": counts(3, 1, ms)})}, "", ""},
 		{"probes failing on both versions", 0, []rollout.Observation{
 			probed(true, m{"r": {}}, m{"r": counts(5, 5, ms)}),
 			probed(false, m{"r": {}}, m{"r": counts(5, 5, ms)})}, "", ""},
@@ -242,7 +251,7 @@ func TestJudgeProbes(t *testing.T) {
 		t.Errorf("Evidence = %+v, want 10 probes, 5 failed, on the new version", j.Evidence)
 	}
 	worse := rollout.Observation{After: m{"r": {}}, ProbesBefore: m{"r": counts(20, 5, ms)}, ProbesAfter: m{"r": counts(30, 15, ms)}, OnNew: true}
-	if ev, _ := j.Stage(3, []rollout.Observation{worse}); !strings.Contains(ev, "failed 10 of 10 synthetic probes") || !strings.Contains(ev, "50.0% on version 1 earlier") {
+	if ev, _ := j.Stage(3, []rollout.Observation{worse}); !strings.Contains(ev, "failed 10 of 10 synthetic probes") || !strings.Contains(ev, "50.0% of probes on version 1 earlier") {
 		t.Errorf("10 of 10 probes failing against a carried 50%%: %q", ev)
 	}
 }
