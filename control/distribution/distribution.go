@@ -438,6 +438,7 @@ func (s *Server) Stream(ctx context.Context, stream *connect.BidiStream[distribu
 		send:        make(chan *distributionv1.StreamResponse, 1),
 		probes:      make(chan *distributionv1.StreamResponse, 4),
 		probeRoutes: make(chan *distributionv1.StreamResponse, 1),
+		probing:     probingUnknown,
 		done:        make(chan struct{}),
 	}
 	for _, id := range hello.GetResources().GetUpstreamIdentities() {

@@ -119,6 +119,9 @@ type staged struct {
 	// probes selects the routes the probers probe (syncProbesLocked):
 	// the changed ones, nil until they are known.
 	probes *distributionv1.ProbeRoutes
+	// probeEpoch counts resumes: each sends the probers their set again,
+	// for a fresh duration.
+	probeEpoch int
 	// waived are the routes an operator let a stage pass without
 	// evidence for (holdUnjudged): later stages do not wait for them.
 	waived map[string]bool
@@ -314,6 +317,12 @@ func (s *Server) runRollout(ctx context.Context, ro *staged) {
 				return
 			}
 			s.mu.Lock()
+			if ro.state == RolloutPaused {
+				// Paused while the reports came in: judged once resumed.
+				s.mu.Unlock()
+				wait = 0
+				continue
+			}
 			if ro.state != RolloutRunning {
 				// Aborted or replaced during the bake: a newer target may
 				// stand, and must not be reverted from here.
@@ -346,8 +355,13 @@ func (s *Server) runRollout(ctx context.Context, ro *staged) {
 			if !time.Now().Before(bakeEnd) {
 				// A stage never passes on no evidence: it waits for an
 				// operator.
-				if !s.holdUnjudged(ctx, ro, stageNames[i], unjudged) {
+				ok, again := s.holdUnjudged(ctx, ro, stageNames[i], unjudged)
+				if !ok {
 					return
+				}
+				if again {
+					wait = 0
+					continue
 				}
 				break
 			}
@@ -520,13 +534,19 @@ func (s *Server) judgeLocked(ro *staged, before, after map[string]counts) (evide
 // holdUnjudged pauses ro at stage, whose bake ran to MaxBake with routes
 // it has no evidence for (too few calls, too few probes), until an
 // operator resumes it, and records why in its evidence and the audit log.
-// It returns false if ctx ended.
-func (s *Server) holdUnjudged(ctx context.Context, ro *staged, stage, routes string) bool {
+// It returns ok false if ctx ended, and again true if an operator had
+// paused ro meanwhile: the stage is to be judged again once resumed.
+func (s *Server) holdUnjudged(ctx context.Context, ro *staged, stage, routes string) (ok, again bool) {
 	opts := s.opts.Rollout
 	s.mu.Lock()
-	if ro.state != RolloutRunning {
+	switch ro.state {
+	case RolloutPaused:
 		s.mu.Unlock()
-		return true // paused, aborted or replaced meanwhile: the caller sees which
+		return true, true
+	case RolloutRunning:
+	default:
+		s.mu.Unlock()
+		return true, false // aborted or replaced meanwhile: the caller sees which
 	}
 	ro.state, ro.resume = RolloutPaused, make(chan struct{})
 	ro.evidence = fmt.Sprintf("stage %s: no evidence for route %s after %v (fewer than %d calls and %d synthetic probes on version %d): paused; resume to go on without it, abort to undo the newest change",
@@ -543,7 +563,7 @@ func (s *Server) holdUnjudged(ctx context.Context, ro *staged, stage, routes str
 		s.log.Error("recording a rollout in the audit log failed", "action", "rollout.pause", "version", ro.next.version, "err", err)
 	}
 	if !s.waitWhilePaused(ctx, ro) {
-		return false
+		return false, false
 	}
 	s.mu.Lock()
 	if ro.state == RolloutRunning {
@@ -561,7 +581,7 @@ func (s *Server) holdUnjudged(ctx context.Context, ro *staged, stage, routes str
 		s.notifyLocked()
 	}
 	s.mu.Unlock()
-	return true
+	return true, false
 }
 
 // unwaived drops from routes (comma-separated) those an operator waived.
@@ -716,6 +736,7 @@ func (s *Server) Resume() bool {
 	}
 	ro.state = RolloutRunning
 	close(ro.resume)
+	ro.probeEpoch++
 	s.notifyLocked()
 	return true
 }

@@ -3,6 +3,7 @@ package distribution
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -50,26 +51,23 @@ func probeSelection(m rollout.Matcher) *distributionv1.ProbeRoutes {
 	return &distributionv1.ProbeRoutes{All: all, RouteIds: ids, RoutePrefixes: prefixes}
 }
 
+// probingUnknown is what a node that just connected was last told, as
+// far as this control plane knows: it may still probe for an earlier
+// stream (a node keeps a set through a reconnect), so the first sync
+// tells it, if only to stop.
+const probingUnknown = "?"
+
 // syncProbesLocked tells every node what to probe for the rollout in
-// progress: the canaries it reached probe its version's changed routes,
-// baselineProbers nodes it has not reached probe them on the version
-// before, and every other node nothing.
+// progress: the canaries it reached probe its version's changed routes;
+// baselineProbers nodes it has not reached that run the version before
+// (from the canaries' regions first) probe them there; every other node
+// nothing.
 func (s *Server) syncProbesLocked() {
-	want := map[string]*distributionv1.ProbeRoutes{} // node → what it probes
+	want := map[string]string{} // node → the snapshot it probes
 	ro := s.rollout
 	if ro != nil && !ro.ended() && ro.state != RolloutHalted {
 		if ro.probes == nil {
 			return // the changed routes are not known yet: nothing changes
-		}
-		opts := s.opts.Rollout
-		msg := func(sha string) *distributionv1.ProbeRoutes {
-			m := proto.CloneOf(ro.probes)
-			m.Sha256 = sha
-			m.Interval = durationpb.New(opts.probeInterval())
-			// Until the stage after next is due, at the latest: every
-			// stage sends it again.
-			m.Duration = durationpb.New(min(2*(opts.MaxBake+opts.AckTimeout), time.Hour))
-			return m
 		}
 		var onNew []string
 		for _, id := range s.stageNodesLocked(0) {
@@ -87,31 +85,54 @@ func (s *Server) syncProbesLocked() {
 			slices.Sort(onNew)
 			onNew = onNew[:min(len(onNew), 2)]
 		}
+		regions := map[string]bool{}
 		for _, id := range onNew {
-			want[id] = msg(ro.next.sha256)
+			want[id] = ro.next.sha256
+			if n := s.nodes[id]; n != nil {
+				regions[n.Region] = true
+			}
 		}
 		var old []string
-		for id := range s.nodes {
-			if !ro.reached[id] {
+		for id, n := range s.nodes {
+			if !ro.reached[id] && n.SHA256 == ro.previous.sha256 {
 				old = append(old, id)
 			}
 		}
-		slices.Sort(old)
+		// The canaries' regions first, so that the baseline's latency is
+		// comparable, then by id.
+		slices.SortFunc(old, func(a, b string) int {
+			ra, rb := regions[s.nodes[a].Region], regions[s.nodes[b].Region]
+			if ra != rb {
+				if ra {
+					return -1
+				}
+				return 1
+			}
+			return strings.Compare(a, b)
+		})
 		for _, id := range old[:min(len(old), baselineProbers)] {
-			want[id] = msg(ro.previous.sha256)
+			want[id] = ro.previous.sha256
 		}
 	}
 	for id, n := range s.nodes {
-		m, key := want[id], ""
-		if m != nil {
-			key = fmt.Sprintf("%s/%d/%d", m.GetSha256(), ro.next.version, ro.stage)
-		} else {
-			m = &distributionv1.ProbeRoutes{} // stop
+		sha, key := want[id], ""
+		if sha != "" {
+			key = fmt.Sprintf("%s/%d/%d/%d", sha, ro.next.version, ro.stage, ro.probeEpoch)
 		}
 		if n.probing == key {
 			continue
 		}
 		n.probing = key
+		m := &distributionv1.ProbeRoutes{} // stop
+		if sha != "" {
+			opts := s.opts.Rollout
+			m = proto.CloneOf(ro.probes)
+			m.Sha256 = sha
+			m.Interval = durationpb.New(opts.probeInterval())
+			// Until the stage after next is due, at the latest: every
+			// stage, and a resume, sends it again.
+			m.Duration = durationpb.New(min(2*(opts.MaxBake+opts.AckTimeout), time.Hour))
+		}
 		select {
 		case <-n.probeRoutes: // replaced by this newer one
 		default:
