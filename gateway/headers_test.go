@@ -79,6 +79,7 @@ func TestForwardedHeaders(t *testing.T) {
 			req.Header.Set("X-Auth-Subject", "admin")
 			req.Header.Set("x-auth-tenant", "other-tenant")
 			req.Header["x-AUTH-scopes"] = []string{"everything"} // not canonical on purpose
+			req.Header.Set("X-Auth-Synthetic", "true")           // only the node's probes are
 			req.Header.Set("X-Forwarded-For", "6.6.6.6")
 			req.Header.Set("Forwarded", "for=6.6.6.6")
 			req.Header.Set("X-Forwarded-Proto", "gopher")

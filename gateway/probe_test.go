@@ -37,8 +37,8 @@ var everyRoute = snapshot.RouteSelection{All: true}
 
 // seenCall is what a test backend notes of one call.
 type seenCall struct {
-	path, client, tenant, scopes string
-	credential                   bool
+	path, client, tenant, scopes, synthetic string
+	credential                              bool
 }
 
 // callLog is a backend that notes every call and answers with the status
@@ -52,7 +52,7 @@ type callLog struct {
 func (l *callLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	l.mu.Lock()
 	l.calls = append(l.calls, seenCall{path: r.URL.Path, client: r.Header.Get("X-Auth-Client-Id"), tenant: r.Header.Get("X-Auth-Tenant"),
-		scopes: r.Header.Get("X-Auth-Scopes"), credential: r.Header.Get("Authorization") != "" || r.Header.Get("X-Api-Key") != ""})
+		scopes: r.Header.Get("X-Auth-Scopes"), synthetic: strings.Join(r.Header.Values("X-Auth-Synthetic"), ","), credential: r.Header.Get("Authorization") != "" || r.Header.Get("X-Api-Key") != ""})
 	l.mu.Unlock()
 	code := 200
 	if l.answer != nil {
@@ -161,7 +161,7 @@ func TestProbes(t *testing.T) {
 		}
 	}
 	for _, c := range web.seen() {
-		want := seenCall{path: c.path, client: "portico-synthetic", tenant: "platform"}
+		want := seenCall{path: c.path, client: "portico-synthetic", tenant: "platform", synthetic: "true"}
 		if strings.HasPrefix(c.path, "/v1/orders/") {
 			want.scopes = "orders:read"
 		}

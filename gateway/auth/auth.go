@@ -90,6 +90,11 @@ const (
 	HeaderTenant   = "X-Auth-Tenant"
 	HeaderPlan     = "X-Auth-Plan"
 	HeaderScopes   = "X-Auth-Scopes"
+	// HeaderSynthetic is "true" on the platform's synthetic calls, and
+	// absent on every other: a backend can tell a node's probe from a real
+	// app that happens to be called portico-synthetic (app names and
+	// client_ids are free text), which X-Auth-Client-Id alone cannot.
+	HeaderSynthetic = "X-Auth-Synthetic"
 )
 
 // EachHeader calls set for every identity header that applies (non-empty
@@ -98,6 +103,10 @@ func (id *Identity) EachHeader(set func(name, value string)) {
 	if id == nil {
 		return
 	}
+	var synthetic string
+	if id.Kind == Synthetic {
+		synthetic = "true"
+	}
 	for _, h := range [...]struct{ name, value string }{
 		{HeaderSubject, id.Subject},
 		{HeaderClientID, id.ClientID},
@@ -105,6 +114,7 @@ func (id *Identity) EachHeader(set func(name, value string)) {
 		{HeaderTenant, id.Tenant},
 		{HeaderPlan, id.Plan},
 		{HeaderScopes, id.Scopes},
+		{HeaderSynthetic, synthetic},
 	} {
 		if h.value != "" {
 			set(h.name, h.value)

@@ -124,6 +124,13 @@ func TestEachHeader(t *testing.T) {
 	if s := strings.Join(got, " "); s != want {
 		t.Errorf("headers = %q, want %q", s, want)
 	}
+	got = nil
+	synthetic := SyntheticCaller([]string{"a"})
+	synthetic.EachHeader(func(n, v string) { got = append(got, n+"="+v) })
+	want = "X-Auth-Client-Id=portico-synthetic X-Auth-Tenant=platform X-Auth-Scopes=a X-Auth-Synthetic=true"
+	if s := strings.Join(got, " "); s != want {
+		t.Errorf("synthetic headers = %q, want %q", s, want)
+	}
 	(*Identity)(nil).EachHeader(func(n, v string) { t.Errorf("nil identity sets %s", n) })
 }
 
