@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/textproto"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/portico-gw/portico/gateway/internal/cleanpath"
@@ -163,7 +164,13 @@ func buildProbe(at string, rc *configv1.Route, r *Route, errs *Error) (p *Probe,
 		}
 	}
 	p.Host = pc.GetHost()
-	if p.Host == "" {
+	if p.Host != "" {
+		if why := checkProbeHost(p.Host); why != "" {
+			errs.add(at+".host", fmt.Sprintf("route %q: probe host %q: %s", r.ID, p.Host, why))
+			return nil, false
+		}
+		p.Host = router.CanonicalHost(p.Host)
+	} else {
 		p.Host = defaultProbeHost
 		if hosts := rc.GetHosts(); len(hosts) > 0 {
 			p.Host = hosts[0]
@@ -287,6 +294,38 @@ func reservedProbeHeader(name string) string {
 		return "is set by the probe's content_type"
 	case lower == "content-length", lower == "transfer-encoding":
 		return "is set by the gateway from the probe's body"
+	}
+	return ""
+}
+
+// checkProbeHost says why host is not a probe's Host header, or returns
+// "": it must be a hostname, RFC 1123 labels of letters, digits and
+// hyphens (no '*': a probe names one host), with an optional :port.
+// Anything else would be sent as is, CR and LF included.
+func checkProbeHost(host string) string {
+	name := host
+	if i := strings.LastIndexByte(host, ':'); i >= 0 {
+		name = host[:i]
+		port, err := strconv.ParseUint(host[i+1:], 10, 16)
+		if err != nil || port == 0 || host[i+1] == '+' {
+			return "the port is not a number from 1 to 65535"
+		}
+	}
+	if name == "" || len(name) > 253 {
+		return "a hostname has 1 to 253 characters"
+	}
+	for label := range strings.SplitSeq(name, ".") {
+		if label == "" || len(label) > 63 {
+			return "each label of a hostname has 1 to 63 characters"
+		}
+		if label[0] == '-' || label[len(label)-1] == '-' {
+			return "a label may not start or end with '-'"
+		}
+		for i := 0; i < len(label); i++ {
+			if c := label[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-') {
+				return "a hostname has letters, digits, '-' and '.' only, with an optional :port"
+			}
+		}
 	}
 	return ""
 }

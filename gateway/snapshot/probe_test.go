@@ -139,7 +139,7 @@ func TestExplicitProbes(t *testing.T) {
 				Headers: []*configv1.HeaderValue{{Name: "x-probe", Value: "1"}}, Body: []byte(`{}`), ContentType: "application/json",
 				Expect: configv1.StatusClass_STATUS_CLASS_2XX}},
 			check: func(t *testing.T, p *snapshot.Probe) {
-				if p.Method != "POST" || p.Host != "API.example.com:443" || p.Path != "/v1/orders/o-1" || p.RawQuery != "dry_run=1" ||
+				if p.Method != "POST" || p.Host != "api.example.com" || p.Path != "/v1/orders/o-1" || p.RawQuery != "dry_run=1" ||
 					!slices.Equal(p.Header["X-Probe"], []string{"1"}) || string(p.Body) != "{}" || p.ContentType != "application/json" ||
 					p.Expect != configv1.StatusClass_STATUS_CLASS_2XX || !p.Explicit || p.GRPC {
 					t.Errorf("Probe = %+v", p)
@@ -177,6 +177,18 @@ func TestExplicitProbes(t *testing.T) {
 			refused: `route "r": probe GET /v1/a/../y matches route "y", not this one`, at: "routes[0].probe"},
 		{name: "a path no request has", route: &configv1.Route{Path: "/v1/{x}", Probe: &configv1.RouteProbe{Path: "/v1/%2F"}},
 			refused: `route "r": probe path "/v1/%2F": invalid request path: encoded slash, backslash or NUL`, at: "routes[0].probe.path"},
+		{name: "a header in the host", route: &configv1.Route{Path: "/v1/{x}", Probe: &configv1.RouteProbe{Host: "h\r\nX-Evil: 1"}},
+			refused: `route "r": probe host "h\r\nX-Evil: 1": the port is not`, at: "routes[0].probe.host"},
+		{name: "a line break in the host", route: &configv1.Route{Path: "/v1/{x}", Probe: &configv1.RouteProbe{Host: "h\r\nX-Evil"}},
+			refused: `route "r": probe host "h\r\nX-Evil": a hostname has letters, digits`, at: "routes[0].probe.host"},
+		{name: "a wildcard host", route: &configv1.Route{Path: "/v1/{x}", Hosts: []string{"*.example.com"}, Probe: &configv1.RouteProbe{Host: "*.example.com"}},
+			refused: `route "r": probe host "*.example.com": a hostname has letters`, at: "routes[0].probe.host"},
+		{name: "a bad port", route: &configv1.Route{Path: "/v1/{x}", Probe: &configv1.RouteProbe{Host: "api.example.com:0"}},
+			refused: `route "r": probe host "api.example.com:0": the port is not`, at: "routes[0].probe.host"},
+		{name: "an empty label", route: &configv1.Route{Path: "/v1/{x}", Probe: &configv1.RouteProbe{Host: "api..example.com"}},
+			refused: `route "r": probe host "api..example.com": each label`, at: "routes[0].probe.host"},
+		{name: "a label's hyphen", route: &configv1.Route{Path: "/v1/{x}", Probe: &configv1.RouteProbe{Host: "-api.example.com"}},
+			refused: `route "r": probe host "-api.example.com": a label may not`, at: "routes[0].probe.host"},
 		{name: "a credential header", route: &configv1.Route{Path: "/v1/{x}", Probe: &configv1.RouteProbe{Headers: []*configv1.HeaderValue{{Name: "x-api-key", Value: "k"}}}},
 			refused: `route "r": probe header X-Api-Key is the gateway's`, at: "routes[0].probe.headers[0].name"},
 		{name: "an identity header", route: &configv1.Route{Path: "/v1/{x}", Probe: &configv1.RouteProbe{Headers: []*configv1.HeaderValue{{Name: "x_auth_client_id", Value: "me"}}}},
