@@ -118,7 +118,7 @@ func waitProbes(t *testing.T, n *gateway.Node, want map[string]uint64) map[strin
 // credential, takes no rate limit, and is never counted as one of the
 // route's calls; it passes when its answer's class is the one it expects
 // (unset: anything but 5xx), and fails on a 5xx of the gateway's own
-// (no backend, the route's timeout) or no answer within MaxProbeTimeout.
+// (no backend) or no answer within the route's timeout.
 func TestProbes(t *testing.T) {
 	t.Parallel()
 	web := &callLog{answer: func(r *http.Request) int {
@@ -142,15 +142,13 @@ func TestProbes(t *testing.T) {
 				Probe: &configv1.RouteProbe{Expect: configv1.StatusClass_STATUS_CLASS_2XX}},
 			route("dead", "/v1/dead", "dead"),
 			{Id: "slow", Team: "t", Path: "/v1/slow", Cluster: "slow", Auth: public, Timeout: durationpb.New(200 * time.Millisecond)},
-			// A probe gives up after MaxProbeTimeout, before the route does.
-			{Id: "stuck", Team: "t", Path: "/v1/stuck", Cluster: "slow", Auth: public, Timeout: durationpb.New(30 * time.Second)},
 		},
 	}
 	g := gatewaytest.Start(t, cfg, nil)
 	probeAll(t, g)
-	got := waitProbes(t, g.Node, map[string]uint64{"orders": 3, "missing": 3, "strict": 3, "dead": 3, "slow": 2, "stuck": 1})
+	got := waitProbes(t, g.Node, map[string]uint64{"orders": 3, "missing": 3, "strict": 3, "dead": 3, "slow": 2})
 
-	for id, wantFailed := range map[string]bool{"orders": false, "missing": false, "strict": true, "dead": true, "slow": true, "stuck": true} {
+	for id, wantFailed := range map[string]bool{"orders": false, "missing": false, "strict": true, "dead": true, "slow": true} {
 		c := got[id]
 		var latencies uint64
 		for _, n := range c.Buckets {
@@ -566,5 +564,74 @@ func TestProbeOfAnotherSnapshot(t *testing.T) {
 	}
 	if m := probeCounts(g.Node); len(m) != 0 {
 		t.Errorf("probe counters %v, want none", m)
+	}
+}
+
+// currentRoute is the route with id in the snapshot n runs.
+func currentRoute(t *testing.T, n *gateway.Node, id string) *snapshot.Route {
+	t.Helper()
+	s := n.Current()
+	for i := range s.Routes {
+		if s.Routes[i].ID == id {
+			return &s.Routes[i]
+		}
+	}
+	t.Fatalf("no route %s", id)
+	return nil
+}
+
+// TestProbeDeadlines: a probe whose deadline passes is judged on what it
+// got by then. An answer that streams (here one that writes its status
+// and a first event, then holds the body open) is judged on its status;
+// a gRPC call with headers but no grpc-status yet is not counted; no
+// answer at all fails the probe when the route's own timeout passed,
+// and is not counted when only MaxProbeTimeout, below the route's, did.
+func TestProbeDeadlines(t *testing.T) {
+	t.Parallel()
+	holding := func(status int, contentType string) string {
+		return startBackend(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if status != 0 {
+				w.Header().Set("Content-Type", contentType)
+				w.WriteHeader(status)
+				_, _ = w.Write([]byte("data: first\n\n"))
+				w.(http.Flusher).Flush()
+			}
+			<-r.Context().Done()
+		}))
+	}
+	short, long := durationpb.New(300*time.Millisecond), durationpb.New(30*time.Second)
+	timed := func(id, cluster string, timeout *durationpb.Duration, probe *configv1.RouteProbe) *configv1.Route {
+		r := route(id, "/"+id, cluster)
+		r.Timeout, r.Probe = timeout, probe
+		return r
+	}
+	cfg := &configv1.Snapshot{
+		Clusters: []*configv1.Cluster{
+			cluster("sse", holding(200, "text/event-stream")), cluster("sse503", holding(503, "text/event-stream")),
+			cluster("grpc", holding(200, "application/grpc")), cluster("silent", holding(0, "")),
+		},
+		Routes: []*configv1.Route{
+			timed("sse", "sse", short, nil),
+			timed("sse503", "sse503", short, nil),
+			timed("grpc", "grpc", short, &configv1.RouteProbe{Method: "POST", ContentType: "application/grpc", Body: []byte{0, 0, 0, 0, 0}}),
+			timed("silent", "silent", short, nil),
+			timed("stuck", "silent", long, nil),
+		},
+	}
+	g := gatewaytest.Start(t, cfg, nil)
+	for _, tt := range []struct {
+		id              string
+		counted, failed bool
+	}{
+		{"sse", true, false}, {"sse503", true, true}, {"grpc", false, false}, {"silent", true, true}, {"stuck", false, false},
+	} {
+		t.Run(tt.id, func(t *testing.T) {
+			t.Parallel()
+			gateway.Probe(g.Node, currentRoute(t, g.Node, tt.id))
+			c, counted := probeCounts(g.Node)[tt.id]
+			if counted != tt.counted || counted && (c.Requests != 1 || (c.Errors == 1) != tt.failed) {
+				t.Errorf("probe of %s: counted %v (%d, %d failed), want counted %v, failed %v", tt.id, counted, c.Requests, c.Errors, tt.counted, tt.failed)
+			}
+		})
 	}
 }

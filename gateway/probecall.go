@@ -43,12 +43,39 @@ func (n *Node) probe(set context.Context, p *pool, r *snapshot.Route) {
 	if set.Err() != nil || matched != r.ID {
 		return
 	}
-	timedOut := ctx.Err() != nil
-	class := 5 // no answer, a cut-off one, or none within the timeout
-	if !aborted && !timedOut {
-		class = w.class(pr.GRPC)
+	class, counted := w.outcome(pr.GRPC, aborted, ctx.Err() != nil, r.Timeout <= MaxProbeTimeout)
+	if counted {
+		n.probes.counts.Route(r.ID).Observe(!pr.Passes(class), took)
 	}
-	n.probes.counts.Route(r.ID).Observe(!pr.Passes(class) || timedOut, took)
+}
+
+// outcome is the status class a probe's answer counts as, or counted
+// false when it is no evidence either way. aborted says the chain
+// aborted the answer; timedOut that the probe's deadline passed first,
+// which was the route's own timeout if routeDeadline, else
+// MaxProbeTimeout, below the route's.
+//
+// A probe that ran out of time is judged on what it got by then, since
+// answers that stream (server-sent events, a server-streaming gRPC call,
+// a long poll) hold their body open past any deadline: an HTTP status,
+// once written, is the answer; a gRPC call that sent its headers but no
+// grpc-status yet is not counted; no answer at all fails it when the
+// route's timeout passed (a client would have got the gateway's 504;
+// the probe's deadline, set first, ends its call a moment before the
+// proxy's timer would write it) and is not counted below a longer route
+// timeout, which the call might still have met.
+func (w *probeWriter) outcome(grpc, aborted, timedOut, routeDeadline bool) (class int, counted bool) {
+	switch {
+	case !timedOut && aborted:
+		return 5, true // a cut-off answer
+	case !timedOut:
+		return w.class(grpc), true
+	case w.status == 0:
+		return 5, routeDeadline
+	case grpc && w.status == http.StatusOK && !w.hasGRPCStatus():
+		return 0, false
+	}
+	return w.class(grpc), true
 }
 
 // probeRequest is the request of a probe, bound to ctx.
@@ -155,10 +182,7 @@ func (w *probeWriter) class(grpc bool) int {
 	if !grpc || w.status != http.StatusOK {
 		return w.status / 100
 	}
-	v := w.h[http.TrailerPrefix+"Grpc-Status"]
-	if len(v) == 0 {
-		v = w.h["Grpc-Status"]
-	}
+	v := w.grpcStatus()
 	if len(v) == 0 {
 		if w.cut {
 			return 2
@@ -178,3 +202,15 @@ func (w *probeWriter) class(grpc bool) int {
 	}
 	return 4
 }
+
+// grpcStatus is the answer's grpc-status: in the trailers, or the headers
+// of a trailers-only answer.
+func (w *probeWriter) grpcStatus() []string {
+	if v := w.h[http.TrailerPrefix+"Grpc-Status"]; len(v) > 0 {
+		return v
+	}
+	return w.h["Grpc-Status"]
+}
+
+// hasGRPCStatus reports whether the answer has a grpc-status.
+func (w *probeWriter) hasGRPCStatus() bool { return len(w.grpcStatus()) > 0 }
