@@ -36,6 +36,12 @@ const (
 	MaxProbesInFlight = 8
 	// MaxProbeTimeout bounds each probe, below the route's own timeout.
 	MaxProbeTimeout = 5 * time.Second
+	// MaxProbesPerSecond is how many probes the node starts per second at
+	// most, over all routes, so that many routes probed often (500 at
+	// MinProbeInterval) cannot flood their clusters. Each round goes
+	// through every route once, in id order: when the cap holds a round
+	// up, every route's probes come less often alike.
+	MaxProbesPerSecond = 100
 )
 
 // probeSet is what a node probes: routes of one snapshot, how often and
@@ -67,7 +73,8 @@ type prober struct {
 // runs), it sends each selected route's probe (snapshot.Probe; a route
 // without one is skipped) through the request chain of the route's pool,
 // as the platform's synthetic caller: one probe in flight per route at
-// most, MaxProbesInFlight for the node, each bounded by the route's
+// most, MaxProbesInFlight for the node and MaxProbesPerSecond started,
+// the routes taken in turn, each bounded by the route's
 // timeout and MaxProbeTimeout, MaxProbedRoutes routes per set (the first
 // by id; the node logs the cut). ProbeStats counts them.
 //
@@ -151,6 +158,9 @@ func (n *Node) runProbes(ctx context.Context, cancel context.CancelFunc, set *pr
 	tick := time.NewTicker(set.interval)
 	defer tick.Stop()
 	slots := make(chan struct{}, MaxProbesInFlight)
+	// pace lets a probe start every 1/MaxProbesPerSecond at most.
+	pace := time.NewTicker(time.Second / MaxProbesPerSecond)
+	defer pace.Stop()
 	// busy has a flag per route id, set while its probe is in flight.
 	busy := map[string]*atomic.Bool{}
 	pools := map[string]*pool{}
@@ -181,6 +191,11 @@ func (n *Node) runProbes(ctx context.Context, cancel context.CancelFunc, set *pr
 				}
 				if flag.Load() {
 					continue // the last one is still out: never two at once
+				}
+				select {
+				case <-pace.C:
+				case <-ctx.Done():
+					return
 				}
 				select {
 				case slots <- struct{}{}:

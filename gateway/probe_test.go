@@ -635,3 +635,53 @@ func TestProbeDeadlines(t *testing.T) {
 		})
 	}
 }
+
+// TestProbeRate: a node starts at most MaxProbesPerSecond probes a
+// second over all its routes, however many it probes and however often,
+// and the cap slows every route alike.
+func TestProbeRate(t *testing.T) {
+	t.Parallel()
+	var (
+		mu      sync.Mutex
+		perPath = map[string]int{}
+		total   int
+	)
+	const want = 150 // 1.5 s of probes at the cap
+	reached := make(chan time.Time, 1)
+	backend := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		perPath[r.URL.Path]++
+		if total++; total == want {
+			reached <- time.Now()
+		}
+	})
+	cfg := &configv1.Snapshot{Clusters: []*configv1.Cluster{cluster("web", startBackend(t, backend))}}
+	const routes = 40 // 400 probes a second at the interval, uncapped
+	for i := range routes {
+		cfg.Routes = append(cfg.Routes, route(fmt.Sprintf("r%02d", i), fmt.Sprintf("/r%02d", i), "web"))
+	}
+	g := gatewaytest.Start(t, cfg, nil)
+	start := time.Now()
+	probeAll(t, g)
+	var at time.Time
+	select {
+	case at = <-reached:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the backend saw fewer than %d probes in 20s", want)
+	}
+	// want probes, one every 1/MaxProbesPerSecond at most, take that long.
+	if took, least := at.Sub(start), (want-1)*time.Second/gateway.MaxProbesPerSecond; took < least {
+		t.Errorf("%d probes went out in %v, want %v at least (%d a second)", want, took, least, gateway.MaxProbesPerSecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	fewest, most := total, 0
+	for i := range routes {
+		n := perPath[fmt.Sprintf("/r%02d", i)]
+		fewest, most = min(fewest, n), max(most, n)
+	}
+	if most-fewest > 1 {
+		t.Errorf("routes were probed %d to %d times, want every route in turn", fewest, most)
+	}
+}
