@@ -48,7 +48,8 @@ const (
 // for how long (see ProbeRoutes).
 type probeSet struct {
 	sha256             string
-	routes             snapshot.RouteSelection
+	selection          snapshot.RouteSelection // as asked, for the log
+	routes             *snapshot.Selector
 	interval, duration time.Duration
 }
 
@@ -102,9 +103,8 @@ func (n *Node) ProbeRoutes(sha256 string, routes snapshot.RouteSelection, interv
 	if routes.Empty() {
 		return nil
 	}
-	set := &probeSet{sha256: sha256, interval: interval, duration: duration, routes: snapshot.RouteSelection{
-		IDs: slices.Clone(routes.IDs), Prefixes: slices.Clone(routes.Prefixes), All: routes.All,
-	}}
+	set := &probeSet{sha256: sha256, interval: interval, duration: duration, routes: routes.Selector(),
+		selection: snapshot.RouteSelection{IDs: slices.Clone(routes.IDs), Prefixes: slices.Clone(routes.Prefixes), All: routes.All}}
 	ctx, cancel := context.WithTimeout(context.Background(), duration)
 	pr.stop, pr.done = cancel, make(chan struct{})
 	go n.runProbes(ctx, cancel, set, pr.done)
@@ -143,8 +143,8 @@ func (pr *prober) close() {
 func (n *Node) runProbes(ctx context.Context, cancel context.CancelFunc, set *probeSet, done chan<- struct{}) {
 	defer close(done)
 	defer cancel()
-	n.log.Info("probing routes", "sha256", set.sha256, "route_ids", len(set.routes.IDs), "route_prefixes", len(set.routes.Prefixes),
-		"all", set.routes.All, "interval", set.interval.String(), "duration", set.duration.String())
+	n.log.Info("probing routes", "sha256", set.sha256, "route_ids", len(set.selection.IDs), "route_prefixes", len(set.selection.Prefixes),
+		"all", set.selection.All, "interval", set.interval.String(), "duration", set.duration.String())
 	defer func() {
 		why := "stopped"
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {

@@ -104,7 +104,9 @@ func TestProbeRoutes(t *testing.T) {
 		reports: make(chan *distributionv1.Report, 16),
 		probes: []*distributionv1.ProbeRoutes{
 			{Sha256: sha, All: true, Interval: durationpb.New(10 * time.Millisecond), Duration: durationpb.New(time.Minute)},
-			{Sha256: sha, RoutePrefixes: []string{"orders."}, Interval: durationpb.New(100 * time.Millisecond), Duration: durationpb.New(time.Minute)},
+			// The prefix selects the routes a service derives alone (none
+			// here), never the plain route "other" nor "orders.ok".
+			{Sha256: sha, RouteIds: []string{"orders.ok", "orders.fail"}, RoutePrefixes: []string{"orders.", "oth"}, Interval: durationpb.New(100 * time.Millisecond), Duration: durationpb.New(time.Minute)},
 		},
 	}
 	mux := http.NewServeMux()

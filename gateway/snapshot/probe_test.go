@@ -275,16 +275,31 @@ func TestServiceMethodProbes(t *testing.T) {
 
 func TestRouteSelection(t *testing.T) {
 	t.Parallel()
-	sel := snapshot.RouteSelection{IDs: []string{"orders.list"}, Prefixes: []string{"billing."}}
-	for id, want := range map[string]bool{"orders.list": true, "orders.get": false, "billing.Pay": true, "billing": false} {
+	sel := snapshot.RouteSelection{IDs: []string{"orders.list", "search"}, Prefixes: []string{"billing.", "orders."}}
+	selector := sel.Selector()
+	for id, want := range map[string]bool{
+		"orders.list": true, "orders.get": false, "search": true, "search.v2": false,
+		// A prefix selects the routes a service derives alone:
+		// "<service id>.<Method>" and its bindings' ".httpN".
+		"billing.Pay": true, "billing.Pay.http0": true, "billing": false, "billing.": false,
+		"billing.refunds": false, "billing.2fa": false, "orders.GetOrder": true, "orders.create": false,
+	} {
 		if got := sel.Selects(id); got != want {
 			t.Errorf("Selects(%q) = %v, want %v", id, got, want)
 		}
+		if got := selector.Selects(id); got != want {
+			t.Errorf("Selector().Selects(%q) = %v, want %v", id, got, want)
+		}
+	}
+	// The selector keeps its own copy.
+	sel.IDs[0] = "changed"
+	if !selector.Selects("orders.list") {
+		t.Error("Selector().Selects follows a change to the selection it was made of")
 	}
 	if sel.Empty() || !(snapshot.RouteSelection{}).Empty() || (snapshot.RouteSelection{All: true}).Empty() {
 		t.Error("Empty is wrong")
 	}
-	if !(snapshot.RouteSelection{All: true}).Selects("anything") {
+	if !(snapshot.RouteSelection{All: true}).Selects("anything") || !(snapshot.RouteSelection{All: true}).Selector().Selects("anything") {
 		t.Error("All does not select every route")
 	}
 }
