@@ -1886,12 +1886,16 @@ type Route struct {
 	// upstream.
 	Openapi *OpenAPIValidation `protobuf:"bytes,18,opt,name=openapi,proto3" json:"openapi,omitempty"`
 	// Probe is the synthetic call canary nodes make to the route while a
-	// change to it rolls out, as the platform's synthetic caller. Unset
-	// means the default probe: the route's first method (GET when it
-	// accepts GET; for a gRPC method an empty message), its path with
-	// every variable and wildcard given the segment "probe", the headers
-	// its exact, prefix and presence matches ask for, expecting any
-	// status but a server-side failure.
+	// change to it rolls out, as the platform's synthetic caller (with
+	// X-Auth-Synthetic: true). Unset, a route gets a default probe only if
+	// the call cannot change data: a GET (failing that, a HEAD) of its path
+	// with every variable and wildcard given the segment "probe", with the
+	// headers its exact, prefix and presence matches ask for, expecting any
+	// status but a server-side failure. A route that takes neither GET nor
+	// HEAD has no default probe and is probed only if this is set. (A
+	// service method's gRPC route is probed with an empty message only
+	// when the method says idempotency_level NO_SIDE_EFFECTS or has a
+	// google.api.http get binding.)
 	Probe         *RouteProbe `protobuf:"bytes,19,opt,name=probe,proto3" json:"probe,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2070,8 +2074,9 @@ type RouteProbe struct {
 	// Path with an optional query ("/v1/orders/probe?limit=1"); unset means
 	// the route's path with every variable "probe".
 	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	// Host is sent as the Host header; unset means the route's first host
-	// (a wildcard's "*" replaced by "probe"), or "probe.invalid".
+	// Host is sent as the Host header: a hostname (RFC 1123 labels, no
+	// "*") with an optional ":port". Unset means the route's first host (a
+	// wildcard's "*" replaced by "probe"), or "probe.invalid".
 	Host string `protobuf:"bytes,3,opt,name=host,proto3" json:"host,omitempty"`
 	// Headers are added to the probe, after those the route's matches ask
 	// for. The credential and x-auth-* headers are the gateway's.
