@@ -22,6 +22,7 @@ import (
 	"github.com/portico-gw/portico/control/store"
 	"github.com/portico-gw/portico/gateway"
 	gwdist "github.com/portico-gw/portico/gateway/distribution"
+	"github.com/portico-gw/portico/gateway/snapshot"
 	"github.com/portico-gw/portico/gateway/upstream"
 	adminv1 "github.com/portico-gw/portico/gen/portico/admin/v1"
 	"github.com/portico-gw/portico/gen/portico/admin/v1/adminv1connect"
@@ -81,8 +82,27 @@ type gatewayNode struct {
 	refuseCluster atomic.Value
 	// lane records when the node applied fast-lane entries.
 	lane *laneRecorder
-	stop context.CancelFunc
-	done chan struct{}
+	// probing is the snapshot the control plane last asked the node to
+	// probe routes of, "" after it was told to stop (or never told).
+	probing atomic.Value
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+// probeRecorder is the node as its stream client sees it, noting what
+// the control plane asks it to probe.
+type probeRecorder struct {
+	*gateway.Node
+	n *gatewayNode
+}
+
+func (r probeRecorder) ProbeRoutes(sha256 string, routes snapshot.RouteSelection, interval, duration time.Duration) error {
+	if routes.Empty() {
+		r.n.probing.Store("")
+	} else {
+		r.n.probing.Store(sha256)
+	}
+	return r.Node.ProbeRoutes(sha256, routes, interval, duration)
 }
 
 func startNode(t *testing.T, url, id, cacheFile string) *gatewayNode {
@@ -112,13 +132,14 @@ func startNodeEdit(t *testing.T, url, id, cacheFile, region string, labels map[s
 func startNodeReporting(t *testing.T, url, id, cacheFile, region string, labels map[string]string, token string, edit func(*gateway.Options),
 	interval time.Duration) *gatewayNode {
 	t.Helper()
-	n := &gatewayNode{done: make(chan struct{})}
+	n := &gatewayNode{}
 	n.refuse.Store("")
 	n.refuseCluster.Store("")
+	n.probing.Store("")
 	n.gw = gatewaytest.Start(t, nil, edit)
 	n.lane = &laneRecorder{lane: n.gw.Node.FastLane(), id: id}
 	n.client = gwdist.New(gwdist.Options{
-		Stats: n.gw.Node.RouteStats, Token: token, Lane: n.lane, Node: n.gw.Node,
+		Stats: n.gw.Node.RouteStats, Token: token, Lane: n.lane, Node: probeRecorder{n.gw.Node, n},
 		URL: url, HTTPClient: gatewaytest.H2CClient(t), NodeID: id, Pool: "public", Region: region, Labels: labels,
 		CacheFile: cacheFile, Logger: gatewaytest.Logger(), MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 		ReportInterval: interval,
@@ -136,15 +157,29 @@ func startNodeReporting(t *testing.T, url, id, cacheFile, region string, labels 
 	if _, err := n.client.Boot(); err != nil {
 		t.Fatal(err)
 	}
+	n.run()
+	t.Cleanup(func() { n.stop(); <-n.done })
+	return n
+}
+
+// run runs the node's stream client until n.stop.
+func (n *gatewayNode) run() {
 	ctx, cancel := context.WithCancel(context.Background())
-	n.stop = cancel
+	n.stop, n.done = cancel, make(chan struct{})
 	go func() {
 		defer close(n.done)
 		_ = n.client.Run(ctx)
 	}()
-	t.Cleanup(func() { n.stop(); <-n.done })
-	return n
 }
+
+// disconnect ends the node's stream client; the node serves on, and
+// reconnect starts a new one, as a node whose connection broke does.
+func (n *gatewayNode) disconnect() {
+	n.stop()
+	<-n.done
+}
+
+func (n *gatewayNode) reconnect() { n.run() }
 
 // get calls path on the node and returns the status and body.
 func (n *gatewayNode) get(t *testing.T, path string) (int, string) {

@@ -197,3 +197,46 @@ func TestUnprobedQuietRoutePauses(t *testing.T) {
 	}
 	t.Logf("wall time %v", time.Since(start).Round(time.Millisecond))
 }
+
+// TestProbersToldToStop: the canaries probe while a rollout runs and are
+// told to stop when it ends; a canary whose stream broke meanwhile (it
+// probes on, the set outlives the stream) is told when it reconnects.
+func TestProbersToldToStop(t *testing.T) {
+	t.Parallel()
+	cp, nodes, _ := probeFleet(t)
+	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
+	waitFleet(t, cp, "the first config everywhere", allRun(4, v1))
+	probing := func(n *gatewayNode) string { return n.probing.Load().(string) }
+
+	// A rollout held at the canaries: both probe its version, the
+	// baseline nodes the version before.
+	putRoute(t, cp, "orders.items", "/v1/orders/{id}/items")
+	if !cp.Distribution.Pause() {
+		t.Fatal("Pause refused")
+	}
+	st := cp.Distribution.Status()
+	prev := ""
+	for _, n := range st.Nodes {
+		if n.Version == v1 {
+			prev = n.SHA256
+		}
+	}
+	gatewaytest.WaitFor(t, 10*time.Second, "canaries probing the new version, the others the old", func() bool {
+		st := cp.Distribution.Status()
+		return probing(nodes[0]) == st.SHA256 && probing(nodes[1]) == st.SHA256 && probing(nodes[2]) == prev && probing(nodes[3]) == prev
+	})
+
+	// node-00's stream breaks; the rollout ends while it is away.
+	nodes[0].disconnect()
+	if !cp.Distribution.Abort() {
+		t.Fatal("Abort refused")
+	}
+	gatewaytest.WaitFor(t, 10*time.Second, "the connected probers told to stop", func() bool {
+		return probing(nodes[1]) == "" && probing(nodes[2]) == "" && probing(nodes[3]) == ""
+	})
+	if probing(nodes[0]) == "" {
+		t.Fatal("node-00 was told to stop while disconnected")
+	}
+	nodes[0].reconnect()
+	gatewaytest.WaitFor(t, 10*time.Second, "node-00 told to stop once back", func() bool { return probing(nodes[0]) == "" })
+}
