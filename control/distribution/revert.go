@@ -40,6 +40,11 @@ type continuation struct {
 	// (rollout.Judge): at a stage with few or no nodes left on the old
 	// version, they are all the judge has to compare with.
 	oldRate, oldProbeRate map[string]float64
+	// waived are the routes an operator let a stage pass without
+	// evidence for, on version waivedOn: the train's later versions do
+	// not wait for them again, unless they change them.
+	waived   map[string]bool
+	waivedOn *target
 }
 
 // change is one version of a train, as committed.
@@ -244,7 +249,8 @@ func (s *Server) continueLocked(next *target, c *continuation) {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ro := &staged{next: next, previous: c.previous, reached: c.reached, stage: c.stage, state: RolloutRunning, cancel: cancel, oldRate: c.oldRate, oldProbeRate: c.oldProbeRate}
+	ro := &staged{next: next, previous: c.previous, reached: c.reached, stage: c.stage, state: RolloutRunning, cancel: cancel, oldRate: c.oldRate, oldProbeRate: c.oldProbeRate,
+		waived: c.waived, waivedOn: c.waivedOn}
 	if c.paused {
 		ro.state, ro.resume = RolloutPaused, make(chan struct{})
 	}
@@ -258,7 +264,7 @@ func (s *Server) continueLocked(next *target, c *continuation) {
 // paused if it is, with the judge's baseline so far.
 func (ro *staged) continuationLocked() *continuation {
 	return &continuation{previous: ro.previous, reached: maps.Clone(ro.reached), stage: ro.stage,
-		paused: ro.state == RolloutPaused, oldRate: maps.Clone(ro.judge.OldRate), oldProbeRate: maps.Clone(ro.judge.OldProbeRate)}
+		paused: ro.state == RolloutPaused, oldRate: maps.Clone(ro.judge.OldRate), oldProbeRate: maps.Clone(ro.judge.OldProbeRate), waived: maps.Clone(ro.waived), waivedOn: ro.waivedOn}
 }
 
 func teamOf(objs []revert.Object) string {

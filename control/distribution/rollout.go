@@ -123,8 +123,14 @@ type staged struct {
 	// for a fresh duration.
 	probeEpoch int
 	// waived are the routes an operator let a stage pass without
-	// evidence for (holdUnjudged): later stages do not wait for them.
-	waived map[string]bool
+	// evidence for (holdUnjudged), on version waivedOn: later stages do
+	// not wait for them, nor do the train's later versions that leave
+	// them as they were.
+	waived   map[string]bool
+	waivedOn *target
+	// unjudged are the routes ro is paused for want of evidence on,
+	// which a resume waives.
+	unjudged []string
 }
 
 // ended reports whether ro is over: done, reverted, aborted or replaced.
@@ -198,11 +204,20 @@ func (s *Server) runRollout(ctx context.Context, ro *staged) {
 	if err != nil {
 		s.log.Error("rollout: comparing versions failed; judging every route", "err", err)
 	}
+	var rewaive rollout.Matcher // the waived routes changed since the waiver
+	if ro.waivedOn != nil && ro.waivedOn != ro.next {
+		rewaive, _ = rollout.ChangedRoutes(ro.waivedOn.data, ro.next.data) // undecodable: every route
+	}
 	s.mu.Lock()
 	ro.judge = rollout.Judge{
 		Criteria: rollout.Criteria{MinRequests: opts.MinRequests, MinProbes: opts.MinProbes, MaxErrorRateIncrease: opts.MaxErrorRateIncrease,
 			MaxLatencyRatio: opts.MaxLatencyRatio, MinLatencyIncrease: opts.MinLatencyIncrease},
 		Changed: changed, Next: ro.next.version, Previous: ro.previous.version, OldRate: ro.oldRate, OldProbeRate: ro.oldProbeRate,
+	}
+	for r := range ro.waived {
+		if rewaive.Match(r) {
+			delete(ro.waived, r)
+		}
 	}
 	ro.probes = probeSelection(changed)
 	s.syncProbesLocked()
@@ -551,9 +566,10 @@ func (s *Server) holdUnjudged(ctx context.Context, ro *staged, stage, routes str
 	ro.state, ro.resume = RolloutPaused, make(chan struct{})
 	ro.evidence = fmt.Sprintf("stage %s: no evidence for route %s after %v (fewer than %d calls and %d synthetic probes on version %d): paused; resume to go on without it, abort to undo the newest change",
 		stage, strings.ReplaceAll(routes, ",", ", "), opts.MaxBake, opts.MinRequests, opts.MinProbes, ro.next.version)
+	ro.unjudged = strings.Split(routes, ",")
+	evidence := ro.evidence
 	s.notifyLocked()
 	s.mu.Unlock()
-	evidence := ro.evidence
 	s.log.Warn("rollout paused: a stage has no evidence for changed routes", "version", ro.next.version, "stage", stage, "routes", routes)
 	actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	err := s.store.AppendAudit(actx, &store.AuditEntry{Actor: "system", Action: "rollout.pause",
@@ -562,26 +578,26 @@ func (s *Server) holdUnjudged(ctx context.Context, ro *staged, stage, routes str
 	if err != nil {
 		s.log.Error("recording a rollout in the audit log failed", "action", "rollout.pause", "version", ro.next.version, "err", err)
 	}
-	if !s.waitWhilePaused(ctx, ro) {
-		return false, false
+	// A resume waives the routes (Resume): the stage passes on the
+	// operator's word.
+	return s.waitWhilePaused(ctx, ro), false
+}
+
+// waiveLocked waives the routes ro is held for want of evidence on, as
+// an operator's resume does: the stage passes, and later stages (and
+// versions of the train that leave them as they are) do not wait for
+// them again.
+func (ro *staged) waiveLocked() {
+	if len(ro.unjudged) == 0 {
+		return
 	}
-	s.mu.Lock()
-	if ro.state == RolloutRunning {
-		// Resumed: the stage passes on the operator's word, and later
-		// stages do not wait for these routes again.
-		if ro.waived == nil {
-			ro.waived = map[string]bool{}
-		}
-		for _, r := range strings.Split(routes, ",") {
-			ro.waived[r] = true
-		}
-		if ro.evidence == evidence {
-			ro.evidence = ""
-		}
-		s.notifyLocked()
+	if ro.waived == nil {
+		ro.waived = map[string]bool{}
 	}
-	s.mu.Unlock()
-	return true, false
+	for _, r := range ro.unjudged {
+		ro.waived[r] = true
+	}
+	ro.waivedOn, ro.unjudged, ro.evidence = ro.next, nil, ""
 }
 
 // unwaived drops from routes (comma-separated) those an operator waived.
@@ -736,6 +752,7 @@ func (s *Server) Resume() bool {
 	}
 	ro.state = RolloutRunning
 	close(ro.resume)
+	ro.waiveLocked()
 	ro.probeEpoch++
 	s.notifyLocked()
 	return true

@@ -184,18 +184,63 @@ func TestUnprobedQuietRoutePauses(t *testing.T) {
 	if st.Rollout.State != distribution.RolloutPaused || st.Rollout.Stage != "canary" || !strings.Contains(st.Rollout.Evidence, "no evidence for route orders.v2") {
 		t.Fatalf("rollout %+v: want it paused at the canaries for want of evidence on orders.v2", st.Rollout)
 	}
+	// Resumed, then held by an operator while two more changes join the
+	// train: one to another route keeps the waiver, one to orders.v2
+	// itself does not.
+	if !cp.Distribution.Resume() || !cp.Distribution.Pause() {
+		t.Fatal("Resume or Pause refused")
+	}
+	v3 := putRoute(t, cp, "orders.other", "/v1/orders/other")
 	if !cp.Distribution.Resume() {
 		t.Fatal("Resume refused")
 	}
 	gatewaytest.WaitFor(t, 30*time.Second, "the rollout done", func() bool {
 		st := cp.Distribution.Status()
-		return st.Rollout != nil && st.Rollout.State != distribution.RolloutRunning
+		return st.Rollout != nil && st.Rollout.Version == v3 && st.Rollout.State != distribution.RolloutRunning
 	})
 	st = cp.Distribution.Status()
-	if st.Rollout.State != distribution.RolloutDone || !allRun(4, v2)(st) || st.Rollout.Evidence != "" {
-		t.Errorf("after the resume: rollout %+v; want done on every node, once paused", st.Rollout)
+	if st.Rollout.State != distribution.RolloutDone || !allRun(4, v3)(st) || st.Rollout.Evidence != "" {
+		t.Errorf("after the resume: rollout %+v; want version %d done on every node, paused once", st.Rollout, v3)
 	}
 	t.Logf("wall time %v", time.Since(start).Round(time.Millisecond))
+}
+
+// TestWaiverEndsWithTheRouteChanged: an operator's resume waives a
+// quiet route for the rest of the train, until a change of the train
+// changes that route again.
+func TestWaiverEndsWithTheRouteChanged(t *testing.T) {
+	t.Parallel()
+	cp, _, _ := probeFleet(t)
+	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
+	waitFleet(t, cp, "the first config everywhere", allRun(4, v1))
+	put := func(regex string) int64 {
+		ch, err := cp.admin.PutRoute(context.Background(), connect.NewRequest(&adminv1.PutRouteRequest{Team: "orders", Route: &configv1.Route{
+			Id: "orders.v2", Hosts: []string{"api.example.com"}, Path: "/v1/orders/v2", Cluster: "orders",
+			Headers: []*configv1.HeaderMatch{{Name: "X-Version", Match: &configv1.HeaderMatch_Regex{Regex: regex}}},
+			Auth:    &configv1.RouteAuth{Public: true, Reviewer: "security"}}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ch.Msg.GetChange().GetVersion().GetNumber()
+	}
+	paused := func(v int64) {
+		t.Helper()
+		gatewaytest.WaitFor(t, 30*time.Second, fmt.Sprintf("version %d paused for want of evidence", v), func() bool {
+			st := cp.Distribution.Status()
+			return st.Rollout != nil && st.Rollout.Version == v && st.Rollout.State == distribution.RolloutPaused &&
+				strings.Contains(st.Rollout.Evidence, "no evidence for route orders.v2")
+		})
+	}
+	v2 := put("2\\.[0-9]+")
+	paused(v2)
+	if !cp.Distribution.Resume() || !cp.Distribution.Pause() {
+		t.Fatal("Resume or Pause refused")
+	}
+	v3 := put("3\\.[0-9]+")
+	if !cp.Distribution.Resume() {
+		t.Fatal("Resume refused")
+	}
+	paused(v3)
 }
 
 // TestProbersToldToStop: the canaries probe while a rollout runs and are
