@@ -4,10 +4,12 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/textproto"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/portico-gw/portico/gateway/apikey"
 	"github.com/portico-gw/portico/gateway/internal/cleanpath"
 	"github.com/portico-gw/portico/gateway/router"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
@@ -181,6 +183,10 @@ func buildProbe(at string, rc *configv1.Route, r *Route, errs *Error) (p *Probe,
 	}
 	if target := pc.GetPath(); target != "" {
 		p.Path, p.RawQuery, _ = strings.Cut(target, "?")
+		if why := credentialInQuery(p.RawQuery, rc.GetAuth().GetQueryKey()); why != "" {
+			errs.add(at+".path", fmt.Sprintf("route %q: probe query %s: a probe carries no credential (it calls as the platform's synthetic caller), and config is no place for one", r.ID, why))
+			return nil, false
+		}
 	} else {
 		path, err := router.ExamplePath(rc.GetPath(), probeSegment)
 		if err != nil {
@@ -195,6 +201,11 @@ func buildProbe(at string, rc *configv1.Route, r *Route, errs *Error) (p *Probe,
 		name := textproto.CanonicalMIMEHeaderKey(h.GetName())
 		if why := reservedProbeHeader(name); why != "" {
 			errs.add(fmt.Sprintf("%s.headers[%d].name", at, j), fmt.Sprintf("route %q: probe header %s %s", r.ID, name, why))
+			ok = false
+			continue
+		}
+		if looksLikeKey(h.GetValue()) {
+			errs.add(fmt.Sprintf("%s.headers[%d].value", at, j), fmt.Sprintf("route %q: probe header %s holds an API key: a probe carries no credential (it calls as the platform's synthetic caller), and config is no place for one", r.ID, name))
 			ok = false
 			continue
 		}
@@ -335,4 +346,37 @@ func checkProbeHost(host string) string {
 func isGRPCContentType(ct string) bool {
 	rest, ok := strings.CutPrefix(strings.ToLower(ct), "application/grpc")
 	return ok && (rest == "" || rest[0] == '+' || rest[0] == ';')
+}
+
+// credentialInQuery says why a probe's query carries a credential, or "":
+// the route's query-key parameter, or a value that is an API key. The
+// why never holds the value.
+func credentialInQuery(rawQuery, queryKey string) string {
+	for part := range strings.SplitSeq(rawQuery, "&") {
+		name, value, _ := strings.Cut(part, "=")
+		if n, err := url.QueryUnescape(name); err == nil {
+			name = n
+		}
+		if v, err := url.QueryUnescape(value); err == nil {
+			value = v
+		}
+		if queryKey != "" && name == queryKey {
+			return fmt.Sprintf("sets %s, the route's API key parameter", queryKey)
+		}
+		if looksLikeKey(value) {
+			return fmt.Sprintf("parameter %q holds an API key", name)
+		}
+	}
+	return ""
+}
+
+// looksLikeKey reports whether v is, or ends in, a well-formed API key
+// ("Bearer ak_live_...").
+func looksLikeKey(v string) bool {
+	v = strings.TrimSpace(v)
+	if len(v) > apikey.Len {
+		v = v[len(v)-apikey.Len:]
+	}
+	_, err := apikey.Parse(v)
+	return err == nil
 }

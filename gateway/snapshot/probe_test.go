@@ -2,12 +2,14 @@ package snapshot_test
 
 import (
 	"bytes"
+	"crypto/rand"
 	"errors"
 	"maps"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/portico-gw/portico/gateway/apikey"
 	"github.com/portico-gw/portico/gateway/snapshot"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
@@ -23,6 +25,15 @@ func probeConfig(routes ...*configv1.Route) *configv1.Snapshot {
 		Routes:   routes,
 	}
 }
+
+// probeKey is a well-formed API key, which no probe may carry.
+var probeKey = func() string {
+	k, err := apikey.Generate(apikey.Live, rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
 
 func exact(name, v string) *configv1.HeaderMatch {
 	return &configv1.HeaderMatch{Name: name, Match: &configv1.HeaderMatch_Exact{Exact: v}}
@@ -193,12 +204,21 @@ func TestExplicitProbes(t *testing.T) {
 			refused: `route "r": probe header X-Api-Key is the gateway's`, at: "routes[0].probe.headers[0].name"},
 		{name: "an identity header", route: &configv1.Route{Path: "/v1/{x}", Probe: &configv1.RouteProbe{Headers: []*configv1.HeaderValue{{Name: "x_auth_client_id", Value: "me"}}}},
 			refused: `route "r": probe header X_auth_client_id is the gateway's`, at: "routes[0].probe.headers[0].name"},
+		{name: "an API key in a header", route: &configv1.Route{Path: "/v1/{x}", Probe: &configv1.RouteProbe{Headers: []*configv1.HeaderValue{{Name: "X-Partner", Value: "Bearer " + probeKey}}}},
+			refused: `route "r": probe header X-Partner holds an API key`, at: "routes[0].probe.headers[0].value"},
+		{name: "an API key in the query", route: &configv1.Route{Path: "/v1/{x}", Probe: &configv1.RouteProbe{Path: "/v1/y?a=1&k=" + probeKey}},
+			refused: `route "r": probe query parameter "k" holds an API key`, at: "routes[0].probe.path"},
+		{name: "the route's key parameter", route: &configv1.Route{Path: "/v1/{x}", Auth: &configv1.RouteAuth{QueryKey: "api_key"},
+			Probe: &configv1.RouteProbe{Path: "/v1/y?api%5Fkey=x"}},
+			refused: `route "r": probe query sets api_key, the route's API key parameter`, at: "routes[0].probe.path"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			tt.route.Id = "r"
-			tt.route.Auth = &configv1.RouteAuth{Public: true, Reviewer: "tests"}
+			if tt.route.Auth == nil {
+				tt.route.Auth = &configv1.RouteAuth{Public: true, Reviewer: "tests"}
+			}
 			s, err := snapshot.Compile(probeConfig(tt.route, other()))
 			if tt.refused == "" {
 				if err != nil {
