@@ -34,6 +34,19 @@ import (
 // canaries.
 const baselineProbers = 2
 
+// maxProbedRoutes is how many routes a node probes of a set
+// (gateway.MaxProbedRoutes): a change with more route ids than that is
+// shared out among the probers of each version.
+const maxProbedRoutes = 500
+
+// probeShare is what one prober probes: the routes of snapshot sha256,
+// or, when they are more than a node probes, every of-th of them from
+// the i-th.
+type probeShare struct {
+	sha256 string
+	i, of  int
+}
+
 // probeInterval is how often each prober probes each changed route: the
 // option, else a tenth of the bake, between 100 ms and 1 s (a 3 s bake
 // gets 10 probes a route per canary, a minute's 60).
@@ -63,7 +76,8 @@ const probingUnknown = "?"
 // (from the canaries' regions first) probe them there; every other node
 // nothing.
 func (s *Server) syncProbesLocked() {
-	want := map[string]string{} // node → the snapshot it probes
+	// node → the snapshot it probes, and its share of the routes
+	want := map[string]probeShare{}
 	ro := s.rollout
 	if ro != nil && !ro.ended() && ro.state != RolloutHalted {
 		if ro.probes == nil {
@@ -86,8 +100,8 @@ func (s *Server) syncProbesLocked() {
 			onNew = onNew[:min(len(onNew), 2)]
 		}
 		regions := map[string]bool{}
-		for _, id := range onNew {
-			want[id] = ro.next.sha256
+		for i, id := range onNew {
+			want[id] = probeShare{ro.next.sha256, i, len(onNew)}
 			if n := s.nodes[id]; n != nil {
 				regions[n.Region] = true
 			}
@@ -110,14 +124,16 @@ func (s *Server) syncProbesLocked() {
 			}
 			return strings.Compare(a, b)
 		})
-		for _, id := range old[:min(len(old), baselineProbers)] {
-			want[id] = ro.previous.sha256
+		old = old[:min(len(old), baselineProbers)]
+		for i, id := range old {
+			want[id] = probeShare{ro.previous.sha256, i, len(old)}
 		}
 	}
 	for id, n := range s.nodes {
-		sha, key := want[id], ""
+		share, key := want[id], ""
+		sha := share.sha256
 		if sha != "" {
-			key = fmt.Sprintf("%s/%d/%d/%d", sha, ro.next.version, ro.stage, ro.probeEpoch)
+			key = fmt.Sprintf("%s/%d/%d/%d/%d/%d", sha, ro.next.version, ro.stage, ro.probeEpoch, share.i, share.of)
 		}
 		if n.probing == key {
 			continue
@@ -128,6 +144,15 @@ func (s *Server) syncProbesLocked() {
 			opts := s.opts.Rollout
 			m = proto.CloneOf(ro.probes)
 			m.Sha256 = sha
+			if ids := m.GetRouteIds(); len(ids) > maxProbedRoutes && share.of > 1 {
+				// More routes than a node probes: the probers of a version
+				// share them out, so that each route is probed by one.
+				var mine []string
+				for j := share.i; j < len(ids); j += share.of {
+					mine = append(mine, ids[j])
+				}
+				m.RouteIds = mine
+			}
 			m.Interval = durationpb.New(opts.probeInterval())
 			// Until the stage after next is due, at the latest: every
 			// stage, and a resume, sends it again.

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -85,8 +86,10 @@ type gatewayNode struct {
 	// probing is the snapshot the control plane last asked the node to
 	// probe routes of, "" after it was told to stop (or never told).
 	probing atomic.Value
-	stop    context.CancelFunc
-	done    chan struct{}
+	// probeIDs are the route ids of that ask.
+	probeIDs atomic.Value
+	stop     context.CancelFunc
+	done     chan struct{}
 }
 
 // probeRecorder is the node as its stream client sees it, noting what
@@ -97,6 +100,7 @@ type probeRecorder struct {
 }
 
 func (r probeRecorder) ProbeRoutes(sha256 string, routes snapshot.RouteSelection, interval, duration time.Duration) error {
+	r.n.probeIDs.Store(slices.Clone(routes.IDs))
 	if routes.Empty() {
 		r.n.probing.Store("")
 	} else {
@@ -136,6 +140,7 @@ func startNodeReporting(t *testing.T, url, id, cacheFile, region string, labels 
 	n.refuse.Store("")
 	n.refuseCluster.Store("")
 	n.probing.Store("")
+	n.probeIDs.Store([]string(nil))
 	n.gw = gatewaytest.Start(t, nil, edit)
 	n.lane = &laneRecorder{lane: n.gw.Node.FastLane(), id: id}
 	n.client = gwdist.New(gwdist.Options{

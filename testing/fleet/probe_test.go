@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -284,4 +285,43 @@ func TestProbersToldToStop(t *testing.T) {
 	}
 	nodes[0].reconnect()
 	gatewaytest.WaitFor(t, 10*time.Second, "node-00 told to stop once back", func() bool { return probing(nodes[0]) == "" })
+}
+
+// TestManyChangedRoutesShared: a change touching more routes than a node
+// probes (500) shares them out among the canaries, each route to one.
+func TestManyChangedRoutesShared(t *testing.T) {
+	t.Parallel()
+	cp, nodes, _ := probeFleet(t)
+	v1 := putRoute(t, cp, "orders.list", "/v1/orders")
+	waitFleet(t, cp, "the first config everywhere", allRun(4, v1))
+	ctx := context.Background()
+	cluster, err := cp.admin.GetCluster(ctx, connect.NewRequest(&adminv1.GetClusterRequest{Team: "orders", Id: "orders"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := &adminv1.TeamConfig{Team: "orders", Clusters: []*configv1.Cluster{cluster.Msg.GetCluster()}}
+	for i := range 900 {
+		tc.Routes = append(tc.Routes, &configv1.Route{Id: fmt.Sprintf("orders.r%03d", i), Hosts: []string{"api.example.com"},
+			Path: fmt.Sprintf("/v1/orders/r%03d", i), Cluster: "orders", Auth: &configv1.RouteAuth{Public: true, Reviewer: "security"}})
+	}
+	if _, err := cp.admin.ApplyTeam(ctx, connect.NewRequest(&adminv1.ApplyTeamRequest{Config: tc})); err != nil {
+		t.Fatal(err)
+	}
+	ids := func(n *gatewayNode) []string { return n.probeIDs.Load().([]string) }
+	gatewaytest.WaitFor(t, 10*time.Second, "both canaries told their share", func() bool {
+		return len(ids(nodes[0])) > 0 && len(ids(nodes[1])) > 0 && nodes[0].probing.Load() == cp.Distribution.Status().SHA256
+	})
+	a, b := ids(nodes[0]), ids(nodes[1])
+	seen := map[string]int{}
+	for _, id := range append(slices.Clone(a), b...) {
+		seen[id]++
+	}
+	if len(a) > 500 || len(b) > 500 || len(seen) != 900 {
+		t.Errorf("canaries probe %d and %d routes, %d different; want at most 500 each, all 900 new routes between them", len(a), len(b), len(seen))
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("route %s given to %d canaries", id, n)
+		}
+	}
 }
