@@ -204,9 +204,12 @@ func (s *Server) runRollout(ctx context.Context, ro *staged) {
 	if err != nil {
 		s.log.Error("rollout: comparing versions failed; judging every route", "err", err)
 	}
+	s.mu.Lock()
+	waivedOn := ro.waivedOn
+	s.mu.Unlock()
 	var rewaive rollout.Matcher // the waived routes changed since the waiver
-	if ro.waivedOn != nil && ro.waivedOn != ro.next {
-		rewaive, _ = rollout.ChangedRoutes(ro.waivedOn.data, ro.next.data) // undecodable: every route
+	if waivedOn != nil && waivedOn != ro.next {
+		rewaive, _ = rollout.ChangedRoutes(waivedOn.data, ro.next.data) // undecodable: every route
 	}
 	s.mu.Lock()
 	ro.judge = rollout.Judge{
