@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/portico-gw/portico/gateway/exchange"
+	"github.com/portico-gw/portico/gateway/problem"
 	"github.com/portico-gw/portico/gateway/snapshot"
 )
 
@@ -189,10 +190,10 @@ func (w *probeWriter) class(grpc bool) int {
 		}
 		return 5
 	}
-	switch v[0] {
-	case "0":
+	switch {
+	case v[0] == "0":
 		return 2
-	case "2", "4", "13", "14", "15":
+	case problem.IsServerFault(v[0]):
 		return 5
 	}
 	for _, c := range []byte(v[0]) {
@@ -205,12 +206,7 @@ func (w *probeWriter) class(grpc bool) int {
 
 // grpcStatus is the answer's grpc-status: in the trailers, or the headers
 // of a trailers-only answer.
-func (w *probeWriter) grpcStatus() []string {
-	if v := w.h[http.TrailerPrefix+"Grpc-Status"]; len(v) > 0 {
-		return v
-	}
-	return w.h["Grpc-Status"]
-}
+func (w *probeWriter) grpcStatus() []string { return problem.GRPCStatus(w.h) }
 
 // hasGRPCStatus reports whether the answer has a grpc-status.
 func (w *probeWriter) hasGRPCStatus() bool { return len(w.grpcStatus()) > 0 }

@@ -208,3 +208,25 @@ func SetGRPCTrailers(h http.Header, p Problem) {
 		h[http.TrailerPrefix+"Grpc-Status-Details-Bin"] = []string{base64.RawStdEncoding.EncodeToString(d)}
 	}
 }
+
+// GRPCStatus returns an answer's grpc-status values, from its headers as
+// a handler's ResponseWriter holds them: the trailers (declared with
+// http.TrailerPrefix), else the headers of a trailers-only answer; nil
+// if it has none yet.
+func GRPCStatus(h http.Header) []string {
+	if v := h[http.TrailerPrefix+"Grpc-Status"]; len(v) > 0 {
+		return v
+	}
+	return h["Grpc-Status"]
+}
+
+// IsServerFault reports whether a grpc-status value is a server-side
+// failure: UNKNOWN, DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE or
+// DATA_LOSS, what the rollout judge counts as a backend's fault.
+func IsServerFault(grpcStatus string) bool {
+	switch grpcStatus {
+	case "2", "4", "13", "14", "15":
+		return true
+	}
+	return false
+}

@@ -244,18 +244,8 @@ func serverFailed(status int, h http.Header) bool {
 	if status == 0 || status >= 500 {
 		return true
 	}
-	v := h[http.TrailerPrefix+"Grpc-Status"]
-	if len(v) == 0 {
-		v = h["Grpc-Status"]
-	}
-	if len(v) == 0 {
-		return false
-	}
-	switch v[0] {
-	case "2", "4", "13", "14", "15":
-		return true
-	}
-	return false
+	v := problem.GRPCStatus(h)
+	return len(v) > 0 && problem.IsServerFault(v[0])
 }
 
 // refusal is the Problem a request body's error carries, if the gateway
