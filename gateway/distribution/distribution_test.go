@@ -37,22 +37,31 @@ func (p *pushes) Stream(ctx context.Context, s *connect.BidiStream[distributionv
 		return err
 	}
 	for _, snap := range p.list {
-		if err := s.Send(&distributionv1.StreamResponse{Message: &distributionv1.StreamResponse_Snapshot{Snapshot: snap}}); err != nil {
+		ack, err := push(s, snap)
+		if err != nil {
 			return err
 		}
-		for {
-			m, err := s.Receive()
-			if err != nil {
-				return err
-			}
-			if ack := m.GetAck(); ack != nil {
-				p.acks <- ack
-				break
-			}
-		}
+		p.acks <- ack
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// push sends snap on a node's stream and returns the node's answer,
+// skipping whatever else the node sends before it.
+func push(s *connect.BidiStream[distributionv1.StreamRequest, distributionv1.StreamResponse], snap *distributionv1.Snapshot) (*distributionv1.Ack, error) {
+	if err := s.Send(&distributionv1.StreamResponse{Message: &distributionv1.StreamResponse_Snapshot{Snapshot: snap}}); err != nil {
+		return nil, err
+	}
+	for {
+		m, err := s.Receive()
+		if err != nil {
+			return nil, err
+		}
+		if ack := m.GetAck(); ack != nil {
+			return ack, nil
+		}
+	}
 }
 
 // encoded is cfg as the control plane sends it: deterministic bytes

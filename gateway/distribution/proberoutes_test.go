@@ -34,20 +34,12 @@ func (p *prober) Stream(ctx context.Context, s *connect.BidiStream[distributionv
 	if _, err := s.Receive(); err != nil { // the hello
 		return err
 	}
-	if err := s.Send(&distributionv1.StreamResponse{Message: &distributionv1.StreamResponse_Snapshot{Snapshot: p.snap}}); err != nil {
+	ack, err := push(s, p.snap)
+	if err != nil {
 		return err
 	}
-	for {
-		m, err := s.Receive()
-		if err != nil {
-			return err
-		}
-		if ack := m.GetAck(); ack != nil {
-			if ack.GetError() != "" {
-				return connect.NewError(connect.CodeInternal, nil)
-			}
-			break
-		}
+	if ack.GetError() != "" {
+		return connect.NewError(connect.CodeInternal, nil)
 	}
 	for _, pr := range p.probes {
 		if err := s.Send(&distributionv1.StreamResponse{Message: &distributionv1.StreamResponse_ProbeRoutes{ProbeRoutes: pr}}); err != nil {
