@@ -17,6 +17,7 @@ import (
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
 	"github.com/portico-gw/portico/gen/portico/distribution/v1/distributionv1connect"
+	"github.com/portico-gw/portico/testing/gatewaytest"
 	"github.com/portico-gw/portico/testing/logbuf"
 )
 
@@ -104,17 +105,9 @@ func TestProbeRoutes(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.Handle(distributionv1connect.NewDistributionServiceHandler(cp))
 	srv := httptest.NewUnstartedServer(mux)
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	srv.Start()
-	t.Cleanup(srv.Close)
-
-	protocols := new(http.Protocols)
-	protocols.SetUnencryptedHTTP2(true)
-	tr := &http.Transport{Protocols: protocols}
-	t.Cleanup(tr.CloseIdleConnections)
+	gatewaytest.StartH2C(t, srv)
 	client := distribution.New(distribution.Options{
-		URL: srv.URL, HTTPClient: &http.Client{Transport: tr}, NodeID: "n1", Pool: "public",
+		URL: srv.URL, HTTPClient: gatewaytest.H2CClient(t), NodeID: "n1", Pool: "public",
 		Apply: node.Apply, Logger: log, Stats: node.RouteStats, Node: node, ReportInterval: 50 * time.Millisecond,
 	})
 	runUntilCleanup(t, client)
