@@ -21,9 +21,7 @@ func (s RouteSelection) Empty() bool { return !s.All && len(s.IDs) == 0 && len(s
 // Selects reports whether s selects the route with id: one of IDs, or
 // a route a service derives whose id starts with one of Prefixes. A
 // caller that tests many ids uses a Selector, made once.
-func (s RouteSelection) Selects(id string) bool {
-	return s.All || slices.Contains(s.IDs, id) || selectsByPrefix(s.Prefixes, id)
-}
+func (s RouteSelection) Selects(id string) bool { return s.Selector().Selects(id) }
 
 // Selector returns a Selector of the routes s selects, which keeps a copy
 // of s.
