@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/portico-gw/portico/gateway/routestats"
+	"github.com/portico-gw/portico/gateway/snapshot"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
 
@@ -331,38 +332,26 @@ func reset(prev, now routestats.Counts) bool {
 }
 
 // Matcher selects the routes a change touched: by id, or by the prefix
-// of the routes a service derives ("<service id>.", followed by the
-// method's name, which starts with an uppercase letter). The zero value
-// matches none; All matches every route.
+// of the routes a service derives ("<service id>.", as a node's
+// snapshot.RouteSelection selects them: only ids a service derives).
+// The zero value matches none; All matches every route.
 type Matcher struct {
-	All      bool
-	ids      map[string]bool
-	prefixes []string
+	All bool
+	sel snapshot.RouteSelection
+	set *snapshot.Selector
 }
 
-// Parts returns what m selects: every route, or the routes ids names
-// and those whose id starts with one of prefixes.
+// Parts returns what m selects: every route, or the routes ids names,
+// sorted, and those a service whose prefix is one of prefixes derives.
 func (m Matcher) Parts() (all bool, ids, prefixes []string) {
-	for id := range m.ids {
-		ids = append(ids, id)
-	}
+	ids = slices.Clone(m.sel.IDs)
 	slices.Sort(ids)
-	return m.All, ids, slices.Clone(m.prefixes)
+	return m.All, ids, slices.Clone(m.sel.Prefixes)
 }
 
 // Match reports whether the change touched route.
 func (m Matcher) Match(route string) bool {
-	if m.All || m.ids[route] {
-		return true
-	}
-	for _, p := range m.prefixes {
-		// A service's routes are "<service id>.<Method>": a plain route
-		// id (lowercase only) under the same prefix is not one of them.
-		if strings.HasPrefix(route, p) && len(route) > len(p) && 'A' <= route[len(p)] && route[len(p)] <= 'Z' {
-			return true
-		}
-	}
-	return false
+	return m.All || m.set != nil && m.set.Selects(route)
 }
 
 // ChangedRoutes compares two encoded snapshots: the routes that are new
@@ -387,14 +376,14 @@ func ChangedRoutes(prevData, nextData []byte) (Matcher, error) {
 			changedCluster[c.GetName()] = true
 		}
 	}
-	m := Matcher{ids: map[string]bool{}}
+	var sel snapshot.RouteSelection
 	routes := map[string]*configv1.Route{}
 	for _, r := range prev.GetRoutes() {
 		routes[r.GetId()] = r
 	}
 	for _, r := range next.GetRoutes() {
 		if !proto.Equal(routes[r.GetId()], r) || changedCluster[r.GetCluster()] {
-			m.ids[r.GetId()] = true
+			sel.IDs = append(sel.IDs, r.GetId())
 		}
 	}
 	services := map[string]*configv1.Service{}
@@ -403,8 +392,8 @@ func ChangedRoutes(prevData, nextData []byte) (Matcher, error) {
 	}
 	for _, svc := range next.GetServices() {
 		if !proto.Equal(services[svc.GetId()], svc) || changedCluster[svc.GetCluster()] {
-			m.prefixes = append(m.prefixes, svc.GetId()+".")
+			sel.Prefixes = append(sel.Prefixes, svc.GetId()+".")
 		}
 	}
-	return m, nil
+	return Matcher{sel: sel, set: sel.Selector()}, nil
 }
