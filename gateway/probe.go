@@ -29,8 +29,9 @@ const (
 	// MaxProbeDuration is the longest a probe set runs.
 	MaxProbeDuration = time.Hour
 	// MaxProbedRoutes is how many routes one set probes: of more, the
-	// first by id.
-	MaxProbedRoutes = 500
+	// first by id (snapshot.MaxProbedRoutes, which the control plane
+	// shares a big change's routes out by).
+	MaxProbedRoutes = snapshot.MaxProbedRoutes
 	// MaxProbesInFlight is how many probes the node has in flight at
 	// most, over all routes.
 	MaxProbesInFlight = 8

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/portico-gw/portico/control/rollout"
+	"github.com/portico-gw/portico/gateway/snapshot"
 	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
 )
 
@@ -33,11 +34,6 @@ import (
 // baselineProbers is how many nodes on the old version probe beside the
 // canaries.
 const baselineProbers = 2
-
-// maxProbedRoutes is how many routes a node probes of a set
-// (gateway.MaxProbedRoutes): a change with more route ids than that is
-// shared out among the probers of each version.
-const maxProbedRoutes = 500
 
 // probeShare is what one prober probes: the routes of snapshot sha256,
 // or, when they are more than a node probes, every of-th of them from
@@ -144,7 +140,7 @@ func (s *Server) syncProbesLocked() {
 			opts := s.opts.Rollout
 			m = proto.CloneOf(ro.probes)
 			m.Sha256 = sha
-			if ids := m.GetRouteIds(); len(ids) > maxProbedRoutes && share.of > 1 {
+			if ids := m.GetRouteIds(); len(ids) > snapshot.MaxProbedRoutes && share.of > 1 {
 				// More routes than a node probes: the probers of a version
 				// share them out, so that each route is probed by one.
 				var mine []string

@@ -5,6 +5,9 @@ import (
 	"strings"
 )
 
+// MaxProbedRoutes is how many routes of a RouteSelection a node probes.
+const MaxProbedRoutes = 500
+
 // RouteSelection selects routes of a snapshot by id: the routes a node
 // is asked to probe while a change to them rolls out.
 type RouteSelection struct {
