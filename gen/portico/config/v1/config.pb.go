@@ -3497,6 +3497,7 @@ type FastLaneEntry struct {
 	//	*FastLaneEntry_Key
 	//	*FastLaneEntry_Deny
 	//	*FastLaneEntry_IssuerKeys
+	//	*FastLaneEntry_UsageMark
 	Entry         isFastLaneEntry_Entry `protobuf_oneof:"entry"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -3573,6 +3574,15 @@ func (x *FastLaneEntry) GetIssuerKeys() *IssuerKeys {
 	return nil
 }
 
+func (x *FastLaneEntry) GetUsageMark() *UsageMark {
+	if x != nil {
+		if x, ok := x.Entry.(*FastLaneEntry_UsageMark); ok {
+			return x.UsageMark
+		}
+	}
+	return nil
+}
+
 type isFastLaneEntry_Entry interface {
 	isFastLaneEntry_Entry()
 }
@@ -3589,11 +3599,80 @@ type FastLaneEntry_IssuerKeys struct {
 	IssuerKeys *IssuerKeys `protobuf:"bytes,4,opt,name=issuer_keys,json=issuerKeys,proto3,oneof"`
 }
 
+type FastLaneEntry_UsageMark struct {
+	UsageMark *UsageMark `protobuf:"bytes,5,opt,name=usage_mark,json=usageMark,proto3,oneof"`
+}
+
 func (*FastLaneEntry_Key) isFastLaneEntry_Entry() {}
 
 func (*FastLaneEntry_Deny) isFastLaneEntry_Entry() {}
 
 func (*FastLaneEntry_IssuerKeys) isFastLaneEntry_Entry() {}
+
+func (*FastLaneEntry_UsageMark) isFastLaneEntry_Entry() {}
+
+// UsageMark is the quota service's high-water mark of one node's usage
+// spool: every window up to seq arrived and is committed, so the node may
+// trim its spool at or below it. Nodes apply only their own.
+type UsageMark struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	SpoolId       string                 `protobuf:"bytes,2,opt,name=spool_id,json=spoolId,proto3" json:"spool_id,omitempty"`
+	Seq           uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageMark) Reset() {
+	*x = UsageMark{}
+	mi := &file_portico_config_v1_config_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageMark) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageMark) ProtoMessage() {}
+
+func (x *UsageMark) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_config_v1_config_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageMark.ProtoReflect.Descriptor instead.
+func (*UsageMark) Descriptor() ([]byte, []int) {
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *UsageMark) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *UsageMark) GetSpoolId() string {
+	if x != nil {
+		return x.SpoolId
+	}
+	return ""
+}
+
+func (x *UsageMark) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
 
 // IssuerKeys are the signing keys an issuer published (new keys appear
 // before they sign anything). A node verifies the issuer's tokens with
@@ -3611,7 +3690,7 @@ type IssuerKeys struct {
 
 func (x *IssuerKeys) Reset() {
 	*x = IssuerKeys{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[34]
+	mi := &file_portico_config_v1_config_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3623,7 +3702,7 @@ func (x *IssuerKeys) String() string {
 func (*IssuerKeys) ProtoMessage() {}
 
 func (x *IssuerKeys) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[34]
+	mi := &file_portico_config_v1_config_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3636,7 +3715,7 @@ func (x *IssuerKeys) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssuerKeys.ProtoReflect.Descriptor instead.
 func (*IssuerKeys) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{34}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *IssuerKeys) GetIssuer() string {
@@ -3669,7 +3748,7 @@ type KeySnapshot struct {
 
 func (x *KeySnapshot) Reset() {
 	*x = KeySnapshot{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[35]
+	mi := &file_portico_config_v1_config_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3681,7 +3760,7 @@ func (x *KeySnapshot) String() string {
 func (*KeySnapshot) ProtoMessage() {}
 
 func (x *KeySnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[35]
+	mi := &file_portico_config_v1_config_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3694,7 +3773,7 @@ func (x *KeySnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeySnapshot.ProtoReflect.Descriptor instead.
 func (*KeySnapshot) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{35}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *KeySnapshot) GetSeq() uint64 {
@@ -3735,7 +3814,7 @@ type SignedKeySnapshot struct {
 
 func (x *SignedKeySnapshot) Reset() {
 	*x = SignedKeySnapshot{}
-	mi := &file_portico_config_v1_config_proto_msgTypes[36]
+	mi := &file_portico_config_v1_config_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3747,7 +3826,7 @@ func (x *SignedKeySnapshot) String() string {
 func (*SignedKeySnapshot) ProtoMessage() {}
 
 func (x *SignedKeySnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_config_v1_config_proto_msgTypes[36]
+	mi := &file_portico_config_v1_config_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3760,7 +3839,7 @@ func (x *SignedKeySnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedKeySnapshot.ProtoReflect.Descriptor instead.
 func (*SignedKeySnapshot) Descriptor() ([]byte, []int) {
-	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{36}
+	return file_portico_config_v1_config_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SignedKeySnapshot) GetPayload() []byte {
@@ -4068,14 +4147,20 @@ const file_portico_config_v1_config_proto_rawDesc = "" +
 	"\x06ca_pem\x18\x02 \x01(\tB\t\xbaH\x06r\x04\x18\x80\x80\x04R\x05caPem\x12!\n" +
 	"\aca_file\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\x06caFile\x12B\n" +
 	"\bidentity\x18\x06 \x01(\tB&\xbaH#r!2\x1f^([a-z0-9][a-z0-9._-]{0,127})?$R\bidentity:m\xbaHj\x1ah\n" +
-	"\x16upstream_tls.ca_one_of\x12%set at most one of ca_pem and ca_file\x1a'this.ca_pem == '' || this.ca_file == ''J\x04\b\x04\x10\x05J\x04\b\x05\x10\x06R\x10client_cert_fileR\x0fclient_key_file\"\xe2\x01\n" +
+	"\x16upstream_tls.ca_one_of\x12%set at most one of ca_pem and ca_file\x1a'this.ca_pem == '' || this.ca_file == ''J\x04\b\x04\x10\x05J\x04\b\x05\x10\x06R\x10client_cert_fileR\x0fclient_key_file\"\xa1\x02\n" +
 	"\rFastLaneEntry\x12\x19\n" +
 	"\x03rev\x18\x01 \x01(\x04B\a\xbaH\x042\x02 \x00R\x03rev\x120\n" +
 	"\x03key\x18\x02 \x01(\v2\x1c.portico.config.v1.KeyRecordH\x00R\x03key\x122\n" +
 	"\x04deny\x18\x03 \x01(\v2\x1c.portico.config.v1.DenyEntryH\x00R\x04deny\x12@\n" +
 	"\vissuer_keys\x18\x04 \x01(\v2\x1d.portico.config.v1.IssuerKeysH\x00R\n" +
-	"issuerKeysB\x0e\n" +
-	"\x05entry\x12\x05\xbaH\x02\b\x01\"s\n" +
+	"issuerKeys\x12=\n" +
+	"\n" +
+	"usage_mark\x18\x05 \x01(\v2\x1c.portico.config.v1.UsageMarkH\x00R\tusageMarkB\x0e\n" +
+	"\x05entry\x12\x05\xbaH\x02\b\x01\"\x97\x01\n" +
+	"\tUsageMark\x12C\n" +
+	"\anode_id\x18\x01 \x01(\tB*\xbaH'r%2#^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$R\x06nodeId\x123\n" +
+	"\bspool_id\x18\x02 \x01(\tB\x18\xbaH\x15r\x132\x11^[0-9a-f]{16,64}$R\aspoolId\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\"s\n" +
 	"\n" +
 	"IssuerKeys\x12;\n" +
 	"\x06issuer\x18\x01 \x01(\tB#\xbaH r\x1e2\x1c^[a-z0-9][a-z0-9._-]{0,127}$R\x06issuer\x12(\n" +
@@ -4142,7 +4227,7 @@ func file_portico_config_v1_config_proto_rawDescGZIP() []byte {
 }
 
 var file_portico_config_v1_config_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_portico_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_portico_config_v1_config_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_portico_config_v1_config_proto_goTypes = []any{
 	(RateLimitScope)(0),           // 0: portico.config.v1.RateLimitScope
 	(RateLimitOnError)(0),         // 1: portico.config.v1.RateLimitOnError
@@ -4185,11 +4270,12 @@ var file_portico_config_v1_config_proto_goTypes = []any{
 	(*ConnectionPool)(nil),        // 38: portico.config.v1.ConnectionPool
 	(*UpstreamTLS)(nil),           // 39: portico.config.v1.UpstreamTLS
 	(*FastLaneEntry)(nil),         // 40: portico.config.v1.FastLaneEntry
-	(*IssuerKeys)(nil),            // 41: portico.config.v1.IssuerKeys
-	(*KeySnapshot)(nil),           // 42: portico.config.v1.KeySnapshot
-	(*SignedKeySnapshot)(nil),     // 43: portico.config.v1.SignedKeySnapshot
-	(*durationpb.Duration)(nil),   // 44: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 45: google.protobuf.Timestamp
+	(*UsageMark)(nil),             // 41: portico.config.v1.UsageMark
+	(*IssuerKeys)(nil),            // 42: portico.config.v1.IssuerKeys
+	(*KeySnapshot)(nil),           // 43: portico.config.v1.KeySnapshot
+	(*SignedKeySnapshot)(nil),     // 44: portico.config.v1.SignedKeySnapshot
+	(*durationpb.Duration)(nil),   // 45: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 46: google.protobuf.Timestamp
 }
 var file_portico_config_v1_config_proto_depIdxs = []int32{
 	21, // 0: portico.config.v1.Snapshot.routes:type_name -> portico.config.v1.Route
@@ -4204,7 +4290,7 @@ var file_portico_config_v1_config_proto_depIdxs = []int32{
 	8,  // 9: portico.config.v1.Snapshot.services:type_name -> portico.config.v1.Service
 	9,  // 10: portico.config.v1.Service.descriptors:type_name -> portico.config.v1.Descriptors
 	29, // 11: portico.config.v1.Service.auth:type_name -> portico.config.v1.RouteAuth
-	44, // 12: portico.config.v1.Service.timeout:type_name -> google.protobuf.Duration
+	45, // 12: portico.config.v1.Service.timeout:type_name -> google.protobuf.Duration
 	5,  // 13: portico.config.v1.Service.priority:type_name -> portico.config.v1.Priority
 	14, // 14: portico.config.v1.Service.rate_limits:type_name -> portico.config.v1.RateLimit
 	10, // 15: portico.config.v1.Descriptors.sources:type_name -> portico.config.v1.ProtoSources
@@ -4212,23 +4298,23 @@ var file_portico_config_v1_config_proto_depIdxs = []int32{
 	14, // 17: portico.config.v1.Plan.rate_limits:type_name -> portico.config.v1.RateLimit
 	0,  // 18: portico.config.v1.RateLimit.scope:type_name -> portico.config.v1.RateLimitScope
 	1,  // 19: portico.config.v1.RateLimit.on_error:type_name -> portico.config.v1.RateLimitOnError
-	44, // 20: portico.config.v1.RateLimit.stale_after:type_name -> google.protobuf.Duration
+	45, // 20: portico.config.v1.RateLimit.stale_after:type_name -> google.protobuf.Duration
 	16, // 21: portico.config.v1.RateLimiting.anonymous:type_name -> portico.config.v1.AnonymousLimit
-	44, // 22: portico.config.v1.RateLimiting.sync_interval:type_name -> google.protobuf.Duration
-	44, // 23: portico.config.v1.RateLimiting.redis_timeout:type_name -> google.protobuf.Duration
+	45, // 22: portico.config.v1.RateLimiting.sync_interval:type_name -> google.protobuf.Duration
+	45, // 23: portico.config.v1.RateLimiting.redis_timeout:type_name -> google.protobuf.Duration
 	5,  // 24: portico.config.v1.KeyRecord.priority:type_name -> portico.config.v1.Priority
 	2,  // 25: portico.config.v1.KeyRecord.status:type_name -> portico.config.v1.KeyStatus
-	45, // 26: portico.config.v1.KeyRecord.not_after:type_name -> google.protobuf.Timestamp
-	45, // 27: portico.config.v1.DenyEntry.issued_before:type_name -> google.protobuf.Timestamp
-	45, // 28: portico.config.v1.DenyEntry.expires:type_name -> google.protobuf.Timestamp
-	45, // 29: portico.config.v1.DenyEntry.token_expires:type_name -> google.protobuf.Timestamp
+	46, // 26: portico.config.v1.KeyRecord.not_after:type_name -> google.protobuf.Timestamp
+	46, // 27: portico.config.v1.DenyEntry.issued_before:type_name -> google.protobuf.Timestamp
+	46, // 28: portico.config.v1.DenyEntry.expires:type_name -> google.protobuf.Timestamp
+	46, // 29: portico.config.v1.DenyEntry.token_expires:type_name -> google.protobuf.Timestamp
 	3,  // 30: portico.config.v1.Issuer.algorithms:type_name -> portico.config.v1.JWTAlgorithm
-	44, // 31: portico.config.v1.Issuer.jwks_refresh:type_name -> google.protobuf.Duration
-	44, // 32: portico.config.v1.Issuer.leeway:type_name -> google.protobuf.Duration
-	44, // 33: portico.config.v1.Issuer.jwks_min_refresh:type_name -> google.protobuf.Duration
-	44, // 34: portico.config.v1.Issuer.max_token_lifetime:type_name -> google.protobuf.Duration
+	45, // 31: portico.config.v1.Issuer.jwks_refresh:type_name -> google.protobuf.Duration
+	45, // 32: portico.config.v1.Issuer.leeway:type_name -> google.protobuf.Duration
+	45, // 33: portico.config.v1.Issuer.jwks_min_refresh:type_name -> google.protobuf.Duration
+	45, // 34: portico.config.v1.Issuer.max_token_lifetime:type_name -> google.protobuf.Duration
 	31, // 35: portico.config.v1.Route.headers:type_name -> portico.config.v1.HeaderMatch
-	44, // 36: portico.config.v1.Route.timeout:type_name -> google.protobuf.Duration
+	45, // 36: portico.config.v1.Route.timeout:type_name -> google.protobuf.Duration
 	5,  // 37: portico.config.v1.Route.priority:type_name -> portico.config.v1.Priority
 	29, // 38: portico.config.v1.Route.auth:type_name -> portico.config.v1.RouteAuth
 	14, // 39: portico.config.v1.Route.rate_limits:type_name -> portico.config.v1.RateLimit
@@ -4250,23 +4336,24 @@ var file_portico_config_v1_config_proto_depIdxs = []int32{
 	37, // 55: portico.config.v1.Cluster.outlier_detection:type_name -> portico.config.v1.OutlierDetection
 	38, // 56: portico.config.v1.Cluster.pool:type_name -> portico.config.v1.ConnectionPool
 	39, // 57: portico.config.v1.Cluster.tls:type_name -> portico.config.v1.UpstreamTLS
-	44, // 58: portico.config.v1.Cluster.connect_timeout:type_name -> google.protobuf.Duration
-	44, // 59: portico.config.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
-	44, // 60: portico.config.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
+	45, // 58: portico.config.v1.Cluster.connect_timeout:type_name -> google.protobuf.Duration
+	45, // 59: portico.config.v1.HealthCheck.interval:type_name -> google.protobuf.Duration
+	45, // 60: portico.config.v1.HealthCheck.timeout:type_name -> google.protobuf.Duration
 	35, // 61: portico.config.v1.HealthCheck.http:type_name -> portico.config.v1.HTTPProbe
 	36, // 62: portico.config.v1.HealthCheck.grpc:type_name -> portico.config.v1.GRPCProbe
-	44, // 63: portico.config.v1.OutlierDetection.base_ejection_time:type_name -> google.protobuf.Duration
-	44, // 64: portico.config.v1.ConnectionPool.idle_timeout:type_name -> google.protobuf.Duration
+	45, // 63: portico.config.v1.OutlierDetection.base_ejection_time:type_name -> google.protobuf.Duration
+	45, // 64: portico.config.v1.ConnectionPool.idle_timeout:type_name -> google.protobuf.Duration
 	18, // 65: portico.config.v1.FastLaneEntry.key:type_name -> portico.config.v1.KeyRecord
 	19, // 66: portico.config.v1.FastLaneEntry.deny:type_name -> portico.config.v1.DenyEntry
-	41, // 67: portico.config.v1.FastLaneEntry.issuer_keys:type_name -> portico.config.v1.IssuerKeys
-	45, // 68: portico.config.v1.KeySnapshot.generated:type_name -> google.protobuf.Timestamp
-	40, // 69: portico.config.v1.KeySnapshot.entries:type_name -> portico.config.v1.FastLaneEntry
-	70, // [70:70] is the sub-list for method output_type
-	70, // [70:70] is the sub-list for method input_type
-	70, // [70:70] is the sub-list for extension type_name
-	70, // [70:70] is the sub-list for extension extendee
-	0,  // [0:70] is the sub-list for field type_name
+	42, // 67: portico.config.v1.FastLaneEntry.issuer_keys:type_name -> portico.config.v1.IssuerKeys
+	41, // 68: portico.config.v1.FastLaneEntry.usage_mark:type_name -> portico.config.v1.UsageMark
+	46, // 69: portico.config.v1.KeySnapshot.generated:type_name -> google.protobuf.Timestamp
+	40, // 70: portico.config.v1.KeySnapshot.entries:type_name -> portico.config.v1.FastLaneEntry
+	71, // [71:71] is the sub-list for method output_type
+	71, // [71:71] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_portico_config_v1_config_proto_init() }
@@ -4301,6 +4388,7 @@ func file_portico_config_v1_config_proto_init() {
 		(*FastLaneEntry_Key)(nil),
 		(*FastLaneEntry_Deny)(nil),
 		(*FastLaneEntry_IssuerKeys)(nil),
+		(*FastLaneEntry_UsageMark)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -4308,7 +4396,7 @@ func file_portico_config_v1_config_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_portico_config_v1_config_proto_rawDesc), len(file_portico_config_v1_config_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   37,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

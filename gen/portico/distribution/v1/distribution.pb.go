@@ -25,6 +25,245 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type SpoolsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SpoolsRequest) Reset() {
+	*x = SpoolsRequest{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SpoolsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SpoolsRequest) ProtoMessage() {}
+
+func (x *SpoolsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SpoolsRequest.ProtoReflect.Descriptor instead.
+func (*SpoolsRequest) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{0}
+}
+
+type SpoolsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nodes         []*NodeSpool           `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SpoolsResponse) Reset() {
+	*x = SpoolsResponse{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SpoolsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SpoolsResponse) ProtoMessage() {}
+
+func (x *SpoolsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SpoolsResponse.ProtoReflect.Descriptor instead.
+func (*SpoolsResponse) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SpoolsResponse) GetNodes() []*NodeSpool {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+// NodeSpool is one connected node's usage spool.
+type NodeSpool struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Region string                 `protobuf:"bytes,2,opt,name=region,proto3" json:"region,omitempty"`
+	Usage  *UsageSpool            `protobuf:"bytes,3,opt,name=usage,proto3" json:"usage,omitempty"`
+	// ClockOffset is the node's clock offset as last measured (the control
+	// plane's clock minus the node's).
+	ClockOffset   *durationpb.Duration `protobuf:"bytes,4,opt,name=clock_offset,json=clockOffset,proto3" json:"clock_offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeSpool) Reset() {
+	*x = NodeSpool{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeSpool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeSpool) ProtoMessage() {}
+
+func (x *NodeSpool) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeSpool.ProtoReflect.Descriptor instead.
+func (*NodeSpool) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *NodeSpool) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *NodeSpool) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *NodeSpool) GetUsage() *UsageSpool {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+func (x *NodeSpool) GetClockOffset() *durationpb.Duration {
+	if x != nil {
+		return x.ClockOffset
+	}
+	return nil
+}
+
+type ResendRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Resend        *ResendUsage           `protobuf:"bytes,2,opt,name=resend,proto3" json:"resend,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResendRequest) Reset() {
+	*x = ResendRequest{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResendRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResendRequest) ProtoMessage() {}
+
+func (x *ResendRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResendRequest.ProtoReflect.Descriptor instead.
+func (*ResendRequest) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ResendRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ResendRequest) GetResend() *ResendUsage {
+	if x != nil {
+		return x.Resend
+	}
+	return nil
+}
+
+type ResendResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResendResponse) Reset() {
+	*x = ResendResponse{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResendResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResendResponse) ProtoMessage() {}
+
+func (x *ResendResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResendResponse.ProtoReflect.Descriptor instead.
+func (*ResendResponse) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{4}
+}
+
 type PublishRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Source names the producer ("keys").
@@ -40,7 +279,7 @@ type PublishRequest struct {
 
 func (x *PublishRequest) Reset() {
 	*x = PublishRequest{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[0]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -52,7 +291,7 @@ func (x *PublishRequest) String() string {
 func (*PublishRequest) ProtoMessage() {}
 
 func (x *PublishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[0]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -65,7 +304,7 @@ func (x *PublishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishRequest.ProtoReflect.Descriptor instead.
 func (*PublishRequest) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{0}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PublishRequest) GetSource() string {
@@ -109,7 +348,7 @@ type PublishResponse struct {
 
 func (x *PublishResponse) Reset() {
 	*x = PublishResponse{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[1]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -121,7 +360,7 @@ func (x *PublishResponse) String() string {
 func (*PublishResponse) ProtoMessage() {}
 
 func (x *PublishResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[1]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -134,7 +373,7 @@ func (x *PublishResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishResponse.ProtoReflect.Descriptor instead.
 func (*PublishResponse) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{1}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PublishResponse) GetVersion() uint64 {
@@ -160,7 +399,7 @@ type SourceRequest struct {
 
 func (x *SourceRequest) Reset() {
 	*x = SourceRequest{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[2]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -172,7 +411,7 @@ func (x *SourceRequest) String() string {
 func (*SourceRequest) ProtoMessage() {}
 
 func (x *SourceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[2]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -185,7 +424,7 @@ func (x *SourceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourceRequest.ProtoReflect.Descriptor instead.
 func (*SourceRequest) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{2}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SourceRequest) GetSource() string {
@@ -206,7 +445,7 @@ type SourceResponse struct {
 
 func (x *SourceResponse) Reset() {
 	*x = SourceResponse{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[3]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -218,7 +457,7 @@ func (x *SourceResponse) String() string {
 func (*SourceResponse) ProtoMessage() {}
 
 func (x *SourceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[3]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -231,7 +470,7 @@ func (x *SourceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SourceResponse.ProtoReflect.Descriptor instead.
 func (*SourceResponse) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{3}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SourceResponse) GetSeq() uint64 {
@@ -259,7 +498,7 @@ type WaitRequest struct {
 
 func (x *WaitRequest) Reset() {
 	*x = WaitRequest{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[4]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -271,7 +510,7 @@ func (x *WaitRequest) String() string {
 func (*WaitRequest) ProtoMessage() {}
 
 func (x *WaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[4]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -284,7 +523,7 @@ func (x *WaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitRequest.ProtoReflect.Descriptor instead.
 func (*WaitRequest) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{4}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WaitRequest) GetVersion() uint64 {
@@ -315,7 +554,7 @@ type WaitResponse struct {
 
 func (x *WaitResponse) Reset() {
 	*x = WaitResponse{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[5]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -327,7 +566,7 @@ func (x *WaitResponse) String() string {
 func (*WaitResponse) ProtoMessage() {}
 
 func (x *WaitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[5]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -340,7 +579,7 @@ func (x *WaitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitResponse.ProtoReflect.Descriptor instead.
 func (*WaitResponse) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{5}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WaitResponse) GetComplete() bool {
@@ -378,7 +617,7 @@ type NodeFastLane struct {
 
 func (x *NodeFastLane) Reset() {
 	*x = NodeFastLane{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[6]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +629,7 @@ func (x *NodeFastLane) String() string {
 func (*NodeFastLane) ProtoMessage() {}
 
 func (x *NodeFastLane) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[6]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +642,7 @@ func (x *NodeFastLane) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeFastLane.ProtoReflect.Descriptor instead.
 func (*NodeFastLane) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{6}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NodeFastLane) GetNodeId() string {
@@ -442,7 +681,7 @@ type FastLaneRequest struct {
 
 func (x *FastLaneRequest) Reset() {
 	*x = FastLaneRequest{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[7]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -454,7 +693,7 @@ func (x *FastLaneRequest) String() string {
 func (*FastLaneRequest) ProtoMessage() {}
 
 func (x *FastLaneRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[7]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -467,7 +706,7 @@ func (x *FastLaneRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FastLaneRequest.ProtoReflect.Descriptor instead.
 func (*FastLaneRequest) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{7}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FastLaneRequest) GetMessage() isFastLaneRequest_Message {
@@ -523,7 +762,7 @@ type FastLaneHello struct {
 
 func (x *FastLaneHello) Reset() {
 	*x = FastLaneHello{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[8]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -535,7 +774,7 @@ func (x *FastLaneHello) String() string {
 func (*FastLaneHello) ProtoMessage() {}
 
 func (x *FastLaneHello) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[8]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -548,7 +787,7 @@ func (x *FastLaneHello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FastLaneHello.ProtoReflect.Descriptor instead.
 func (*FastLaneHello) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{8}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FastLaneHello) GetNodeId() string {
@@ -586,7 +825,7 @@ type FastLaneAck struct {
 
 func (x *FastLaneAck) Reset() {
 	*x = FastLaneAck{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[9]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +837,7 @@ func (x *FastLaneAck) String() string {
 func (*FastLaneAck) ProtoMessage() {}
 
 func (x *FastLaneAck) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[9]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +850,7 @@ func (x *FastLaneAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FastLaneAck.ProtoReflect.Descriptor instead.
 func (*FastLaneAck) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{9}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FastLaneAck) GetVersion() uint64 {
@@ -640,7 +879,7 @@ type FastLaneResponse struct {
 
 func (x *FastLaneResponse) Reset() {
 	*x = FastLaneResponse{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[10]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -652,7 +891,7 @@ func (x *FastLaneResponse) String() string {
 func (*FastLaneResponse) ProtoMessage() {}
 
 func (x *FastLaneResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[10]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -665,7 +904,7 @@ func (x *FastLaneResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FastLaneResponse.ProtoReflect.Descriptor instead.
 func (*FastLaneResponse) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{10}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FastLaneResponse) GetMessage() isFastLaneResponse_Message {
@@ -716,7 +955,7 @@ type FastLaneUpdate struct {
 
 func (x *FastLaneUpdate) Reset() {
 	*x = FastLaneUpdate{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[11]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +967,7 @@ func (x *FastLaneUpdate) String() string {
 func (*FastLaneUpdate) ProtoMessage() {}
 
 func (x *FastLaneUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[11]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +980,7 @@ func (x *FastLaneUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FastLaneUpdate.ProtoReflect.Descriptor instead.
 func (*FastLaneUpdate) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{11}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FastLaneUpdate) GetEpoch() string {
@@ -797,7 +1036,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[12]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -809,7 +1048,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[12]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -822,7 +1061,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{12}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StreamRequest) GetMessage() isStreamRequest_Message {
@@ -907,14 +1146,20 @@ type Report struct {
 	// (ProbeRoutes) since it started: requests are probes, errors those
 	// that did not get the status class the probe expects. Real calls'
 	// counters (routes) never include them.
-	Probes        []*RouteCounts `protobuf:"bytes,3,rep,name=probes,proto3" json:"probes,omitempty"`
+	Probes []*RouteCounts `protobuf:"bytes,3,rep,name=probes,proto3" json:"probes,omitempty"`
+	// SentAt is the node's clock when it sent the report: the control
+	// plane answers with a Clock, from which the node measures its offset.
+	SentAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=sent_at,json=sentAt,proto3" json:"sent_at,omitempty"`
+	// Usage is where the node's usage spool stands; unset on a node that
+	// counts no usage.
+	Usage         *UsageSpool `protobuf:"bytes,5,opt,name=usage,proto3" json:"usage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Report) Reset() {
 	*x = Report{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[13]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -926,7 +1171,7 @@ func (x *Report) String() string {
 func (*Report) ProtoMessage() {}
 
 func (x *Report) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[13]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -939,7 +1184,7 @@ func (x *Report) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Report.ProtoReflect.Descriptor instead.
 func (*Report) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{13}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Report) GetRoutes() []*RouteCounts {
@@ -963,6 +1208,92 @@ func (x *Report) GetProbes() []*RouteCounts {
 	return nil
 }
 
+func (x *Report) GetSentAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.SentAt
+	}
+	return nil
+}
+
+func (x *Report) GetUsage() *UsageSpool {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+// UsageSpool is where a node's usage spool stands: the windows it holds
+// (first to last; none when last < first) and the last it spooled.
+type UsageSpool struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	SpoolId  string                 `protobuf:"bytes,1,opt,name=spool_id,json=spoolId,proto3" json:"spool_id,omitempty"`
+	FirstSeq uint64                 `protobuf:"varint,2,opt,name=first_seq,json=firstSeq,proto3" json:"first_seq,omitempty"`
+	LastSeq  uint64                 `protobuf:"varint,3,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
+	// Full says the spool is at its size bound: windows wait in the mapped
+	// file until the quota service's mark lets the node trim.
+	Full          bool `protobuf:"varint,4,opt,name=full,proto3" json:"full,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageSpool) Reset() {
+	*x = UsageSpool{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageSpool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageSpool) ProtoMessage() {}
+
+func (x *UsageSpool) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageSpool.ProtoReflect.Descriptor instead.
+func (*UsageSpool) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *UsageSpool) GetSpoolId() string {
+	if x != nil {
+		return x.SpoolId
+	}
+	return ""
+}
+
+func (x *UsageSpool) GetFirstSeq() uint64 {
+	if x != nil {
+		return x.FirstSeq
+	}
+	return 0
+}
+
+func (x *UsageSpool) GetLastSeq() uint64 {
+	if x != nil {
+		return x.LastSeq
+	}
+	return 0
+}
+
+func (x *UsageSpool) GetFull() bool {
+	if x != nil {
+		return x.Full
+	}
+	return false
+}
+
 // ClusterHealth is how a node sees one cluster's endpoints: how many are
 // healthy and how many not, and the ones that are not fully healthy
 // (unhealthy, ejected, or with refused connections), at most 1,000 in one
@@ -980,7 +1311,7 @@ type ClusterHealth struct {
 
 func (x *ClusterHealth) Reset() {
 	*x = ClusterHealth{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[14]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +1323,7 @@ func (x *ClusterHealth) String() string {
 func (*ClusterHealth) ProtoMessage() {}
 
 func (x *ClusterHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[14]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1005,7 +1336,7 @@ func (x *ClusterHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterHealth.ProtoReflect.Descriptor instead.
 func (*ClusterHealth) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{14}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ClusterHealth) GetName() string {
@@ -1053,7 +1384,7 @@ type EndpointHealth struct {
 
 func (x *EndpointHealth) Reset() {
 	*x = EndpointHealth{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[15]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +1396,7 @@ func (x *EndpointHealth) String() string {
 func (*EndpointHealth) ProtoMessage() {}
 
 func (x *EndpointHealth) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[15]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +1409,7 @@ func (x *EndpointHealth) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointHealth.ProtoReflect.Descriptor instead.
 func (*EndpointHealth) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{15}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *EndpointHealth) GetAddress() string {
@@ -1126,7 +1457,7 @@ type RouteCounts struct {
 
 func (x *RouteCounts) Reset() {
 	*x = RouteCounts{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[16]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +1469,7 @@ func (x *RouteCounts) String() string {
 func (*RouteCounts) ProtoMessage() {}
 
 func (x *RouteCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[16]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +1482,7 @@ func (x *RouteCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouteCounts.ProtoReflect.Descriptor instead.
 func (*RouteCounts) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{16}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RouteCounts) GetRouteId() string {
@@ -1199,14 +1530,16 @@ type Hello struct {
 	Resources *NodeResources `protobuf:"bytes,6,opt,name=resources,proto3" json:"resources,omitempty"`
 	// Clusters are the node's upstream endpoints as its checks see them
 	// when it connects (reports keep them current).
-	Clusters      []*ClusterHealth `protobuf:"bytes,7,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	Clusters []*ClusterHealth `protobuf:"bytes,7,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	// Usage is where the node's usage spool stands.
+	Usage         *UsageSpool `protobuf:"bytes,8,opt,name=usage,proto3" json:"usage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[17]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1551,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[17]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1564,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{17}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Hello) GetNodeId() string {
@@ -1283,6 +1616,13 @@ func (x *Hello) GetClusters() []*ClusterHealth {
 	return nil
 }
 
+func (x *Hello) GetUsage() *UsageSpool {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
 // NodeResources are a node's own resources, named by snapshots.
 type NodeResources struct {
 	state              protoimpl.MessageState  `protogen:"open.v1"`
@@ -1293,7 +1633,7 @@ type NodeResources struct {
 
 func (x *NodeResources) Reset() {
 	*x = NodeResources{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[18]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1305,7 +1645,7 @@ func (x *NodeResources) String() string {
 func (*NodeResources) ProtoMessage() {}
 
 func (x *NodeResources) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[18]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1318,7 +1658,7 @@ func (x *NodeResources) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeResources.ProtoReflect.Descriptor instead.
 func (*NodeResources) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{18}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *NodeResources) GetUpstreamIdentities() []*UpstreamIdentityInfo {
@@ -1343,7 +1683,7 @@ type UpstreamIdentityInfo struct {
 
 func (x *UpstreamIdentityInfo) Reset() {
 	*x = UpstreamIdentityInfo{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[19]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1355,7 +1695,7 @@ func (x *UpstreamIdentityInfo) String() string {
 func (*UpstreamIdentityInfo) ProtoMessage() {}
 
 func (x *UpstreamIdentityInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[19]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1368,7 +1708,7 @@ func (x *UpstreamIdentityInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpstreamIdentityInfo.ProtoReflect.Descriptor instead.
 func (*UpstreamIdentityInfo) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{19}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UpstreamIdentityInfo) GetName() string {
@@ -1416,7 +1756,7 @@ type Ack struct {
 
 func (x *Ack) Reset() {
 	*x = Ack{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[20]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1428,7 +1768,7 @@ func (x *Ack) String() string {
 func (*Ack) ProtoMessage() {}
 
 func (x *Ack) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[20]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1441,7 +1781,7 @@ func (x *Ack) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ack.ProtoReflect.Descriptor instead.
 func (*Ack) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{20}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Ack) GetSha256() string {
@@ -1481,7 +1821,7 @@ type RefusedObject struct {
 
 func (x *RefusedObject) Reset() {
 	*x = RefusedObject{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[21]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +1833,7 @@ func (x *RefusedObject) String() string {
 func (*RefusedObject) ProtoMessage() {}
 
 func (x *RefusedObject) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[21]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +1846,7 @@ func (x *RefusedObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RefusedObject.ProtoReflect.Descriptor instead.
 func (*RefusedObject) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{21}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RefusedObject) GetTeam() string {
@@ -1545,6 +1885,8 @@ type StreamResponse struct {
 	//	*StreamResponse_Snapshot
 	//	*StreamResponse_Probe
 	//	*StreamResponse_ProbeRoutes
+	//	*StreamResponse_Clock
+	//	*StreamResponse_ResendUsage
 	Message       isStreamResponse_Message `protobuf_oneof:"message"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1552,7 +1894,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[22]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1564,7 +1906,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[22]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1577,7 +1919,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{22}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StreamResponse) GetMessage() isStreamResponse_Message {
@@ -1614,6 +1956,24 @@ func (x *StreamResponse) GetProbeRoutes() *ProbeRoutes {
 	return nil
 }
 
+func (x *StreamResponse) GetClock() *Clock {
+	if x != nil {
+		if x, ok := x.Message.(*StreamResponse_Clock); ok {
+			return x.Clock
+		}
+	}
+	return nil
+}
+
+func (x *StreamResponse) GetResendUsage() *ResendUsage {
+	if x != nil {
+		if x, ok := x.Message.(*StreamResponse_ResendUsage); ok {
+			return x.ResendUsage
+		}
+	}
+	return nil
+}
+
 type isStreamResponse_Message interface {
 	isStreamResponse_Message()
 }
@@ -1630,11 +1990,142 @@ type StreamResponse_ProbeRoutes struct {
 	ProbeRoutes *ProbeRoutes `protobuf:"bytes,3,opt,name=probe_routes,json=probeRoutes,proto3,oneof"`
 }
 
+type StreamResponse_Clock struct {
+	Clock *Clock `protobuf:"bytes,4,opt,name=clock,proto3,oneof"`
+}
+
+type StreamResponse_ResendUsage struct {
+	ResendUsage *ResendUsage `protobuf:"bytes,5,opt,name=resend_usage,json=resendUsage,proto3,oneof"`
+}
+
 func (*StreamResponse_Snapshot) isStreamResponse_Message() {}
 
 func (*StreamResponse_Probe) isStreamResponse_Message() {}
 
 func (*StreamResponse_ProbeRoutes) isStreamResponse_Message() {}
+
+func (*StreamResponse_Clock) isStreamResponse_Message() {}
+
+func (*StreamResponse_ResendUsage) isStreamResponse_Message() {}
+
+// Clock answers a Report: the control plane's clock when it read it. The
+// node takes its offset from the control plane's clock as NTP does,
+// offset = received - (report sent + clock arrived) / 2, and stamps its
+// usage windows with its clock plus that offset.
+type Clock struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ReportSentAt  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=report_sent_at,json=reportSentAt,proto3" json:"report_sent_at,omitempty"`
+	Received      *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=received,proto3" json:"received,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Clock) Reset() {
+	*x = Clock{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Clock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Clock) ProtoMessage() {}
+
+func (x *Clock) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Clock.ProtoReflect.Descriptor instead.
+func (*Clock) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *Clock) GetReportSentAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReportSentAt
+	}
+	return nil
+}
+
+func (x *Clock) GetReceived() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Received
+	}
+	return nil
+}
+
+// ResendUsage asks a node to ship the windows from_seq to to_seq of its
+// spool again (the reconciler found them missing). Windows the node no
+// longer holds are skipped; the node logs them.
+type ResendUsage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SpoolId       string                 `protobuf:"bytes,1,opt,name=spool_id,json=spoolId,proto3" json:"spool_id,omitempty"`
+	FromSeq       uint64                 `protobuf:"varint,2,opt,name=from_seq,json=fromSeq,proto3" json:"from_seq,omitempty"`
+	ToSeq         uint64                 `protobuf:"varint,3,opt,name=to_seq,json=toSeq,proto3" json:"to_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResendUsage) Reset() {
+	*x = ResendUsage{}
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResendUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResendUsage) ProtoMessage() {}
+
+func (x *ResendUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResendUsage.ProtoReflect.Descriptor instead.
+func (*ResendUsage) Descriptor() ([]byte, []int) {
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ResendUsage) GetSpoolId() string {
+	if x != nil {
+		return x.SpoolId
+	}
+	return ""
+}
+
+func (x *ResendUsage) GetFromSeq() uint64 {
+	if x != nil {
+		return x.FromSeq
+	}
+	return 0
+}
+
+func (x *ResendUsage) GetToSeq() uint64 {
+	if x != nil {
+		return x.ToSeq
+	}
+	return 0
+}
 
 // ProbeRoutes asks a node to probe routes of the snapshot it runs while a
 // change to them rolls out (seed flow 2: canaries "run synthetic
@@ -1663,7 +2154,7 @@ type ProbeRoutes struct {
 
 func (x *ProbeRoutes) Reset() {
 	*x = ProbeRoutes{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[23]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1675,7 +2166,7 @@ func (x *ProbeRoutes) String() string {
 func (*ProbeRoutes) ProtoMessage() {}
 
 func (x *ProbeRoutes) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[23]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1688,7 +2179,7 @@ func (x *ProbeRoutes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeRoutes.ProtoReflect.Descriptor instead.
 func (*ProbeRoutes) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{23}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ProbeRoutes) GetSha256() string {
@@ -1751,7 +2242,7 @@ type Probe struct {
 
 func (x *Probe) Reset() {
 	*x = Probe{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[24]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +2254,7 @@ func (x *Probe) String() string {
 func (*Probe) ProtoMessage() {}
 
 func (x *Probe) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[24]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +2267,7 @@ func (x *Probe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Probe.ProtoReflect.Descriptor instead.
 func (*Probe) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{24}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Probe) GetId() string {
@@ -1811,7 +2302,7 @@ type ProbeResult struct {
 
 func (x *ProbeResult) Reset() {
 	*x = ProbeResult{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[25]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1823,7 +2314,7 @@ func (x *ProbeResult) String() string {
 func (*ProbeResult) ProtoMessage() {}
 
 func (x *ProbeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[25]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1836,7 +2327,7 @@ func (x *ProbeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeResult.ProtoReflect.Descriptor instead.
 func (*ProbeResult) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{25}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ProbeResult) GetId() string {
@@ -1868,7 +2359,7 @@ type ClusterProbe struct {
 
 func (x *ClusterProbe) Reset() {
 	*x = ClusterProbe{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[26]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1880,7 +2371,7 @@ func (x *ClusterProbe) String() string {
 func (*ClusterProbe) ProtoMessage() {}
 
 func (x *ClusterProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[26]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1893,7 +2384,7 @@ func (x *ClusterProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterProbe.ProtoReflect.Descriptor instead.
 func (*ClusterProbe) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{26}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ClusterProbe) GetName() string {
@@ -1930,7 +2421,7 @@ type EndpointProbe struct {
 
 func (x *EndpointProbe) Reset() {
 	*x = EndpointProbe{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[27]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1942,7 +2433,7 @@ func (x *EndpointProbe) String() string {
 func (*EndpointProbe) ProtoMessage() {}
 
 func (x *EndpointProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[27]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1955,7 +2446,7 @@ func (x *EndpointProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointProbe.ProtoReflect.Descriptor instead.
 func (*EndpointProbe) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{27}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *EndpointProbe) GetAddress() string {
@@ -1996,7 +2487,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[28]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2499,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[28]
+	mi := &file_portico_distribution_v1_distribution_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2512,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{28}
+	return file_portico_distribution_v1_distribution_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Snapshot) GetVersion() int64 {
@@ -2049,7 +2540,19 @@ var File_portico_distribution_v1_distribution_proto protoreflect.FileDescriptor
 
 const file_portico_distribution_v1_distribution_proto_rawDesc = "" +
 	"\n" +
-	"*portico/distribution/v1/distribution.proto\x12\x17portico.distribution.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1eportico/config/v1/config.proto\"\x9e\x02\n" +
+	"*portico/distribution/v1/distribution.proto\x12\x17portico.distribution.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1eportico/config/v1/config.proto\"\x0f\n" +
+	"\rSpoolsRequest\"J\n" +
+	"\x0eSpoolsResponse\x128\n" +
+	"\x05nodes\x18\x01 \x03(\v2\".portico.distribution.v1.NodeSpoolR\x05nodes\"\xb5\x01\n" +
+	"\tNodeSpool\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06region\x18\x02 \x01(\tR\x06region\x129\n" +
+	"\x05usage\x18\x03 \x01(\v2#.portico.distribution.v1.UsageSpoolR\x05usage\x12<\n" +
+	"\fclock_offset\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\vclockOffset\"\x9a\x01\n" +
+	"\rResendRequest\x12C\n" +
+	"\anode_id\x18\x01 \x01(\tB*\xbaH'r%2#^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$R\x06nodeId\x12D\n" +
+	"\x06resend\x18\x02 \x01(\v2$.portico.distribution.v1.ResendUsageB\x06\xbaH\x03\xc8\x01\x01R\x06resend\"\x10\n" +
+	"\x0eResendResponse\"\x9e\x02\n" +
 	"\x0ePublishRequest\x125\n" +
 	"\x06source\x18\x01 \x01(\tB\x1d\xbaH\x1ar\x182\x16^[a-z][a-z0-9-]{0,31}$R\x06source\x12\x19\n" +
 	"\bfrom_seq\x18\x02 \x01(\x04R\afromSeq\x12\x15\n" +
@@ -2102,13 +2605,21 @@ const file_portico_distribution_v1_distribution_proto_rawDesc = "" +
 	"\x03ack\x18\x02 \x01(\v2\x1c.portico.distribution.v1.AckH\x00R\x03ack\x129\n" +
 	"\x06report\x18\x03 \x01(\v2\x1f.portico.distribution.v1.ReportH\x00R\x06report\x12I\n" +
 	"\fprobe_result\x18\x04 \x01(\v2$.portico.distribution.v1.ProbeResultH\x00R\vprobeResultB\x10\n" +
-	"\amessage\x12\x05\xbaH\x02\b\x01\"\xeb\x01\n" +
+	"\amessage\x12\x05\xbaH\x02\b\x01\"\xdb\x02\n" +
 	"\x06Report\x12H\n" +
 	"\x06routes\x18\x01 \x03(\v2$.portico.distribution.v1.RouteCountsB\n" +
 	"\xbaH\a\x92\x01\x04\x10\xc0\x9a\fR\x06routes\x12M\n" +
 	"\bclusters\x18\x02 \x03(\v2&.portico.distribution.v1.ClusterHealthB\t\xbaH\x06\x92\x01\x03\x10\x90NR\bclusters\x12H\n" +
 	"\x06probes\x18\x03 \x03(\v2$.portico.distribution.v1.RouteCountsB\n" +
-	"\xbaH\a\x92\x01\x04\x10\xc0\x9a\fR\x06probes\"\xb7\x01\n" +
+	"\xbaH\a\x92\x01\x04\x10\xc0\x9a\fR\x06probes\x123\n" +
+	"\asent_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAt\x129\n" +
+	"\x05usage\x18\x05 \x01(\v2#.portico.distribution.v1.UsageSpoolR\x05usage\"\x90\x01\n" +
+	"\n" +
+	"UsageSpool\x126\n" +
+	"\bspool_id\x18\x01 \x01(\tB\x1b\xbaH\x18r\x162\x14^([0-9a-f]{16,64})?$R\aspoolId\x12\x1b\n" +
+	"\tfirst_seq\x18\x02 \x01(\x04R\bfirstSeq\x12\x19\n" +
+	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\x12\x12\n" +
+	"\x04full\x18\x04 \x01(\bR\x04full\"\xb7\x01\n" +
 	"\rClusterHealth\x12\x1c\n" +
 	"\x04name\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\x04name\x12P\n" +
 	"\tendpoints\x18\x02 \x03(\v2'.portico.distribution.v1.EndpointHealthB\t\xbaH\x06\x92\x01\x03\x10\xe8\aR\tendpoints\x12\x18\n" +
@@ -2123,7 +2634,7 @@ const file_portico_distribution_v1_distribution_proto_rawDesc = "" +
 	"\broute_id\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x10\x01R\arouteId\x12\x1a\n" +
 	"\brequests\x18\x02 \x01(\x04R\brequests\x12\x16\n" +
 	"\x06errors\x18\x03 \x01(\x04R\x06errors\x121\n" +
-	"\x0flatency_buckets\x18\x04 \x03(\x04B\b\xbaH\x05\x92\x01\x02\x10\x0fR\x0elatencyBuckets\"\xda\x03\n" +
+	"\x0flatency_buckets\x18\x04 \x03(\x04B\b\xbaH\x05\x92\x01\x02\x10\x0fR\x0elatencyBuckets\"\x95\x04\n" +
 	"\x05Hello\x12C\n" +
 	"\anode_id\x18\x01 \x01(\tB*\xbaH'r%2#^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$R\x06nodeId\x12\x1b\n" +
 	"\x04pool\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x18@R\x04pool\x12\x1f\n" +
@@ -2131,7 +2642,8 @@ const file_portico_distribution_v1_distribution_proto_rawDesc = "" +
 	"\x06labels\x18\x04 \x03(\v2*.portico.distribution.v1.Hello.LabelsEntryB\b\xbaH\x05\x9a\x01\x02\x10@R\x06labels\x120\n" +
 	"\x06sha256\x18\x05 \x01(\tB\x18\xbaH\x15r\x132\x11^([0-9a-f]{64})?$R\x06sha256\x12D\n" +
 	"\tresources\x18\x06 \x01(\v2&.portico.distribution.v1.NodeResourcesR\tresources\x12M\n" +
-	"\bclusters\x18\a \x03(\v2&.portico.distribution.v1.ClusterHealthB\t\xbaH\x06\x92\x01\x03\x10\x90NR\bclusters\x1a9\n" +
+	"\bclusters\x18\a \x03(\v2&.portico.distribution.v1.ClusterHealthB\t\xbaH\x06\x92\x01\x03\x10\x90NR\bclusters\x129\n" +
+	"\x05usage\x18\b \x01(\v2#.portico.distribution.v1.UsageSpoolR\x05usage\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"z\n" +
@@ -2150,12 +2662,22 @@ const file_portico_distribution_v1_distribution_proto_rawDesc = "" +
 	"\x04team\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x18@R\x04team\x12\x1b\n" +
 	"\x04kind\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x18 R\x04kind\x12\x1c\n" +
 	"\x04name\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\x80\x02R\x04name\x12\x1e\n" +
-	"\x05error\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\x05error\"\xdf\x01\n" +
+	"\x05error\x18\x04 \x01(\tB\b\xbaH\x05r\x03\x18\x80 R\x05error\"\xe2\x02\n" +
 	"\x0eStreamResponse\x12?\n" +
 	"\bsnapshot\x18\x01 \x01(\v2!.portico.distribution.v1.SnapshotH\x00R\bsnapshot\x126\n" +
 	"\x05probe\x18\x02 \x01(\v2\x1e.portico.distribution.v1.ProbeH\x00R\x05probe\x12I\n" +
-	"\fprobe_routes\x18\x03 \x01(\v2$.portico.distribution.v1.ProbeRoutesH\x00R\vprobeRoutesB\t\n" +
-	"\amessage\"\x99\x02\n" +
+	"\fprobe_routes\x18\x03 \x01(\v2$.portico.distribution.v1.ProbeRoutesH\x00R\vprobeRoutes\x126\n" +
+	"\x05clock\x18\x04 \x01(\v2\x1e.portico.distribution.v1.ClockH\x00R\x05clock\x12I\n" +
+	"\fresend_usage\x18\x05 \x01(\v2$.portico.distribution.v1.ResendUsageH\x00R\vresendUsageB\t\n" +
+	"\amessage\"\x81\x01\n" +
+	"\x05Clock\x12@\n" +
+	"\x0ereport_sent_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\freportSentAt\x126\n" +
+	"\breceived\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\breceived\"\xdd\x01\n" +
+	"\vResendUsage\x123\n" +
+	"\bspool_id\x18\x01 \x01(\tB\x18\xbaH\x15r\x132\x11^[0-9a-f]{16,64}$R\aspoolId\x12\"\n" +
+	"\bfrom_seq\x18\x02 \x01(\x04B\a\xbaH\x042\x02 \x00R\afromSeq\x12\x15\n" +
+	"\x06to_seq\x18\x03 \x01(\x04R\x05toSeq:^\xbaH[\x1aY\n" +
+	"\x16resend_usage.seq_order\x12!to_seq must not be below from_seq\x1a\x1cthis.to_seq >= this.from_seq\"\x99\x02\n" +
 	"\vProbeRoutes\x120\n" +
 	"\x06sha256\x18\x01 \x01(\tB\x18\xbaH\x15r\x132\x11^([0-9a-f]{64})?$R\x06sha256\x12&\n" +
 	"\troute_ids\x18\x02 \x03(\tB\t\xbaH\x06\x92\x01\x03\x10\x90NR\brouteIds\x120\n" +
@@ -2188,7 +2710,10 @@ const file_portico_distribution_v1_distribution_proto_rawDesc = "" +
 	"\x0fFastLaneService\x12\\\n" +
 	"\aPublish\x12'.portico.distribution.v1.PublishRequest\x1a(.portico.distribution.v1.PublishResponse\x12^\n" +
 	"\x06Source\x12&.portico.distribution.v1.SourceRequest\x1a'.portico.distribution.v1.SourceResponse\"\x03\x90\x02\x01\x12X\n" +
-	"\x04Wait\x12$.portico.distribution.v1.WaitRequest\x1a%.portico.distribution.v1.WaitResponse\"\x03\x90\x02\x01BJZHgithub.com/portico-gw/portico/gen/portico/distribution/v1;distributionv1b\x06proto3"
+	"\x04Wait\x12$.portico.distribution.v1.WaitRequest\x1a%.portico.distribution.v1.WaitResponse\"\x03\x90\x02\x012\xce\x01\n" +
+	"\x11UsageRelayService\x12^\n" +
+	"\x06Spools\x12&.portico.distribution.v1.SpoolsRequest\x1a'.portico.distribution.v1.SpoolsResponse\"\x03\x90\x02\x01\x12Y\n" +
+	"\x06Resend\x12&.portico.distribution.v1.ResendRequest\x1a'.portico.distribution.v1.ResendResponseBJZHgithub.com/portico-gw/portico/gen/portico/distribution/v1;distributionv1b\x06proto3"
 
 var (
 	file_portico_distribution_v1_distribution_proto_rawDescOnce sync.Once
@@ -2202,89 +2727,112 @@ func file_portico_distribution_v1_distribution_proto_rawDescGZIP() []byte {
 	return file_portico_distribution_v1_distribution_proto_rawDescData
 }
 
-var file_portico_distribution_v1_distribution_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_portico_distribution_v1_distribution_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_portico_distribution_v1_distribution_proto_goTypes = []any{
-	(*PublishRequest)(nil),        // 0: portico.distribution.v1.PublishRequest
-	(*PublishResponse)(nil),       // 1: portico.distribution.v1.PublishResponse
-	(*SourceRequest)(nil),         // 2: portico.distribution.v1.SourceRequest
-	(*SourceResponse)(nil),        // 3: portico.distribution.v1.SourceResponse
-	(*WaitRequest)(nil),           // 4: portico.distribution.v1.WaitRequest
-	(*WaitResponse)(nil),          // 5: portico.distribution.v1.WaitResponse
-	(*NodeFastLane)(nil),          // 6: portico.distribution.v1.NodeFastLane
-	(*FastLaneRequest)(nil),       // 7: portico.distribution.v1.FastLaneRequest
-	(*FastLaneHello)(nil),         // 8: portico.distribution.v1.FastLaneHello
-	(*FastLaneAck)(nil),           // 9: portico.distribution.v1.FastLaneAck
-	(*FastLaneResponse)(nil),      // 10: portico.distribution.v1.FastLaneResponse
-	(*FastLaneUpdate)(nil),        // 11: portico.distribution.v1.FastLaneUpdate
-	(*StreamRequest)(nil),         // 12: portico.distribution.v1.StreamRequest
-	(*Report)(nil),                // 13: portico.distribution.v1.Report
-	(*ClusterHealth)(nil),         // 14: portico.distribution.v1.ClusterHealth
-	(*EndpointHealth)(nil),        // 15: portico.distribution.v1.EndpointHealth
-	(*RouteCounts)(nil),           // 16: portico.distribution.v1.RouteCounts
-	(*Hello)(nil),                 // 17: portico.distribution.v1.Hello
-	(*NodeResources)(nil),         // 18: portico.distribution.v1.NodeResources
-	(*UpstreamIdentityInfo)(nil),  // 19: portico.distribution.v1.UpstreamIdentityInfo
-	(*Ack)(nil),                   // 20: portico.distribution.v1.Ack
-	(*RefusedObject)(nil),         // 21: portico.distribution.v1.RefusedObject
-	(*StreamResponse)(nil),        // 22: portico.distribution.v1.StreamResponse
-	(*ProbeRoutes)(nil),           // 23: portico.distribution.v1.ProbeRoutes
-	(*Probe)(nil),                 // 24: portico.distribution.v1.Probe
-	(*ProbeResult)(nil),           // 25: portico.distribution.v1.ProbeResult
-	(*ClusterProbe)(nil),          // 26: portico.distribution.v1.ClusterProbe
-	(*EndpointProbe)(nil),         // 27: portico.distribution.v1.EndpointProbe
-	(*Snapshot)(nil),              // 28: portico.distribution.v1.Snapshot
-	nil,                           // 29: portico.distribution.v1.Hello.LabelsEntry
-	(*v1.FastLaneEntry)(nil),      // 30: portico.config.v1.FastLaneEntry
-	(*durationpb.Duration)(nil),   // 31: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
-	(*v1.Cluster)(nil),            // 33: portico.config.v1.Cluster
+	(*SpoolsRequest)(nil),         // 0: portico.distribution.v1.SpoolsRequest
+	(*SpoolsResponse)(nil),        // 1: portico.distribution.v1.SpoolsResponse
+	(*NodeSpool)(nil),             // 2: portico.distribution.v1.NodeSpool
+	(*ResendRequest)(nil),         // 3: portico.distribution.v1.ResendRequest
+	(*ResendResponse)(nil),        // 4: portico.distribution.v1.ResendResponse
+	(*PublishRequest)(nil),        // 5: portico.distribution.v1.PublishRequest
+	(*PublishResponse)(nil),       // 6: portico.distribution.v1.PublishResponse
+	(*SourceRequest)(nil),         // 7: portico.distribution.v1.SourceRequest
+	(*SourceResponse)(nil),        // 8: portico.distribution.v1.SourceResponse
+	(*WaitRequest)(nil),           // 9: portico.distribution.v1.WaitRequest
+	(*WaitResponse)(nil),          // 10: portico.distribution.v1.WaitResponse
+	(*NodeFastLane)(nil),          // 11: portico.distribution.v1.NodeFastLane
+	(*FastLaneRequest)(nil),       // 12: portico.distribution.v1.FastLaneRequest
+	(*FastLaneHello)(nil),         // 13: portico.distribution.v1.FastLaneHello
+	(*FastLaneAck)(nil),           // 14: portico.distribution.v1.FastLaneAck
+	(*FastLaneResponse)(nil),      // 15: portico.distribution.v1.FastLaneResponse
+	(*FastLaneUpdate)(nil),        // 16: portico.distribution.v1.FastLaneUpdate
+	(*StreamRequest)(nil),         // 17: portico.distribution.v1.StreamRequest
+	(*Report)(nil),                // 18: portico.distribution.v1.Report
+	(*UsageSpool)(nil),            // 19: portico.distribution.v1.UsageSpool
+	(*ClusterHealth)(nil),         // 20: portico.distribution.v1.ClusterHealth
+	(*EndpointHealth)(nil),        // 21: portico.distribution.v1.EndpointHealth
+	(*RouteCounts)(nil),           // 22: portico.distribution.v1.RouteCounts
+	(*Hello)(nil),                 // 23: portico.distribution.v1.Hello
+	(*NodeResources)(nil),         // 24: portico.distribution.v1.NodeResources
+	(*UpstreamIdentityInfo)(nil),  // 25: portico.distribution.v1.UpstreamIdentityInfo
+	(*Ack)(nil),                   // 26: portico.distribution.v1.Ack
+	(*RefusedObject)(nil),         // 27: portico.distribution.v1.RefusedObject
+	(*StreamResponse)(nil),        // 28: portico.distribution.v1.StreamResponse
+	(*Clock)(nil),                 // 29: portico.distribution.v1.Clock
+	(*ResendUsage)(nil),           // 30: portico.distribution.v1.ResendUsage
+	(*ProbeRoutes)(nil),           // 31: portico.distribution.v1.ProbeRoutes
+	(*Probe)(nil),                 // 32: portico.distribution.v1.Probe
+	(*ProbeResult)(nil),           // 33: portico.distribution.v1.ProbeResult
+	(*ClusterProbe)(nil),          // 34: portico.distribution.v1.ClusterProbe
+	(*EndpointProbe)(nil),         // 35: portico.distribution.v1.EndpointProbe
+	(*Snapshot)(nil),              // 36: portico.distribution.v1.Snapshot
+	nil,                           // 37: portico.distribution.v1.Hello.LabelsEntry
+	(*durationpb.Duration)(nil),   // 38: google.protobuf.Duration
+	(*v1.FastLaneEntry)(nil),      // 39: portico.config.v1.FastLaneEntry
+	(*timestamppb.Timestamp)(nil), // 40: google.protobuf.Timestamp
+	(*v1.Cluster)(nil),            // 41: portico.config.v1.Cluster
 }
 var file_portico_distribution_v1_distribution_proto_depIdxs = []int32{
-	30, // 0: portico.distribution.v1.PublishRequest.entries:type_name -> portico.config.v1.FastLaneEntry
-	31, // 1: portico.distribution.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
-	6,  // 2: portico.distribution.v1.WaitResponse.behind:type_name -> portico.distribution.v1.NodeFastLane
-	8,  // 3: portico.distribution.v1.FastLaneRequest.hello:type_name -> portico.distribution.v1.FastLaneHello
-	9,  // 4: portico.distribution.v1.FastLaneRequest.ack:type_name -> portico.distribution.v1.FastLaneAck
-	11, // 5: portico.distribution.v1.FastLaneResponse.update:type_name -> portico.distribution.v1.FastLaneUpdate
-	30, // 6: portico.distribution.v1.FastLaneUpdate.entries:type_name -> portico.config.v1.FastLaneEntry
-	17, // 7: portico.distribution.v1.StreamRequest.hello:type_name -> portico.distribution.v1.Hello
-	20, // 8: portico.distribution.v1.StreamRequest.ack:type_name -> portico.distribution.v1.Ack
-	13, // 9: portico.distribution.v1.StreamRequest.report:type_name -> portico.distribution.v1.Report
-	25, // 10: portico.distribution.v1.StreamRequest.probe_result:type_name -> portico.distribution.v1.ProbeResult
-	16, // 11: portico.distribution.v1.Report.routes:type_name -> portico.distribution.v1.RouteCounts
-	14, // 12: portico.distribution.v1.Report.clusters:type_name -> portico.distribution.v1.ClusterHealth
-	16, // 13: portico.distribution.v1.Report.probes:type_name -> portico.distribution.v1.RouteCounts
-	15, // 14: portico.distribution.v1.ClusterHealth.endpoints:type_name -> portico.distribution.v1.EndpointHealth
-	29, // 15: portico.distribution.v1.Hello.labels:type_name -> portico.distribution.v1.Hello.LabelsEntry
-	18, // 16: portico.distribution.v1.Hello.resources:type_name -> portico.distribution.v1.NodeResources
-	14, // 17: portico.distribution.v1.Hello.clusters:type_name -> portico.distribution.v1.ClusterHealth
-	19, // 18: portico.distribution.v1.NodeResources.upstream_identities:type_name -> portico.distribution.v1.UpstreamIdentityInfo
-	32, // 19: portico.distribution.v1.UpstreamIdentityInfo.not_after:type_name -> google.protobuf.Timestamp
-	21, // 20: portico.distribution.v1.Ack.objects:type_name -> portico.distribution.v1.RefusedObject
-	28, // 21: portico.distribution.v1.StreamResponse.snapshot:type_name -> portico.distribution.v1.Snapshot
-	24, // 22: portico.distribution.v1.StreamResponse.probe:type_name -> portico.distribution.v1.Probe
-	23, // 23: portico.distribution.v1.StreamResponse.probe_routes:type_name -> portico.distribution.v1.ProbeRoutes
-	31, // 24: portico.distribution.v1.ProbeRoutes.interval:type_name -> google.protobuf.Duration
-	31, // 25: portico.distribution.v1.ProbeRoutes.duration:type_name -> google.protobuf.Duration
-	33, // 26: portico.distribution.v1.Probe.clusters:type_name -> portico.config.v1.Cluster
-	31, // 27: portico.distribution.v1.Probe.timeout:type_name -> google.protobuf.Duration
-	26, // 28: portico.distribution.v1.ProbeResult.clusters:type_name -> portico.distribution.v1.ClusterProbe
-	27, // 29: portico.distribution.v1.ClusterProbe.endpoints:type_name -> portico.distribution.v1.EndpointProbe
-	12, // 30: portico.distribution.v1.DistributionService.Stream:input_type -> portico.distribution.v1.StreamRequest
-	7,  // 31: portico.distribution.v1.DistributionService.FastLane:input_type -> portico.distribution.v1.FastLaneRequest
-	0,  // 32: portico.distribution.v1.FastLaneService.Publish:input_type -> portico.distribution.v1.PublishRequest
-	2,  // 33: portico.distribution.v1.FastLaneService.Source:input_type -> portico.distribution.v1.SourceRequest
-	4,  // 34: portico.distribution.v1.FastLaneService.Wait:input_type -> portico.distribution.v1.WaitRequest
-	22, // 35: portico.distribution.v1.DistributionService.Stream:output_type -> portico.distribution.v1.StreamResponse
-	10, // 36: portico.distribution.v1.DistributionService.FastLane:output_type -> portico.distribution.v1.FastLaneResponse
-	1,  // 37: portico.distribution.v1.FastLaneService.Publish:output_type -> portico.distribution.v1.PublishResponse
-	3,  // 38: portico.distribution.v1.FastLaneService.Source:output_type -> portico.distribution.v1.SourceResponse
-	5,  // 39: portico.distribution.v1.FastLaneService.Wait:output_type -> portico.distribution.v1.WaitResponse
-	35, // [35:40] is the sub-list for method output_type
-	30, // [30:35] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	2,  // 0: portico.distribution.v1.SpoolsResponse.nodes:type_name -> portico.distribution.v1.NodeSpool
+	19, // 1: portico.distribution.v1.NodeSpool.usage:type_name -> portico.distribution.v1.UsageSpool
+	38, // 2: portico.distribution.v1.NodeSpool.clock_offset:type_name -> google.protobuf.Duration
+	30, // 3: portico.distribution.v1.ResendRequest.resend:type_name -> portico.distribution.v1.ResendUsage
+	39, // 4: portico.distribution.v1.PublishRequest.entries:type_name -> portico.config.v1.FastLaneEntry
+	38, // 5: portico.distribution.v1.WaitRequest.timeout:type_name -> google.protobuf.Duration
+	11, // 6: portico.distribution.v1.WaitResponse.behind:type_name -> portico.distribution.v1.NodeFastLane
+	13, // 7: portico.distribution.v1.FastLaneRequest.hello:type_name -> portico.distribution.v1.FastLaneHello
+	14, // 8: portico.distribution.v1.FastLaneRequest.ack:type_name -> portico.distribution.v1.FastLaneAck
+	16, // 9: portico.distribution.v1.FastLaneResponse.update:type_name -> portico.distribution.v1.FastLaneUpdate
+	39, // 10: portico.distribution.v1.FastLaneUpdate.entries:type_name -> portico.config.v1.FastLaneEntry
+	23, // 11: portico.distribution.v1.StreamRequest.hello:type_name -> portico.distribution.v1.Hello
+	26, // 12: portico.distribution.v1.StreamRequest.ack:type_name -> portico.distribution.v1.Ack
+	18, // 13: portico.distribution.v1.StreamRequest.report:type_name -> portico.distribution.v1.Report
+	33, // 14: portico.distribution.v1.StreamRequest.probe_result:type_name -> portico.distribution.v1.ProbeResult
+	22, // 15: portico.distribution.v1.Report.routes:type_name -> portico.distribution.v1.RouteCounts
+	20, // 16: portico.distribution.v1.Report.clusters:type_name -> portico.distribution.v1.ClusterHealth
+	22, // 17: portico.distribution.v1.Report.probes:type_name -> portico.distribution.v1.RouteCounts
+	40, // 18: portico.distribution.v1.Report.sent_at:type_name -> google.protobuf.Timestamp
+	19, // 19: portico.distribution.v1.Report.usage:type_name -> portico.distribution.v1.UsageSpool
+	21, // 20: portico.distribution.v1.ClusterHealth.endpoints:type_name -> portico.distribution.v1.EndpointHealth
+	37, // 21: portico.distribution.v1.Hello.labels:type_name -> portico.distribution.v1.Hello.LabelsEntry
+	24, // 22: portico.distribution.v1.Hello.resources:type_name -> portico.distribution.v1.NodeResources
+	20, // 23: portico.distribution.v1.Hello.clusters:type_name -> portico.distribution.v1.ClusterHealth
+	19, // 24: portico.distribution.v1.Hello.usage:type_name -> portico.distribution.v1.UsageSpool
+	25, // 25: portico.distribution.v1.NodeResources.upstream_identities:type_name -> portico.distribution.v1.UpstreamIdentityInfo
+	40, // 26: portico.distribution.v1.UpstreamIdentityInfo.not_after:type_name -> google.protobuf.Timestamp
+	27, // 27: portico.distribution.v1.Ack.objects:type_name -> portico.distribution.v1.RefusedObject
+	36, // 28: portico.distribution.v1.StreamResponse.snapshot:type_name -> portico.distribution.v1.Snapshot
+	32, // 29: portico.distribution.v1.StreamResponse.probe:type_name -> portico.distribution.v1.Probe
+	31, // 30: portico.distribution.v1.StreamResponse.probe_routes:type_name -> portico.distribution.v1.ProbeRoutes
+	29, // 31: portico.distribution.v1.StreamResponse.clock:type_name -> portico.distribution.v1.Clock
+	30, // 32: portico.distribution.v1.StreamResponse.resend_usage:type_name -> portico.distribution.v1.ResendUsage
+	40, // 33: portico.distribution.v1.Clock.report_sent_at:type_name -> google.protobuf.Timestamp
+	40, // 34: portico.distribution.v1.Clock.received:type_name -> google.protobuf.Timestamp
+	38, // 35: portico.distribution.v1.ProbeRoutes.interval:type_name -> google.protobuf.Duration
+	38, // 36: portico.distribution.v1.ProbeRoutes.duration:type_name -> google.protobuf.Duration
+	41, // 37: portico.distribution.v1.Probe.clusters:type_name -> portico.config.v1.Cluster
+	38, // 38: portico.distribution.v1.Probe.timeout:type_name -> google.protobuf.Duration
+	34, // 39: portico.distribution.v1.ProbeResult.clusters:type_name -> portico.distribution.v1.ClusterProbe
+	35, // 40: portico.distribution.v1.ClusterProbe.endpoints:type_name -> portico.distribution.v1.EndpointProbe
+	17, // 41: portico.distribution.v1.DistributionService.Stream:input_type -> portico.distribution.v1.StreamRequest
+	12, // 42: portico.distribution.v1.DistributionService.FastLane:input_type -> portico.distribution.v1.FastLaneRequest
+	5,  // 43: portico.distribution.v1.FastLaneService.Publish:input_type -> portico.distribution.v1.PublishRequest
+	7,  // 44: portico.distribution.v1.FastLaneService.Source:input_type -> portico.distribution.v1.SourceRequest
+	9,  // 45: portico.distribution.v1.FastLaneService.Wait:input_type -> portico.distribution.v1.WaitRequest
+	0,  // 46: portico.distribution.v1.UsageRelayService.Spools:input_type -> portico.distribution.v1.SpoolsRequest
+	3,  // 47: portico.distribution.v1.UsageRelayService.Resend:input_type -> portico.distribution.v1.ResendRequest
+	28, // 48: portico.distribution.v1.DistributionService.Stream:output_type -> portico.distribution.v1.StreamResponse
+	15, // 49: portico.distribution.v1.DistributionService.FastLane:output_type -> portico.distribution.v1.FastLaneResponse
+	6,  // 50: portico.distribution.v1.FastLaneService.Publish:output_type -> portico.distribution.v1.PublishResponse
+	8,  // 51: portico.distribution.v1.FastLaneService.Source:output_type -> portico.distribution.v1.SourceResponse
+	10, // 52: portico.distribution.v1.FastLaneService.Wait:output_type -> portico.distribution.v1.WaitResponse
+	1,  // 53: portico.distribution.v1.UsageRelayService.Spools:output_type -> portico.distribution.v1.SpoolsResponse
+	4,  // 54: portico.distribution.v1.UsageRelayService.Resend:output_type -> portico.distribution.v1.ResendResponse
+	48, // [48:55] is the sub-list for method output_type
+	41, // [41:48] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_portico_distribution_v1_distribution_proto_init() }
@@ -2292,23 +2840,25 @@ func file_portico_distribution_v1_distribution_proto_init() {
 	if File_portico_distribution_v1_distribution_proto != nil {
 		return
 	}
-	file_portico_distribution_v1_distribution_proto_msgTypes[7].OneofWrappers = []any{
+	file_portico_distribution_v1_distribution_proto_msgTypes[12].OneofWrappers = []any{
 		(*FastLaneRequest_Hello)(nil),
 		(*FastLaneRequest_Ack)(nil),
 	}
-	file_portico_distribution_v1_distribution_proto_msgTypes[10].OneofWrappers = []any{
+	file_portico_distribution_v1_distribution_proto_msgTypes[15].OneofWrappers = []any{
 		(*FastLaneResponse_Update)(nil),
 	}
-	file_portico_distribution_v1_distribution_proto_msgTypes[12].OneofWrappers = []any{
+	file_portico_distribution_v1_distribution_proto_msgTypes[17].OneofWrappers = []any{
 		(*StreamRequest_Hello)(nil),
 		(*StreamRequest_Ack)(nil),
 		(*StreamRequest_Report)(nil),
 		(*StreamRequest_ProbeResult)(nil),
 	}
-	file_portico_distribution_v1_distribution_proto_msgTypes[22].OneofWrappers = []any{
+	file_portico_distribution_v1_distribution_proto_msgTypes[28].OneofWrappers = []any{
 		(*StreamResponse_Snapshot)(nil),
 		(*StreamResponse_Probe)(nil),
 		(*StreamResponse_ProbeRoutes)(nil),
+		(*StreamResponse_Clock)(nil),
+		(*StreamResponse_ResendUsage)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2316,9 +2866,9 @@ func file_portico_distribution_v1_distribution_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_portico_distribution_v1_distribution_proto_rawDesc), len(file_portico_distribution_v1_distribution_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   38,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   3,
 		},
 		GoTypes:           file_portico_distribution_v1_distribution_proto_goTypes,
 		DependencyIndexes: file_portico_distribution_v1_distribution_proto_depIdxs,

@@ -375,3 +375,159 @@ var FastLaneService_ServiceDesc = grpc.ServiceDesc{
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "portico/distribution/v1/distribution.proto",
 }
+
+const (
+	UsageRelayService_Spools_FullMethodName = "/portico.distribution.v1.UsageRelayService/Spools"
+	UsageRelayService_Resend_FullMethodName = "/portico.distribution.v1.UsageRelayService/Resend"
+)
+
+// UsageRelayServiceClient is the client API for UsageRelayService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// UsageRelayService is how the quota service's reconciler reaches nodes
+// through the control plane: where each connected node's usage spool
+// stands, and re-send requests passed on the node's stream. Calls carry
+// a publisher token (svcauth).
+type UsageRelayServiceClient interface {
+	// Spools answers the usage spool of every node on the snapshot stream.
+	Spools(ctx context.Context, in *SpoolsRequest, opts ...grpc.CallOption) (*SpoolsResponse, error)
+	// Resend passes a ResendUsage to a node; NotFound when the node is not
+	// connected, FailedPrecondition when it runs another spool.
+	Resend(ctx context.Context, in *ResendRequest, opts ...grpc.CallOption) (*ResendResponse, error)
+}
+
+type usageRelayServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewUsageRelayServiceClient(cc grpc.ClientConnInterface) UsageRelayServiceClient {
+	return &usageRelayServiceClient{cc}
+}
+
+func (c *usageRelayServiceClient) Spools(ctx context.Context, in *SpoolsRequest, opts ...grpc.CallOption) (*SpoolsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SpoolsResponse)
+	err := c.cc.Invoke(ctx, UsageRelayService_Spools_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *usageRelayServiceClient) Resend(ctx context.Context, in *ResendRequest, opts ...grpc.CallOption) (*ResendResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResendResponse)
+	err := c.cc.Invoke(ctx, UsageRelayService_Resend_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// UsageRelayServiceServer is the server API for UsageRelayService service.
+// All implementations must embed UnimplementedUsageRelayServiceServer
+// for forward compatibility.
+//
+// UsageRelayService is how the quota service's reconciler reaches nodes
+// through the control plane: where each connected node's usage spool
+// stands, and re-send requests passed on the node's stream. Calls carry
+// a publisher token (svcauth).
+type UsageRelayServiceServer interface {
+	// Spools answers the usage spool of every node on the snapshot stream.
+	Spools(context.Context, *SpoolsRequest) (*SpoolsResponse, error)
+	// Resend passes a ResendUsage to a node; NotFound when the node is not
+	// connected, FailedPrecondition when it runs another spool.
+	Resend(context.Context, *ResendRequest) (*ResendResponse, error)
+	mustEmbedUnimplementedUsageRelayServiceServer()
+}
+
+// UnimplementedUsageRelayServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedUsageRelayServiceServer struct{}
+
+func (UnimplementedUsageRelayServiceServer) Spools(context.Context, *SpoolsRequest) (*SpoolsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Spools not implemented")
+}
+func (UnimplementedUsageRelayServiceServer) Resend(context.Context, *ResendRequest) (*ResendResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Resend not implemented")
+}
+func (UnimplementedUsageRelayServiceServer) mustEmbedUnimplementedUsageRelayServiceServer() {}
+func (UnimplementedUsageRelayServiceServer) testEmbeddedByValue()                           {}
+
+// UnsafeUsageRelayServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to UsageRelayServiceServer will
+// result in compilation errors.
+type UnsafeUsageRelayServiceServer interface {
+	mustEmbedUnimplementedUsageRelayServiceServer()
+}
+
+func RegisterUsageRelayServiceServer(s grpc.ServiceRegistrar, srv UsageRelayServiceServer) {
+	// If the following call panics, it indicates UnimplementedUsageRelayServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&UsageRelayService_ServiceDesc, srv)
+}
+
+func _UsageRelayService_Spools_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SpoolsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(UsageRelayServiceServer).Spools(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: UsageRelayService_Spools_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(UsageRelayServiceServer).Spools(ctx, req.(*SpoolsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _UsageRelayService_Resend_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResendRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(UsageRelayServiceServer).Resend(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: UsageRelayService_Resend_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(UsageRelayServiceServer).Resend(ctx, req.(*ResendRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// UsageRelayService_ServiceDesc is the grpc.ServiceDesc for UsageRelayService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var UsageRelayService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "portico.distribution.v1.UsageRelayService",
+	HandlerType: (*UsageRelayServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Spools",
+			Handler:    _UsageRelayService_Spools_Handler,
+		},
+		{
+			MethodName: "Resend",
+			Handler:    _UsageRelayService_Resend_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "portico/distribution/v1/distribution.proto",
+}

@@ -25,6 +25,8 @@ const (
 	DistributionServiceName = "portico.distribution.v1.DistributionService"
 	// FastLaneServiceName is the fully-qualified name of the FastLaneService service.
 	FastLaneServiceName = "portico.distribution.v1.FastLaneService"
+	// UsageRelayServiceName is the fully-qualified name of the UsageRelayService service.
+	UsageRelayServiceName = "portico.distribution.v1.UsageRelayService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -47,6 +49,12 @@ const (
 	FastLaneServiceSourceProcedure = "/portico.distribution.v1.FastLaneService/Source"
 	// FastLaneServiceWaitProcedure is the fully-qualified name of the FastLaneService's Wait RPC.
 	FastLaneServiceWaitProcedure = "/portico.distribution.v1.FastLaneService/Wait"
+	// UsageRelayServiceSpoolsProcedure is the fully-qualified name of the UsageRelayService's Spools
+	// RPC.
+	UsageRelayServiceSpoolsProcedure = "/portico.distribution.v1.UsageRelayService/Spools"
+	// UsageRelayServiceResendProcedure is the fully-qualified name of the UsageRelayService's Resend
+	// RPC.
+	UsageRelayServiceResendProcedure = "/portico.distribution.v1.UsageRelayService/Resend"
 )
 
 // DistributionServiceClient is a client for the portico.distribution.v1.DistributionService
@@ -303,4 +311,109 @@ func (UnimplementedFastLaneServiceHandler) Source(context.Context, *connect.Requ
 
 func (UnimplementedFastLaneServiceHandler) Wait(context.Context, *connect.Request[v1.WaitRequest]) (*connect.Response[v1.WaitResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("portico.distribution.v1.FastLaneService.Wait is not implemented"))
+}
+
+// UsageRelayServiceClient is a client for the portico.distribution.v1.UsageRelayService service.
+type UsageRelayServiceClient interface {
+	// Spools answers the usage spool of every node on the snapshot stream.
+	Spools(context.Context, *connect.Request[v1.SpoolsRequest]) (*connect.Response[v1.SpoolsResponse], error)
+	// Resend passes a ResendUsage to a node; NotFound when the node is not
+	// connected, FailedPrecondition when it runs another spool.
+	Resend(context.Context, *connect.Request[v1.ResendRequest]) (*connect.Response[v1.ResendResponse], error)
+}
+
+// NewUsageRelayServiceClient constructs a client for the portico.distribution.v1.UsageRelayService
+// service. By default, it uses the Connect protocol with the binary Protobuf Codec, asks for
+// gzipped responses, and sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply
+// the connect.WithGRPC() or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewUsageRelayServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) UsageRelayServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	usageRelayServiceMethods := v1.File_portico_distribution_v1_distribution_proto.Services().ByName("UsageRelayService").Methods()
+	return &usageRelayServiceClient{
+		spools: connect.NewClient[v1.SpoolsRequest, v1.SpoolsResponse](
+			httpClient,
+			baseURL+UsageRelayServiceSpoolsProcedure,
+			connect.WithSchema(usageRelayServiceMethods.ByName("Spools")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		resend: connect.NewClient[v1.ResendRequest, v1.ResendResponse](
+			httpClient,
+			baseURL+UsageRelayServiceResendProcedure,
+			connect.WithSchema(usageRelayServiceMethods.ByName("Resend")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// usageRelayServiceClient implements UsageRelayServiceClient.
+type usageRelayServiceClient struct {
+	spools *connect.Client[v1.SpoolsRequest, v1.SpoolsResponse]
+	resend *connect.Client[v1.ResendRequest, v1.ResendResponse]
+}
+
+// Spools calls portico.distribution.v1.UsageRelayService.Spools.
+func (c *usageRelayServiceClient) Spools(ctx context.Context, req *connect.Request[v1.SpoolsRequest]) (*connect.Response[v1.SpoolsResponse], error) {
+	return c.spools.CallUnary(ctx, req)
+}
+
+// Resend calls portico.distribution.v1.UsageRelayService.Resend.
+func (c *usageRelayServiceClient) Resend(ctx context.Context, req *connect.Request[v1.ResendRequest]) (*connect.Response[v1.ResendResponse], error) {
+	return c.resend.CallUnary(ctx, req)
+}
+
+// UsageRelayServiceHandler is an implementation of the portico.distribution.v1.UsageRelayService
+// service.
+type UsageRelayServiceHandler interface {
+	// Spools answers the usage spool of every node on the snapshot stream.
+	Spools(context.Context, *connect.Request[v1.SpoolsRequest]) (*connect.Response[v1.SpoolsResponse], error)
+	// Resend passes a ResendUsage to a node; NotFound when the node is not
+	// connected, FailedPrecondition when it runs another spool.
+	Resend(context.Context, *connect.Request[v1.ResendRequest]) (*connect.Response[v1.ResendResponse], error)
+}
+
+// NewUsageRelayServiceHandler builds an HTTP handler from the service implementation. It returns
+// the path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewUsageRelayServiceHandler(svc UsageRelayServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	usageRelayServiceMethods := v1.File_portico_distribution_v1_distribution_proto.Services().ByName("UsageRelayService").Methods()
+	usageRelayServiceSpoolsHandler := connect.NewUnaryHandler(
+		UsageRelayServiceSpoolsProcedure,
+		svc.Spools,
+		connect.WithSchema(usageRelayServiceMethods.ByName("Spools")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	usageRelayServiceResendHandler := connect.NewUnaryHandler(
+		UsageRelayServiceResendProcedure,
+		svc.Resend,
+		connect.WithSchema(usageRelayServiceMethods.ByName("Resend")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/portico.distribution.v1.UsageRelayService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case UsageRelayServiceSpoolsProcedure:
+			usageRelayServiceSpoolsHandler.ServeHTTP(w, r)
+		case UsageRelayServiceResendProcedure:
+			usageRelayServiceResendHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedUsageRelayServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedUsageRelayServiceHandler struct{}
+
+func (UnimplementedUsageRelayServiceHandler) Spools(context.Context, *connect.Request[v1.SpoolsRequest]) (*connect.Response[v1.SpoolsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("portico.distribution.v1.UsageRelayService.Spools is not implemented"))
+}
+
+func (UnimplementedUsageRelayServiceHandler) Resend(context.Context, *connect.Request[v1.ResendRequest]) (*connect.Response[v1.ResendResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("portico.distribution.v1.UsageRelayService.Resend is not implemented"))
 }
