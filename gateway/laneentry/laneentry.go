@@ -6,11 +6,15 @@
 // side imports it (as gateway/keysnapshot is the signed snapshot's one
 // definition).
 //
-// An entry is a key (one per key id), a deny entry (one per DenyKey), or
-// an issuer's published keys (one per issuer). Each carries the key
-// service's revision, and an entry replaces the one of its identity only
-// if its revision is higher (Wins), so that two paths delivering the same
-// changes in any order end in the same state.
+// An entry is a key (one per key id), a deny entry (one per DenyKey), an
+// issuer's published keys (one per issuer), or a usage mark (one per
+// node's usage spool: node id and spool id). Each carries its producer's
+// revision (the key service's for the first three, the quota service's
+// for usage marks), and an entry replaces the one of its identity only if
+// its revision is higher (Wins), so that two paths delivering the same
+// changes in any order end in the same state. Entries of different kinds
+// never compare: each kind has one producer, whose revisions are the only
+// ones its identities see.
 package laneentry
 
 import (
@@ -19,6 +23,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"strconv"
+	"strings"
 
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 )
@@ -31,10 +36,12 @@ const (
 	Key        Kind = "key"
 	Deny       Kind = "deny"
 	IssuerKeys Kind = "issuer_keys"
+	UsageMark  Kind = "usage_mark"
 )
 
 // ID is an entry's identity: its kind and a key unique within the kind
-// (the key id, DenyKey.String, or the issuer's name).
+// (the key id, DenyKey.String, the issuer's name, or a usage mark's
+// UsageMarkKey).
 type ID struct {
 	Kind Kind
 	Key  string
@@ -59,9 +66,23 @@ func Of(e *configv1.FastLaneEntry) (ID, error) {
 			return ID{}, errors.New("an issuer keys entry without an issuer")
 		}
 		return ID{IssuerKeys, x.IssuerKeys.GetIssuer()}, nil
+	case *configv1.FastLaneEntry_UsageMark:
+		node, spool := x.UsageMark.GetNodeId(), x.UsageMark.GetSpoolId()
+		if node == "" || spool == "" {
+			return ID{}, errors.New("a usage mark without its node id and spool id")
+		}
+		if strings.Contains(node, "/") || strings.Contains(spool, "/") {
+			return ID{}, errors.New(`a usage mark's node id and spool id cannot contain "/"`)
+		}
+		return ID{UsageMark, UsageMarkKey(x.UsageMark.GetNodeId(), x.UsageMark.GetSpoolId())}, nil
 	}
 	return ID{}, errors.New("an entry of no known kind")
 }
+
+// UsageMarkKey is a usage mark's key within its kind: node id, "/",
+// spool id. Neither may contain a "/" (Of refuses a mark whose ids do,
+// as the protos' patterns do), so no two spools share a key.
+func UsageMarkKey(nodeID, spoolID string) string { return nodeID + "/" + spoolID }
 
 // Wins reports whether an entry at revision rev replaces the one of its
 // identity held at revision held.

@@ -89,3 +89,33 @@ func TestOtherKinds(t *testing.T) {
 		t.Error("Wins: a higher revision, and only it, replaces")
 	}
 }
+
+func TestUsageMark(t *testing.T) {
+	t.Parallel()
+	mark := func(node, spool string) *configv1.FastLaneEntry {
+		return &configv1.FastLaneEntry{Rev: 1, Entry: &configv1.FastLaneEntry_UsageMark{UsageMark: &configv1.UsageMark{NodeId: node, SpoolId: spool, Seq: 7}}}
+	}
+	got, err := laneentry.Of(mark("node-1", "0123456789abcdef"))
+	if want := (laneentry.ID{Kind: laneentry.UsageMark, Key: "node-1/0123456789abcdef"}); err != nil || got != want {
+		t.Errorf("Of(usage mark) = %v, %v, want %v", got, err, want)
+	}
+	if k := laneentry.UsageMarkKey("node-1", "0123456789abcdef"); k != got.Key {
+		t.Errorf("UsageMarkKey = %q, want %q as Of says", k, got.Key)
+	}
+	// A node's new spool is another entry: its marks start again at rev
+	// order of their own.
+	other, err := laneentry.Of(mark("node-1", "fedcba9876543210"))
+	if err != nil || other == got {
+		t.Errorf("another spool of the node: %v, %v, want a different id than %v", other, err, got)
+	}
+	for _, bad := range []*configv1.FastLaneEntry{
+		mark("", "0123456789abcdef"), mark("node-1", ""), mark("", ""),
+		{Entry: &configv1.FastLaneEntry_UsageMark{}},
+		// The separator cannot be forged: "a/b"+"c" and "a"+"b/c" would be one key.
+		mark("a/b", "c"), mark("a", "b/c"),
+	} {
+		if id, err := laneentry.Of(bad); err == nil {
+			t.Errorf("Of(%v) = %v, want an error", bad, id)
+		}
+	}
+}
