@@ -56,7 +56,7 @@ func (r *Route) Observe(failed bool, d time.Duration) {
 	if failed {
 		s.errors.Add(1)
 	}
-	s.buckets[bucket(d)].Add(1)
+	s.buckets[Bucket(d)].Add(1)
 }
 
 // Refused counts one call the gateway answered itself before forwarding
@@ -65,10 +65,12 @@ func (r *Route) Refused(d time.Duration) {
 	r.shards[uint64(d>>6)%shards].refused.Add(1)
 }
 
-// bucket is the index of the first bound d does not exceed: the bounds
-// double from 1 ms, so it is the bit length of d in whole milliseconds,
-// rounded up, minus one.
-func bucket(d time.Duration) int {
+// Bucket is the index of the latency bucket d falls in: that of the first
+// bound d does not exceed, or NumBuckets-1 when d exceeds them all. The
+// bounds double from 1 ms, so it is the bit length of d in whole
+// milliseconds, rounded up, minus one. Other counters of latency (usage
+// windows) use it so that their histograms match these.
+func Bucket(d time.Duration) int {
 	if d <= time.Millisecond {
 		return 0
 	}
