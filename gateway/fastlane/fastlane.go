@@ -1,7 +1,8 @@
 // Package fastlane holds a gateway node's fast-lane state: the API keys,
 // token deny entries and issuers' signing keys that reach the node through
 // the control plane's fast lane and the key service's signed snapshot,
-// outside the staged snapshots.
+// outside the staged snapshots, and the quota service's usage marks, which
+// the lane hands to the node's usage shipper (OnUsageMark).
 //
 // Every entry carries the key service's revision number. An entry replaces
 // the one of the same identity only when its revision is higher, so the
@@ -18,8 +19,8 @@
 // harmless).
 //
 // Lifecycle: New, then Apply (stream updates) and ApplySigned (polled
-// snapshots) from any goroutine; they serialise. Close stops a compaction
-// in progress.
+// snapshots) from any goroutine; they serialise. OnUsageMark may be set
+// at any time. Close stops a compaction in progress.
 package fastlane
 
 import (
@@ -65,6 +66,8 @@ type Lane struct {
 	keys    *keytable.Table
 	deny    map[laneentry.DenyKey]denyItem
 	issuers map[string]issuerItem
+	// marks are the newest usage mark of each spool (laneentry.UsageMarkKey).
+	marks map[string]markItem
 	// compacting is set while a compaction runs; pending are the key
 	// changes applied since it started, to apply again on its result.
 	compacting bool
@@ -75,6 +78,17 @@ type Lane struct {
 	closed    bool
 	// compacted is closed and replaced after each compaction (tests).
 	compacted chan struct{}
+
+	// hookMu is held while usage marks are passed to onMark, taken before
+	// mu is released, so that the hook sees the marks in the order the
+	// lane applied them, and is never called with mu held.
+	hookMu sync.Mutex
+	onMark func(*configv1.UsageMark) // under mu and hookMu to set
+}
+
+type markItem struct {
+	rev  uint64
+	mark *configv1.UsageMark
 }
 
 type denyItem struct {
@@ -97,7 +111,7 @@ func New(opts Options) *Lane {
 		opts.Now = time.Now
 	}
 	l := &Lane{opts: opts, log: opts.Logger, deny: map[laneentry.DenyKey]denyItem{}, issuers: map[string]issuerItem{},
-		compacted: make(chan struct{})}
+		marks: map[string]markItem{}, compacted: make(chan struct{})}
 	if l.log == nil {
 		l.log = slog.Default()
 	}
@@ -136,8 +150,71 @@ func Refused(err error) bool {
 // out and listed in the *EntryError returned; the others are applied.
 func (l *Lane) Apply(entries []*configv1.FastLaneEntry) error {
 	l.mu.Lock()
+	marks, err := l.applyLocked(entries)
+	l.unlockAndHandMarks(marks)
+	return err
+}
+
+// OnUsageMark sets fn as the hook the lane passes every usage mark it
+// applies to (a mark replaces the one of its spool, node id and spool id,
+// when its revision is higher): the node's usage shipper, which trims its
+// spool at the mark when the mark is its own (same node id and spool id)
+// and ignores the others. Setting it passes fn the marks the lane holds
+// already, so that a mark that arrived before the shipper started is not
+// lost; nil removes the hook.
+//
+// fn is called from the goroutine that applies an update, one call at a
+// time, in the order the lane applied the marks, never with the lane's
+// lock held; the node's acknowledgment of the update waits for it, so it
+// must not block for long. fn must not keep the mark past the call
+// without cloning it (it is the lane's).
+func (l *Lane) OnUsageMark(fn func(*configv1.UsageMark)) {
+	l.mu.Lock()
+	l.hookMu.Lock()
+	l.onMark = fn
+	held := make([]*configv1.UsageMark, 0, len(l.marks))
+	for _, m := range l.marks {
+		held = append(held, m.mark)
+	}
+	l.mu.Unlock()
+	defer l.hookMu.Unlock()
+	if fn == nil {
+		return
+	}
+	sort.Slice(held, func(i, j int) bool {
+		return laneentry.UsageMarkKey(held[i].GetNodeId(), held[i].GetSpoolId()) < laneentry.UsageMarkKey(held[j].GetNodeId(), held[j].GetSpoolId())
+	})
+	for _, m := range held {
+		fn(m)
+	}
+}
+
+// UsageMark returns the newest usage mark the lane holds for the spool
+// spoolID of node nodeID.
+func (l *Lane) UsageMark(nodeID, spoolID string) (*configv1.UsageMark, bool) {
+	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.applyLocked(entries)
+	m, ok := l.marks[laneentry.UsageMarkKey(nodeID, spoolID)]
+	return m.mark, ok
+}
+
+// unlockAndHandMarks releases mu and passes marks to the hook, in order,
+// holding hookMu from before mu is released.
+func (l *Lane) unlockAndHandMarks(marks []*configv1.UsageMark) {
+	if len(marks) == 0 {
+		l.mu.Unlock()
+		return
+	}
+	l.hookMu.Lock()
+	fn := l.onMark
+	l.mu.Unlock()
+	defer l.hookMu.Unlock()
+	if fn == nil {
+		return
+	}
+	for _, m := range marks {
+		fn(m)
+	}
 }
 
 // ApplySigned merges a signed snapshot's entries, already verified, at
@@ -145,12 +222,13 @@ func (l *Lane) Apply(entries []*configv1.FastLaneEntry) error {
 // with ErrStale.
 func (l *Lane) ApplySigned(seq uint64, entries []*configv1.FastLaneEntry) error {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if seq <= l.signedSeq {
+		defer l.mu.Unlock()
 		return fmt.Errorf("%w: sequence %d, the node applied %d", ErrStale, seq, l.signedSeq)
 	}
-	err := l.applyLocked(entries)
+	marks, err := l.applyLocked(entries)
 	l.signedSeq = seq
+	l.unlockAndHandMarks(marks)
 	return err
 }
 
@@ -164,7 +242,9 @@ func (l *Lane) SignedSeq() uint64 {
 	return l.signedSeq
 }
 
-// MaxRev returns the highest revision the lane has applied.
+// MaxRev returns the highest revision of the key service's entries (keys,
+// deny entries, issuers' keys) the lane has applied. Usage marks are left
+// out: their revisions are the quota service's, another sequence.
 func (l *Lane) MaxRev() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -178,8 +258,11 @@ func (l *Lane) Keys() *keytable.Table {
 	return l.keys
 }
 
-func (l *Lane) applyLocked(entries []*configv1.FastLaneEntry) error {
+// applyLocked applies entries and returns the usage marks that replaced
+// the ones held, for the hook.
+func (l *Lane) applyLocked(entries []*configv1.FastLaneEntry) ([]*configv1.UsageMark, error) {
 	var problems []string
+	var marks []*configv1.UsageMark
 	var changes []keytable.Change
 	// where[i] is the position in entries of changes[i].
 	var where []int
@@ -233,6 +316,17 @@ func (l *Lane) applyLocked(entries []*configv1.FastLaneEntry) error {
 			}
 			l.issuers[name] = issuerItem{rev: e.GetRev(), jwks: x.IssuerKeys.GetJwksJson()}
 			tokens = true
+		case *configv1.FastLaneEntry_UsageMark:
+			id, err := laneentry.Of(e)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("entries[%d]: %v", i, err))
+				continue
+			}
+			if old, ok := l.marks[id.Key]; !ok || laneentry.Wins(e.GetRev(), old.rev) {
+				l.marks[id.Key] = markItem{rev: e.GetRev(), mark: x.UsageMark}
+				marks = append(marks, x.UsageMark)
+			}
+			continue // not the key service's revision: MaxRev leaves it out
 		default:
 			problems = append(problems, fmt.Sprintf("entries[%d]: no entry", i))
 			continue
@@ -255,9 +349,9 @@ func (l *Lane) applyLocked(entries []*configv1.FastLaneEntry) error {
 		problems = append(problems, l.setTokensLocked(issuers)...)
 	}
 	if len(problems) > 0 {
-		return &EntryError{Problems: problems}
+		return marks, &EntryError{Problems: problems}
 	}
-	return nil
+	return marks, nil
 }
 
 // issuerChange is an issuer's keys before a call of applyLocked changed
