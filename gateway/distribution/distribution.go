@@ -30,6 +30,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/portico-gw/portico/gateway/routestats"
 	"github.com/portico-gw/portico/gateway/snapshot"
@@ -83,6 +84,32 @@ type Options struct {
 	// node reports none, answers cluster probes that it cannot run them,
 	// and ignores route probes.
 	Node Node
+	// Usage, if set, is the node's usage counting (see Usage): the hello
+	// and every report say where its spool stands, the control plane's
+	// answers to reports set its clock offset, and the re-sends the
+	// reconciler asks for reach it. Nil: the node counts no usage.
+	Usage Usage
+	// Now is the node's clock for the reports' sent_at and the clock
+	// offset; nil: time.Now.
+	Now func() time.Time
+}
+
+// Usage is the node's usage counting as the snapshot stream sees it (the
+// node wires it to gateway/usage's recorder and shipper). The stream's
+// goroutines call it: none of its methods may block for long.
+type Usage interface {
+	// UsageSpool says where the spool stands (nil: no spool yet); it is
+	// sent in the hello and in every report.
+	UsageSpool() *distributionv1.UsageSpool
+	// SetClockOffset is called after each report the control plane
+	// answered, with the offset of its clock from the node's
+	// (control plane minus node), measured as NTP does: the node stamps
+	// its usage windows with its clock plus the offset.
+	SetClockOffset(time.Duration)
+	// ResendUsage asks for windows of the spool to be shipped again; the
+	// message is valid (protovalidate) and may name a spool that is not
+	// the node's (the callee checks, and logs what it skips).
+	ResendUsage(*distributionv1.ResendUsage)
 }
 
 // Node is what the client tells the control plane of the node, and how
@@ -129,6 +156,9 @@ func New(opts Options) *Client {
 	}
 	if opts.ReportInterval <= 0 {
 		opts.ReportInterval = 5 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	if opts.MaxBackoff < opts.MinBackoff {
 		opts.MaxBackoff = max(15*time.Second, opts.MinBackoff)
@@ -294,10 +324,13 @@ func (c *Client) session(ctx context.Context, client distributionv1connect.Distr
 		hello.Resources = resourcesOf(c.opts.Node.UpstreamIdentities())
 		hello.Clusters = healthOf(c.opts.Node.ClusterStatus())
 	}
+	if c.opts.Usage != nil {
+		hello.Usage = c.opts.Usage.UsageSpool()
+	}
 	if err := send(&distributionv1.StreamRequest{Message: &distributionv1.StreamRequest_Hello{Hello: hello}}); err != nil {
 		return sendError(err, stream.Receive, up)
 	}
-	if c.opts.Stats != nil || c.opts.Node != nil {
+	if c.opts.Stats != nil || c.opts.Node != nil || c.opts.Usage != nil {
 		go c.report(ctx, stopped, send)
 	}
 	for {
@@ -314,6 +347,14 @@ func (c *Client) session(ctx context.Context, client distributionv1connect.Distr
 		}
 		if pr := resp.GetProbeRoutes(); pr != nil {
 			c.probeRoutes(pr)
+			continue
+		}
+		if clk := resp.GetClock(); clk != nil {
+			c.clock(clk)
+			continue
+		}
+		if r := resp.GetResendUsage(); r != nil {
+			c.resendUsage(r)
 			continue
 		}
 		snap := resp.GetSnapshot()
@@ -368,7 +409,10 @@ func (c *Client) report(ctx context.Context, stopped <-chan struct{}, send func(
 			return
 		case <-t.C:
 		}
-		rep := &distributionv1.Report{}
+		rep := &distributionv1.Report{SentAt: timestamppb.New(c.opts.Now())}
+		if c.opts.Usage != nil {
+			rep.Usage = c.opts.Usage.UsageSpool()
+		}
 		if c.opts.Stats != nil {
 			c.opts.Stats(func(id string, n routestats.Counts) {
 				rep.Routes = append(rep.Routes, &distributionv1.RouteCounts{
