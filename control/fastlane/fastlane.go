@@ -1,6 +1,7 @@
 // Package fastlane is the control plane's side of the fast lane: what
 // must reach every node at once and is never staged (API key changes,
-// token deny entries, issuers' signing keys; over-quota flags next). It
+// token deny entries, issuers' signing keys, the quota service's usage
+// marks; over-quota flags next). It
 // serves the producers' FastLaneService (Publish, Source, Wait) and each
 // node's DistributionService.FastLane stream, and keeps the lane's state
 // in the control plane's store.
@@ -205,6 +206,20 @@ func entryIdentity(e *configv1.FastLaneEntry) (kind, id string, expires time.Tim
 	return string(ident.Kind), ident.Key, expires, nil
 }
 
+// checkSource refuses an entry of kind from a source that does not
+// produce it: usage marks come from laneentry.UsageSource alone, which
+// produces nothing else. An entry replaces the stored one of its identity
+// by revision, and revisions compare only within one producer's sequence.
+func checkSource(source string, kind laneentry.Kind) error {
+	switch {
+	case kind == laneentry.UsageMark && source != laneentry.UsageSource:
+		return fmt.Errorf("usage marks come from source %q, not %q", laneentry.UsageSource, source)
+	case kind != laneentry.UsageMark && source == laneentry.UsageSource:
+		return fmt.Errorf("source %q publishes usage marks only, not %s entries", source, kind)
+	}
+	return nil
+}
+
 // publish stores a producer's batch and sends it to the connected nodes.
 func (s *Server) publish(ctx context.Context, req *distributionv1.PublishRequest) (*distributionv1.PublishResponse, error) {
 	if err := s.laneLoad(ctx); err != nil {
@@ -214,6 +229,9 @@ func (s *Server) publish(ctx context.Context, req *distributionv1.PublishRequest
 	rows := make([]store.FastLaneEntry, len(req.GetEntries()))
 	for i, e := range req.GetEntries() {
 		kind, id, expires, err := entryIdentity(e)
+		if err == nil {
+			err = checkSource(req.GetSource(), laneentry.Kind(kind))
+		}
 		if err != nil {
 			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("entries[%d]: %w", i, err))
 		}
@@ -579,7 +597,10 @@ func (p *Publisher) Handler() (string, http.Handler) {
 func (p *Publisher) Publish(ctx context.Context, req *connect.Request[distributionv1.PublishRequest]) (*connect.Response[distributionv1.PublishResponse], error) {
 	resp, err := p.s.publish(ctx, req.Msg)
 	var gap *store.SeqGapError
+	var refused *connect.Error
 	switch {
+	case errors.As(err, &refused):
+		return nil, refused // an entry publish refused, with its reason
 	case errors.As(err, &gap):
 		return nil, connect.NewError(connect.CodeFailedPrecondition,
 			fmt.Errorf("the control plane has source %q up to seq %d; send from there", gap.Source, gap.Have))

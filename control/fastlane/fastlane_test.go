@@ -301,6 +301,8 @@ func name(e *configv1.FastLaneEntry) string {
 		return fmt.Sprintf("deny %s@%d", x.Deny.GetJti(), e.GetRev())
 	case *configv1.FastLaneEntry_IssuerKeys:
 		return fmt.Sprintf("issuer %s@%d", x.IssuerKeys.GetIssuer(), e.GetRev())
+	case *configv1.FastLaneEntry_UsageMark:
+		return fmt.Sprintf("mark %s/%s:%d@%d", x.UsageMark.GetNodeId(), x.UsageMark.GetSpoolId(), x.UsageMark.GetSeq(), e.GetRev())
 	}
 	return fmt.Sprintf("unknown@%d", e.GetRev())
 }

@@ -79,6 +79,13 @@ func Of(e *configv1.FastLaneEntry) (ID, error) {
 	return ID{}, errors.New("an entry of no known kind")
 }
 
+// UsageSource is the fast-lane source (PublishRequest.source) of usage
+// marks, the quota service's. The control plane accepts usage marks from
+// it alone, and nothing else from it: a usage mark's revisions are the
+// quota service's sequence, and a mark of another producer's sequence
+// could hide the quota service's newer ones (or the other way round).
+const UsageSource = "quota"
+
 // UsageMarkKey is a usage mark's key within its kind: node id, "/",
 // spool id. Neither may contain a "/" (Of refuses a mark whose ids do,
 // as the protos' patterns do), so no two spools share a key.
