@@ -1,0 +1,107 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Correction is a difference the reconciler writes back to a total.
+type Correction struct {
+	Key
+	Counted, Billable int64
+	Reason            string
+}
+
+// Adjustment is one recorded change outside a period's own windows.
+type Adjustment struct {
+	Key
+	Counted, Billable int64
+	Kind              string // "correction" or "late_window"
+	Source            string
+	// Reason is the correction's; empty for a late window.
+	Reason   string
+	Recorded time.Time
+}
+
+// Correct adds corrections to the live totals of period and records each
+// as an adjustment of kind "correction" with source, in one transaction;
+// a correction's Period may be empty (it is period's). It adds to
+// Counted, Billable and Adjusted, never to a status class. ErrFinal if
+// the period is final; ErrInvalid, and nothing written, for a
+// correction of another period or no subject, or one that would take a
+// total below zero.
+func (s *Store) Correct(ctx context.Context, period string, cs []Correction, source string) error {
+	if _, err := parsePeriod(period); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	for _, c := range cs {
+		if c.Subject == "" || (c.Period != "" && c.Period != period) {
+			return fmt.Errorf("%w: a correction of %s %q in %s, not of a subject in %s", ErrInvalid, c.Subject, c.Product, c.Period, period)
+		}
+	}
+	err := s.db.InTx(ctx, func(tx *sql.Tx) error {
+		st, err := s.period(ctx, tx, period)
+		if err != nil {
+			return err
+		}
+		if st.Final {
+			return fmt.Errorf("%w: %s was finalised at %s", ErrFinal, period, st.Finalised.Format(time.RFC3339))
+		}
+		t := now()
+		for _, c := range cs {
+			var counted, billable int64
+			err := tx.QueryRowContext(ctx, s.db.Rebind("SELECT counted, billable FROM quota_totals WHERE period = ? AND subject = ? AND product = ?"),
+				period, c.Subject, c.Product).Scan(&counted, &billable)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+			if counted+c.Counted < 0 || billable+c.Billable < 0 {
+				return fmt.Errorf("%w: a correction of %s %q in %s by %d (billable %d) takes the total below zero",
+					ErrInvalid, c.Subject, c.Product, period, c.Counted, c.Billable)
+			}
+			if _, err := tx.ExecContext(ctx, s.db.Rebind(`INSERT INTO quota_totals (`+totalColumns+`)
+				VALUES (?, ?, ?, '', '', '', '', ?, ?, 0, 0, 0, 0, 0, 0, ?, ?)
+				ON CONFLICT (period, subject, product) DO UPDATE SET
+				counted = quota_totals.counted + excluded.counted, billable = quota_totals.billable + excluded.billable,
+				adjusted = quota_totals.adjusted + excluded.adjusted, updated = excluded.updated`),
+				period, c.Subject, c.Product, c.Counted, c.Billable, c.Counted, micros(t)); err != nil {
+				return err
+			}
+		}
+		return s.addAdjustments(ctx, tx, period, "correction", source, cs, t)
+	})
+	return wrap(err, "correcting %s", period)
+}
+
+// addAdjustments records adjustments of kind into period.
+func (s *Store) addAdjustments(ctx context.Context, tx *sql.Tx, period, kind, source string, cs []Correction, t time.Time) error {
+	return s.insertMany(ctx, tx, "INSERT INTO quota_adjustments (period, subject, product, counted, billable, kind, source, reason, recorded)", "",
+		9, len(cs), func(i int, args []any) []any {
+			c := &cs[i]
+			return append(args, period, c.Subject, c.Product, c.Counted, c.Billable, kind, source, c.Reason, micros(t))
+		})
+}
+
+// Adjustments returns a period's adjustments in the order recorded.
+func (s *Store) Adjustments(ctx context.Context, period string) ([]Adjustment, error) {
+	rows, err := s.db.SQL().QueryContext(ctx, s.db.Rebind(`SELECT subject, product, counted, billable, kind, source, reason, recorded
+		FROM quota_adjustments WHERE period = ? ORDER BY id`), period)
+	if err != nil {
+		return nil, wrap(err, "reading the adjustments of %s", period)
+	}
+	defer rows.Close()
+	var out []Adjustment
+	for rows.Next() {
+		a := Adjustment{Key: Key{Period: period}}
+		var recorded int64
+		if err := rows.Scan(&a.Subject, &a.Product, &a.Counted, &a.Billable, &a.Kind, &a.Source, &a.Reason, &recorded); err != nil {
+			return nil, wrap(err, "reading the adjustments of %s", period)
+		}
+		a.Recorded = fromMicros(recorded)
+		out = append(out, a)
+	}
+	return out, wrap(rows.Err(), "reading the adjustments of %s", period)
+}
