@@ -76,13 +76,14 @@ func (s *Store) Correct(ctx context.Context, period string, cs []Correction, sou
 	return wrap(err, "correcting %s", period)
 }
 
+var adjustmentColumns = columns([]string{"period", "subject", "product", "kind", "source", "reason"}, "counted", "billable", "recorded")
+
 // addAdjustments records adjustments of kind into period.
 func (s *Store) addAdjustments(ctx context.Context, tx *sql.Tx, period, kind, source string, cs []Correction, t time.Time) error {
-	return s.insertMany(ctx, tx, "INSERT INTO quota_adjustments (period, subject, product, counted, billable, kind, source, reason, recorded)", "",
-		9, len(cs), func(i int, args []any) []any {
-			c := &cs[i]
-			return append(args, period, c.Subject, c.Product, c.Counted, c.Billable, kind, source, c.Reason, micros(t))
-		})
+	return s.insertMany(ctx, tx, "quota_adjustments", adjustmentColumns, "", len(cs), func(i int, args []any) []any {
+		c := &cs[i]
+		return append(args, period, c.Subject, c.Product, kind, source, c.Reason, c.Counted, c.Billable, micros(t))
+	})
 }
 
 // Adjustments returns a period's adjustments in the order recorded.

@@ -93,12 +93,10 @@ func (s *Store) Apply(ctx context.Context, w *quotav1.UsageWindow) (Applied, err
 				return err
 			}
 		}
-		if err := s.insertMany(ctx, tx,
-			"INSERT INTO quota_window_rows (window_id, part, period, subject, product, class, counted, billable)", "",
-			8, len(p.rows), func(i int, args []any) []any {
-				r := &p.rows[i]
-				return append(args, windowID, int64(w.GetPart()), booked, r.subject, r.product, int64(r.class), int64(r.counted), int64(r.billable))
-			}); err != nil {
+		if err := s.insertMany(ctx, tx, "quota_window_rows", windowRowColumns, "", len(p.rows), func(i int, args []any) []any {
+			r := &p.rows[i]
+			return append(args, booked, r.subject, r.product, windowID, int64(w.GetPart()), int64(r.class), int64(r.counted), int64(r.billable))
+		}); err != nil {
 			return err
 		}
 		out.Mark, err = s.advanceSpool(ctx, tx, w, whole)
@@ -109,6 +107,8 @@ func (s *Store) Apply(ctx context.Context, w *quotav1.UsageWindow) (Applied, err
 	}
 	return out, nil
 }
+
+var windowRowColumns = columns([]string{"period", "subject", "product"}, "window_id", "part", "class", "counted", "billable")
 
 // part is a window part's rows, summed per total and per recount row.
 type part struct {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strings"
 )
 
@@ -13,18 +14,48 @@ const maxParams = 30000
 // maxBatchRows bounds the rows of one multi-row statement.
 const maxBatchRows = 1000
 
-// insertMany writes n rows of width cols with multi-row statements:
-// head, then "(?, ...), (?, ...)" with one group per row, then tail (an
-// ON CONFLICT clause, say). Rows go in chunks of as many as the
-// placeholder limit allows; the statement of a full chunk is prepared
-// once and run for every full chunk, and the last, shorter chunk has its
-// own. row appends row i's cols values to args.
-func (s *Store) insertMany(ctx context.Context, tx *sql.Tx, head, tail string, cols, n int, row func(i int, args []any) []any) error {
+// column is one column of a multi-row insert: its name and whether it
+// holds text (else a 64-bit integer).
+type column struct {
+	name string
+	text bool
+}
+
+func columns(text []string, ints ...string) []column {
+	var out []column
+	for _, n := range text {
+		out = append(out, column{name: n, text: true})
+	}
+	for _, n := range ints {
+		out = append(out, column{name: n})
+	}
+	return out
+}
+
+// insertMany writes n rows into table: row appends row i's values to
+// args, one per column in cols' order (a string for a text column, an
+// int64 for another); tail follows the rows (an ON CONFLICT clause, say).
+//
+// On PostgreSQL the rows go in one statement of one array parameter per
+// column, unnested: its text is the same whatever n, so the connection
+// prepares it once, and the server neither parses nor plans thousands of
+// placeholders. On SQLite they go in multi-row VALUES statements, in
+// chunks as large as the placeholder limit allows; the statement of a
+// full chunk is prepared once and run for every full chunk.
+func (s *Store) insertMany(ctx context.Context, tx *sql.Tx, table string, cols []column, tail string, n int, row func(i int, args []any) []any) error {
 	if n == 0 {
 		return nil
 	}
-	chunk := min(maxBatchRows, maxParams/cols, n)
-	args := make([]any, 0, chunk*cols)
+	names := make([]string, len(cols))
+	for i, c := range cols {
+		names[i] = c.name
+	}
+	head := "INSERT INTO " + table + " (" + strings.Join(names, ", ") + ")"
+	if s.db.Driver() == "postgres" {
+		return s.insertArrays(ctx, tx, head, cols, tail, n, row)
+	}
+	chunk := min(maxBatchRows, maxParams/len(cols), n)
+	args := make([]any, 0, chunk*len(cols))
 	var full *sql.Stmt
 	defer func() {
 		if full != nil {
@@ -40,14 +71,14 @@ func (s *Store) insertMany(ctx context.Context, tx *sql.Tx, head, tail string, c
 		if to-from < chunk || n == chunk {
 			// The only chunk, or the last, shorter one: one use, no
 			// preparing.
-			if _, err := tx.ExecContext(ctx, s.db.Rebind(valuesQuery(head, tail, cols, to-from)), args...); err != nil {
+			if _, err := tx.ExecContext(ctx, valuesQuery(head, tail, len(cols), to-from), args...); err != nil {
 				return err
 			}
 			continue
 		}
 		if full == nil {
 			var err error
-			if full, err = tx.PrepareContext(ctx, s.db.Rebind(valuesQuery(head, tail, cols, chunk))); err != nil {
+			if full, err = tx.PrepareContext(ctx, valuesQuery(head, tail, len(cols), chunk)); err != nil {
 				return err
 			}
 		}
@@ -56,6 +87,64 @@ func (s *Store) insertMany(ctx context.Context, tx *sql.Tx, head, tail string, c
 		}
 	}
 	return nil
+}
+
+// insertArrays is insertMany on PostgreSQL.
+func (s *Store) insertArrays(ctx context.Context, tx *sql.Tx, head string, cols []column, tail string, n int, row func(i int, args []any) []any) error {
+	texts := make([][]string, len(cols))
+	ints := make([][]int64, len(cols))
+	for j, c := range cols {
+		if c.text {
+			texts[j] = make([]string, 0, n)
+		} else {
+			ints[j] = make([]int64, 0, n)
+		}
+	}
+	buf := make([]any, 0, len(cols))
+	for i := range n {
+		buf = row(i, buf[:0])
+		if len(buf) != len(cols) {
+			return fmt.Errorf("store: %d values for %d columns", len(buf), len(cols))
+		}
+		for j, v := range buf {
+			var ok bool
+			if cols[j].text {
+				var t string
+				t, ok = v.(string)
+				texts[j] = append(texts[j], t)
+			} else {
+				var x int64
+				x, ok = v.(int64)
+				ints[j] = append(ints[j], x)
+			}
+			if !ok {
+				return fmt.Errorf("store: column %s given a %T", cols[j].name, v)
+			}
+		}
+	}
+	var q strings.Builder
+	q.WriteString(head)
+	q.WriteString(" SELECT * FROM unnest(")
+	args := make([]any, len(cols))
+	for j, c := range cols {
+		if j > 0 {
+			q.WriteString(", ")
+		}
+		if c.text {
+			fmt.Fprintf(&q, "$%d::text[]", j+1)
+			args[j] = texts[j]
+		} else {
+			fmt.Fprintf(&q, "$%d::bigint[]", j+1)
+			args[j] = ints[j]
+		}
+	}
+	q.WriteString(")")
+	if tail != "" {
+		q.WriteString(" ")
+		q.WriteString(tail)
+	}
+	_, err := tx.ExecContext(ctx, q.String(), args...)
+	return err
 }
 
 // valuesQuery is head, rows groups of cols placeholders, and tail.

@@ -39,17 +39,20 @@ type Total struct {
 const totalColumns = `period, subject, product, key_id, app_id, tenant, plan, counted, billable,
 	class0, class1, class2, class3, class4, class5, adjusted, updated`
 
+var totalInsertColumns = columns([]string{"period", "subject", "product", "key_id", "app_id", "tenant", "plan"},
+	"counted", "billable", "class0", "class1", "class2", "class3", "class4", "class5", "adjusted", "updated")
+
 // addTotals adds a part's totals to period's; late says they are a late
 // window's, and so an adjustment.
 func (s *Store) addTotals(ctx context.Context, tx *sql.Tx, period string, totals []totalRow, late bool, t time.Time) error {
-	return s.insertMany(ctx, tx, "INSERT INTO quota_totals ("+totalColumns+")", `ON CONFLICT (period, subject, product) DO UPDATE SET
+	return s.insertMany(ctx, tx, "quota_totals", totalInsertColumns, `ON CONFLICT (period, subject, product) DO UPDATE SET
 		key_id = excluded.key_id, app_id = excluded.app_id, tenant = excluded.tenant, plan = excluded.plan,
 		counted = quota_totals.counted + excluded.counted, billable = quota_totals.billable + excluded.billable,
 		class0 = quota_totals.class0 + excluded.class0, class1 = quota_totals.class1 + excluded.class1,
 		class2 = quota_totals.class2 + excluded.class2, class3 = quota_totals.class3 + excluded.class3,
 		class4 = quota_totals.class4 + excluded.class4, class5 = quota_totals.class5 + excluded.class5,
 		adjusted = quota_totals.adjusted + excluded.adjusted, updated = excluded.updated`,
-		17, len(totals), func(i int, args []any) []any {
+		len(totals), func(i int, args []any) []any {
 			r := &totals[i]
 			c := &r.counts
 			var adjusted int64
