@@ -5,53 +5,69 @@
 // One run over a period (Run) does four things, in order.
 //
 //  1. Sequences. For every node spool the store has windows of, the seqs
-//     above its contiguous mark that are not wholly in are gaps; so are the
+//     above its contiguous mark up to its highest that are not wholly in
+//     (Store.Sequences' Missing; when the store cut that list short, every
+//     seq above its last up to the highest as well) are gaps; so are the
 //     seqs above the store's highest up to the last seq the node says it
 //     spooled (UsageSpool.last_seq on the relay: a trailing gap, windows
 //     lost or still in flight). A spool the relay reports that the store
-//     has no window of at all is a gap from seq 1. Each gap of a spool
-//     whose node is connected with that spool is asked to be re-sent
-//     (Relay.Resend, through the control plane and the node's stream); a
-//     re-sent window that was in already is a duplicate, which the store
-//     absorbs, so asking too much is harmless. At most 64 ranges per spool
-//     are asked for, the tail of a longer list as one range. Gaps are a
-//     spool's, not a period's: every run reports all of them.
+//     has no window of is a gap from seq 1 to its last_seq. Each gap of a
+//     spool whose node the relay reports with that spool is asked to be
+//     re-sent (Relay.Resend, through the control plane and the node's
+//     stream), and Gap.requested says it was; a re-sent window that was in
+//     already is a duplicate, which the store absorbs, so asking too much
+//     is harmless. At most 64 ranges per spool are asked for in a run, the
+//     tail of a longer list as one range. Gaps are a spool's, not a
+//     period's: every run reports all of them, also over a final period.
 //  2. Recount. The store's recount of the period (the rows of every window
 //     part booked into it: its own windows, and the late windows of earlier
-//     periods booked into it) is what each live total must be; a difference
-//     is written back with Store.Correct (an adjustment of kind
-//     "correction"). Windows go on
-//     arriving while the reconciler reads, so the totals are read before and
-//     after the recount, and a total that changed in between is left for the
-//     next run: a correction is only written from a consistent reading.
+//     periods booked into it) is what each live total must be; a
+//     difference is written back with Store.Correct, recorded as an
+//     adjustment of kind "correction". Windows go on arriving while the
+//     reconciler reads, so the totals are read before and after the
+//     recount, and a total that changed in between is left for the next
+//     run: a correction is only written from a consistent reading. A final
+//     period is never corrected.
 //  3. Node counters. Each window carries the node's own counters of its
 //     period through that window. Where a spool is contiguous through its
-//     last window of the period, what its windows of the period add up to
-//     must equal those counters; a difference is a counter mismatch.
-//  4. Close (only when asked: finalise). The period is finalised
-//     (Store.Finalise: its totals never change again; a window of it that
-//     arrives later is booked into the next open period as a visible
-//     late_window adjustment) when all of these hold, and otherwise the
-//     report's Blocked says which do not:
-//     - the period ended at least Grace ago (Now > end + Grace);
-//     - the relay answered (else the connected nodes' spools are unknown);
-//     - every spool is closed for the period, where a spool is every one the
-//     store has windows of and every one the relay reports, and it is
-//     closed when any of these holds:
-//     (a) the store has, at or below the spool's contiguous mark, a whole
-//     window of a later period: a window whose start (on the node's
-//     corrected clock) is at or after the period's end, with every
-//     window before it in;
-//     (b) it ended before the period began: its last window ended before
-//     the period's start, and the relay, if it knows the spool, says it
-//     spooled nothing the store lacks;
-//     (c) it is retired: the relay does not report it (its node is gone, or
-//     runs a new spool), and the store has every window of it up to its
-//     highest;
-//     (d) the relay reports it with nothing spooled (last_seq 0);
-//     (e) its node is written off (Options.WriteOff);
-//     - no spool of the period has a counter mismatch (other than one of a
-//     written-off node).
+//     last whole window of the period (seq LastSeq), what its windows of
+//     the period add up to must equal the counters that window carries; a
+//     difference is a counter mismatch (reported on every run).
+//  4. Close, when asked (finalise) and allowed: Store.Finalise, after
+//     which the period's totals never change again, and a window of it
+//     that arrives later is booked into the next open period as a visible
+//     late_window adjustment. Otherwise the report's Blocked says what
+//     stands in the way.
+//
+// # Closing a period
+//
+// A period closes when all of these hold:
+//
+//   - it ended more than Grace ago (Now > end + Grace);
+//   - the relay answered (else the connected nodes' spools are unknown);
+//   - every spool is closed for it (below): the spools are every one the
+//     store has windows of and every one the relay reports;
+//   - no spool has a counter mismatch in it, but for one of a written-off
+//     node.
+//
+// A spool is closed for the period when any of these holds:
+//
+//   - (a) it has a window at or after the period's end with every window
+//     before it in: the store holds, at or below the spool's contiguous
+//     mark, a whole window of the next period (its start, on the node's
+//     corrected clock, is at or after the period's end); or the spool has
+//     no window of the next period, but its latest window starts at or
+//     after the end, every window up to its highest is in, and the relay
+//     knows of none beyond it;
+//   - (b) it ended before the period began: its latest window starts
+//     before the period's start, and the relay knows of no window beyond
+//     the store's highest;
+//   - (c) it is retired: the relay does not report it (its node is gone,
+//     or runs a new spool now), and every window up to its highest is in;
+//   - (d) the relay reports it with nothing spooled (last_seq 0);
+//   - (e) its node is written off (Options.WriteOff).
+//
+// # Lost nodes and regions
 //
 // A node or a region that is lost for good (its spool's missing windows
 // will never come: the disk is gone, the node is not connected) keeps the
@@ -65,10 +81,12 @@
 // written-off node that do arrive later are late windows like any other.
 //
 // Rule (a) relies on a node spooling a window every Window, empty or not,
-// and on windows of one spool starting in seq order. A node whose clock
-// is corrected backwards across the period end can spool a window of the
-// period after one of the next: if the period was finalised in between,
-// that window is a late window, never lost, never counted twice.
+// and on the windows of one spool starting in seq order. A node whose
+// clock is corrected backwards across the period's end can spool a window
+// of the period after one of the next: if the period was finalised in
+// between, that window is a late window, never lost, never counted twice.
+// A node whose spool is full keeps its window open, with its start before
+// the end, until the spool has room: its spool blocks the close until then.
 //
 // Loop runs Run hourly (Interval) over the current period, and over the
 // previous one until it is final, finalising it from its end + Grace.
@@ -171,7 +189,7 @@ const (
 // spool is one node spool as the store and the relay know it.
 type spool struct {
 	nodeID, spoolID string
-	seq             *store.Sequence          // nil: the store has no window of it
+	seq             *store.Sequence           // nil: the store has no window of it
 	node            *distributionv1.NodeSpool // nil: not on the relay with this spool
 }
 

@@ -216,7 +216,12 @@ func TestClose(t *testing.T) {
 		n4.emit(t, at("2026-10-20T08:00:00Z"), row(k4, "payments", 2, 1, 1)) // ended in October
 		n4.window(at("2026-10-20T08:00:10Z"))
 		n4.emit(t, at("2026-10-20T08:00:20Z"), row(k4, "payments", 2, 1, 1))
-		relay := newRelay(n1, n5) // n5 spooled nothing
+		// n6 lost its spool and runs a new one, with nothing spooled yet.
+		n6 := newNode(st, "n6")
+		n6.emit(t, at("2026-11-15T08:00:00Z"), row(k2, "payments", 2, 1, 1))
+		n6new := newNode(st, "n6")
+		n6new.spool = "00000000000006aa"
+		relay := newRelay(n1, n5, n6new) // n5 spooled nothing
 
 		clock := testclock.New(at("2026-12-01T00:01:00Z"))
 		r := reconcile.New(reconcile.Options{Logger: quiet, Store: st, Relay: relay, Now: clock.Now})
