@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -121,5 +122,34 @@ func TestLinesRefuseOpenPeriod(t *testing.T) {
 	}
 	if _, err := r.Lines(context.Background(), "2026-13"); err == nil || errors.Is(err, reconcile.ErrNotFinal) {
 		t.Errorf("Lines of no month = %v", err)
+	}
+}
+
+// TestLinesPaged: a period of more totals than one page of the store's.
+func TestLinesPaged(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := sqliteStore(t)
+	n1 := newNode(st, "n1")
+	var rows []*quotav1.UsageRow
+	for i := range 2500 {
+		c := &quotav1.Caller{KeyId: fmt.Sprintf("k%04d", i), AppId: fmt.Sprintf("app%04d", i/2), Tenant: "acme", Plan: "gold"}
+		rows = append(rows, row(c, "payments", 2, 1, 1))
+	}
+	n1.emit(t, at("2026-11-10T10:00:00Z"), rows...)
+	if err := st.Finalise(ctx, nov, at("2026-12-01T00:05:00Z")); err != nil {
+		t.Fatal(err)
+	}
+	lines, err := reconcile.New(reconcile.Options{Logger: quiet, Store: st}).Lines(ctx, nov)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) != 1250 || lines[0].GetAppId() != "app0000" || lines[1249].GetAppId() != "app1249" {
+		t.Fatalf("%d lines", len(lines))
+	}
+	for _, l := range lines {
+		if l.GetCounted() != 2 || l.GetBilled() != 2 {
+			t.Fatalf("line %v", l)
+		}
 	}
 }
