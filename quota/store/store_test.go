@@ -6,10 +6,14 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/portico-gw/portico/internal/lanepub"
 	"github.com/portico-gw/portico/quota/store"
 	"github.com/portico-gw/portico/quota/store/storetest"
 	"github.com/portico-gw/portico/testing/pgtest"
 )
+
+// The store is the outbox the quota service's fast-lane publisher reads.
+var _ lanepub.Source = (*store.Store)(nil)
 
 // TestSQLite runs the conformance suite on SQLite files.
 func TestSQLite(t *testing.T) {
