@@ -41,6 +41,7 @@ func Run(t *testing.T, newDB func(t *testing.T) Opener) {
 		{"Invalid", testInvalid},
 		{"InvalidParts", testInvalidParts},
 		{"LateWindows", testLateWindows},
+		{"FinalBetweenParts", testFinalBetweenParts},
 		{"Corrections", testCorrections},
 		{"Recount", testRecount},
 		{"ConcurrentApply", testConcurrentApply},
@@ -50,6 +51,7 @@ func Run(t *testing.T, newDB func(t *testing.T) Opener) {
 		{"Periods", testPeriods},
 		{"TotalsPaging", testTotalsPaging},
 		{"Reopen", testReopen},
+		{"Canceled", testCanceled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -632,6 +634,46 @@ func testLateWindows(t *testing.T, o Opener) {
 	}
 }
 
+// testFinalBetweenParts: a period finalised while a window of it is a
+// part short books the parts that come after into the next period; the
+// window is whole for its spool all the same.
+func testFinalBetweenParts(t *testing.T, o Opener) {
+	s := open(t, o)
+	rows := []*quotav1.UsageRow{row(key1, "orders", 2, 10, true), row(key1, "orders", 2, 5, true)}
+	w := window("n1", spoolA, 1, "2026-11", rows...)
+	parts := split(w, rows[:1], rows[1:])
+	if a := mustApply(t, s, parts[0]); a.LateInto != "" {
+		t.Errorf("part 0 before the period is final: LateInto %q", a.LateInto)
+	}
+	if err := s.Finalise(ctx(t), "2026-11", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	a := mustApply(t, s, parts[1])
+	if a.LateInto != "2026-12" {
+		t.Errorf("part 1 after: LateInto %q, want 2026-12", a.LateInto)
+	}
+	wantMark(t, a, mark("n1", spoolA, 1))
+	if got := total(t, s, "key:k1", "orders", "2026-11").Counts.Counted; got != 10 {
+		t.Errorf("2026-11 counted = %d, want 10", got)
+	}
+	if got := total(t, s, "key:k1", "orders", "2026-12"); got.Counts.Counted != 5 || got.Adjusted != 5 {
+		t.Errorf("2026-12 total = %+v, want counted 5, adjusted 5", got)
+	}
+	adj, _ := s.Adjustments(ctx(t), "2026-12")
+	if len(adj) != 1 || !strings.Contains(adj[0].Source, "part 2 of 2") {
+		t.Errorf("Adjustments(2026-12) = %+v, want one naming part 2 of 2", adj)
+	}
+	if sp, _ := s.SpoolPeriods(ctx(t), "2026-11"); len(sp) != 1 || sp[0].Counted != 15 {
+		t.Errorf("SpoolPeriods(2026-11) = %+v, want the whole window's 15", sp)
+	}
+	for _, p := range []string{"2026-11", "2026-12"} {
+		rc, _ := s.Recount(ctx(t), p)
+		if diff := cmp.Diff(counts(allTotals(t, s, p)), rc); diff != "" {
+			t.Errorf("Recount(%s) (-totals +recount):\n%s", p, diff)
+		}
+	}
+}
+
 func testCorrections(t *testing.T, o Opener) {
 	s := open(t, o)
 	mustApply(t, s, window("n1", spoolA, 1, "2026-11", row(key1, "orders", 2, 10, true), row(key2, "orders", 2, 5, true)))
@@ -1057,4 +1099,20 @@ func testReopen(t *testing.T, o Opener) {
 	}
 	wantSequence(t, s, "n1", spoolA, 1, 1)
 	wantSeq(t, s, 1)
+}
+
+// testCanceled: a canceled context writes nothing.
+func testCanceled(t *testing.T, o Opener) {
+	s := open(t, o)
+	c, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Apply(c, window("n1", spoolA, 1, "2026-11", row(key1, "orders", 2, 1, true))); err == nil {
+		t.Error("Apply with a canceled context succeeded")
+	}
+	if qs := sequences(t, s, 0); len(qs) != 0 {
+		t.Errorf("a canceled Apply left sequences: %v", qs)
+	}
+	if a := mustApply(t, s, window("n1", spoolA, 1, "2026-11", row(key1, "orders", 2, 1, true))); a.Duplicate {
+		t.Error("the window of a canceled Apply is a duplicate")
+	}
 }
