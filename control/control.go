@@ -116,6 +116,7 @@ func New(ctx context.Context, opts Options) (*Plane, error) {
 	mux.Handle(p.Admin.Handler())
 	mux.Handle(dist.Handler())
 	mux.Handle(dist.Publisher().Handler())
+	mux.Handle(dist.UsageRelay().Handler())
 	p.Handler = mux
 	return p, nil
 }

@@ -156,6 +156,12 @@ type node struct {
 	send        chan *distributionv1.StreamResponse // buffered 1; the newest push replaces an unsent one
 	probes      chan *distributionv1.StreamResponse // probes to send; a full channel refuses a probe
 	done        chan struct{}                       // closed when the stream ends
+
+	// clock is the answer to the node's last report (buffered 1: a newer
+	// one replaces one not sent), resends the usage re-sends the relay
+	// passes on (a full channel refuses one).
+	clock   chan *distributionv1.StreamResponse
+	resends chan *distributionv1.StreamResponse
 }
 
 // NodeStatus is what the control plane knows of a connected node.
@@ -180,6 +186,13 @@ type NodeStatus struct {
 	Identities []string
 	// Clusters are its endpoints' health as it last reported it.
 	Clusters []*distributionv1.ClusterHealth
+	// Usage is where its usage spool stands, as its hello or last report
+	// said; nil for a node that counts no usage.
+	Usage *distributionv1.UsageSpool
+	// ClockOffset is the node's clock offset as the control plane
+	// estimates it (see UsageRelay), measured at ClockAt (zero: not yet).
+	ClockOffset time.Duration
+	ClockAt     time.Time
 }
 
 // New returns a distribution server over st.
@@ -434,8 +447,10 @@ func (s *Server) Stream(ctx context.Context, stream *connect.BidiStream[distribu
 	}
 	n := &node{
 		NodeStatus: NodeStatus{ID: hello.GetNodeId(), Pool: hello.GetPool(), Region: hello.GetRegion(), Labels: hello.GetLabels(),
-			ConnectedAt: s.now(), SHA256: hello.GetSha256(), Clusters: hello.GetClusters()},
+			ConnectedAt: s.now(), SHA256: hello.GetSha256(), Clusters: hello.GetClusters(), Usage: hello.GetUsage()},
 		send:        make(chan *distributionv1.StreamResponse, 1),
+		clock:       make(chan *distributionv1.StreamResponse, 1),
+		resends:     make(chan *distributionv1.StreamResponse, maxResends),
 		probes:      make(chan *distributionv1.StreamResponse, 4),
 		probeRoutes: make(chan *distributionv1.StreamResponse, 1),
 		probing:     probingUnknown,
@@ -473,11 +488,24 @@ func (s *Server) Stream(ctx context.Context, stream *connect.BidiStream[distribu
 					sendErr <- err
 					return
 				}
+			case msg := <-n.clock:
+				if err := stream.Send(msg); err != nil {
+					sendErr <- err
+					return
+				}
+			case msg := <-n.resends:
+				if err := stream.Send(msg); err != nil {
+					sendErr <- err
+					return
+				}
 			}
 		}
 	}()
 	for {
 		req, err := stream.Receive()
+		// When the control plane read the message: a report's Clock
+		// answer says so.
+		at := s.now()
 		if err != nil {
 			close(n.done)
 			<-sendErr
@@ -495,7 +523,7 @@ func (s *Server) Stream(ctx context.Context, stream *connect.BidiStream[distribu
 			s.ack(n, ack)
 		}
 		if rep := req.GetReport(); rep != nil {
-			s.report(n, rep)
+			s.report(n, rep, at)
 		}
 		if res := req.GetProbeResult(); res != nil {
 			s.probeAnswered(n.ID, res)
@@ -581,7 +609,9 @@ func haltsLocked(t *target, n *node) bool {
 	return t.previous == nil || n.SHA256 == t.previous.sha256
 }
 
-func (s *Server) report(n *node, rep *distributionv1.Report) {
+// report records a node's report, read at at, and answers it with a
+// Clock when it says when it was sent.
+func (s *Server) report(n *node, rep *distributionv1.Report, at time.Time) {
 	routes, probed := countsOf(rep.GetRoutes()), countsOf(rep.GetProbes())
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -589,7 +619,11 @@ func (s *Server) report(n *node, rep *distributionv1.Report) {
 	if rep.GetClusters() != nil {
 		n.Clusters = rep.GetClusters()
 	}
-	n.ReportedAt = s.now()
+	n.Usage = rep.GetUsage()
+	n.ReportedAt = at
+	if rep.GetSentAt().IsValid() {
+		s.clockLocked(n, rep.GetSentAt(), at)
+	}
 	s.notifyLocked()
 }
 
