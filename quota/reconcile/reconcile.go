@@ -184,6 +184,9 @@ const (
 	maxRanges = 64
 	// pageSize is how many totals are read at once.
 	pageSize = 1000
+	// relayTimeout bounds one call to the relay, so that a control plane
+	// that does not answer cannot hold a run (and the Loop) forever.
+	relayTimeout = 30 * time.Second
 )
 
 // spool is one node spool as the store and the relay know it.
@@ -329,7 +332,9 @@ func (r *Reconciler) spools(ctx context.Context) (spools []*spool, relayErr, err
 	}
 	if r.opts.Relay != nil {
 		var nodes []*distributionv1.NodeSpool
-		nodes, relayErr = r.opts.Relay.Spools(ctx)
+		rctx, cancel := context.WithTimeout(ctx, relayTimeout)
+		nodes, relayErr = r.opts.Relay.Spools(rctx)
+		cancel()
 		for _, n := range nodes {
 			id := n.GetUsage().GetSpoolId()
 			if id == "" {
@@ -404,7 +409,9 @@ func (r *Reconciler) resend(ctx context.Context, s *spool) []*quotav1.Gap {
 		if s.node == nil {
 			continue
 		}
-		err := r.opts.Relay.Resend(ctx, s.nodeID, &distributionv1.ResendUsage{SpoolId: s.spoolID, FromSeq: g.from, ToSeq: g.to})
+		rctx, cancel := context.WithTimeout(ctx, relayTimeout)
+		err := r.opts.Relay.Resend(rctx, s.nodeID, &distributionv1.ResendUsage{SpoolId: s.spoolID, FromSeq: g.from, ToSeq: g.to})
+		cancel()
 		if err != nil {
 			r.log.WarnContext(ctx, "reconcile: could not ask for a re-send", "node", s.nodeID, "spool", s.spoolID, "from", g.from, "to", g.to, "err", err)
 			continue
