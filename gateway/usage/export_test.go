@@ -1,0 +1,31 @@
+package usage
+
+// CloseWindow closes the open window now, as Run does at a multiple of
+// Window.
+func (r *Recorder) CloseWindow() error { return r.rotate() }
+
+// Sync does what Run does every SyncInterval.
+func (r *Recorder) Sync() error { return r.sync() }
+
+// SetTestHook sets the function called at the crash points of closing a
+// window ("assigned", "appended", "spooled"). Only for tests that run
+// alone in a process (the crash children).
+func SetTestHook(f func(point string)) { testHook = f }
+
+// SetChunkLimit sets how many bytes of rows one spool record may take, and
+// returns a function that restores it. Not for parallel tests.
+func SetChunkLimit(n int) (restore func()) {
+	old := chunkLimit
+	chunkLimit = n
+	return func() { chunkLimit = old }
+}
+
+// Lanes is the recorder's lane count.
+func (r *Recorder) Lanes() int { return r.m.l.lanes }
+
+// MapFile is the window file's path.
+func (r *Recorder) MapFile() string { return r.m.path }
+
+// SetInFlightHook sets a function Record calls between its steps; call it
+// before any Record.
+func (r *Recorder) SetInFlightHook(f func()) { r.inFlightHook = f }

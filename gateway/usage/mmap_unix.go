@@ -1,0 +1,30 @@
+//go:build linux || darwin
+
+package usage
+
+import (
+	"os"
+	"syscall"
+	"unsafe"
+)
+
+// mapFile maps size bytes of f, shared: stores reach the file's pages in
+// the kernel's page cache, so they outlive the process.
+func mapFile(f *os.File, size int) ([]byte, error) {
+	return syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+}
+
+func unmap(b []byte) error { return syscall.Munmap(b) }
+
+// syncMapped writes b's dirty pages to the disk and waits for them; b must
+// start on a page boundary.
+func syncMapped(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	_, _, errno := syscall.Syscall(syscall.SYS_MSYNC, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), syscall.MS_SYNC)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
