@@ -1,0 +1,145 @@
+package consume
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/portico-gw/portico/internal/backoff"
+)
+
+// Consumer applies the usage topic's windows as a member of a consumer
+// group.
+//
+// Lifecycle: New joins nothing yet; Run fetches, applies and commits
+// until its ctx ends or Close is called; Close leaves the group (another
+// member, or the next Consumer of the group, goes on from the last
+// commit). Run is called at most once.
+type Consumer struct {
+	a *applier
+	r *kafka.Reader
+
+	mu     sync.Mutex
+	closed bool
+	stop   context.CancelFunc // Run's, once it runs
+}
+
+// New returns a Consumer of opts.Topic in opts.Group on opts.Brokers.
+func New(opts Options) (*Consumer, error) {
+	if len(opts.Brokers) == 0 {
+		return nil, errors.New("consume: no Kafka brokers")
+	}
+	a, err := newApplier(opts)
+	if err != nil {
+		return nil, err
+	}
+	log := a.log
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:  opts.Brokers,
+		Topic:    cmp.Or(opts.Topic, DefaultTopic),
+		GroupID:  cmp.Or(opts.Group, DefaultGroup),
+		MinBytes: 1,
+		MaxBytes: cmp.Or(opts.MaxBytes, 16<<20),
+		MaxWait:  cmp.Or(opts.MaxWait, 250*time.Millisecond),
+		// The group's first member reads each partition from its start:
+		// windows produced before the quota service ever ran count too.
+		StartOffset: kafka.FirstOffset,
+		// Synchronous commits: CommitMessages returns once the broker has
+		// the offset, so a commit is never ahead of an Apply.
+		CommitInterval:   0,
+		JoinGroupBackoff: time.Second,
+		ReadBackoffMin:   100 * time.Millisecond,
+		ReadBackoffMax:   time.Second,
+		Logger:           kafkaLogger(log, slog.LevelDebug),
+		ErrorLogger:      kafkaLogger(log, slog.LevelDebug),
+	})
+	return &Consumer{a: a, r: r}, nil
+}
+
+// kafkaLogger passes kafka-go's log lines to log. Its errors are logged
+// at debug: they repeat while a broker is away, and the consumer says so
+// itself (a fetch that fails, a commit that fails).
+func kafkaLogger(log *slog.Logger, level slog.Level) kafka.LoggerFunc {
+	return func(msg string, args ...any) {
+		log.Log(context.Background(), level, "kafka: "+fmt.Sprintf(msg, args...))
+	}
+}
+
+// Run consumes until ctx ends or the Consumer is closed, and returns nil
+// then. A message is committed only after the store took it (or it was
+// skipped as invalid), so stopping at any point loses nothing: what was
+// not committed is delivered again.
+func (c *Consumer) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.stop = cancel
+	c.mu.Unlock()
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	for {
+		m, err := c.r.FetchMessage(ctx)
+		switch {
+		case ctx.Err() != nil || errors.Is(err, io.EOF):
+			return nil
+		case err != nil:
+			wait := retry.Next()
+			c.a.log.WarnContext(ctx, "consume: fetching from the usage topic failed; retrying", "err", err, "within", wait)
+			if !sleep(ctx, wait) {
+				return nil
+			}
+			continue
+		}
+		retry.Reset()
+		where := []any{"partition", m.Partition, "offset", m.Offset}
+		if err := c.a.apply(ctx, m.Value, where); err != nil {
+			return nil // ctx ended: the message is delivered again
+		}
+		if err := c.r.CommitMessages(ctx, m); err != nil {
+			if ctx.Err() != nil || errors.Is(err, io.ErrClosedPipe) {
+				return nil
+			}
+			// A later commit of the partition covers this one; if none
+			// comes (a rebalance took the partition away), the message is
+			// delivered again and the store absorbs it.
+			c.a.log.WarnContext(ctx, "consume: committing an offset failed", append(where, "err", err)...)
+		}
+	}
+}
+
+// Close stops Run (a window being applied is given up, uncommitted) and
+// leaves the group.
+func (c *Consumer) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	if c.stop != nil {
+		c.stop()
+	}
+	c.mu.Unlock()
+	return c.r.Close()
+}
+
+// Stats returns what the Consumer did so far.
+func (c *Consumer) Stats() Stats { return c.a.stats() }
+
+// sleep waits d, or until ctx ends (false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
