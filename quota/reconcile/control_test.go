@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -142,6 +143,13 @@ func TestControlRelay(t *testing.T) {
 		t.Errorf("k1 counted %d after the re-sends, want 10", got.Counted)
 	}
 
+	// The relay's refusals, as the reconciler sees them.
+	if err := relay.Resend(ctx, "n9", &distributionv1.ResendUsage{SpoolId: n1.spool, FromSeq: 1, ToSeq: 1}); !errors.Is(err, reconcile.ErrNotConnected) {
+		t.Errorf("Resend to a node not connected: %v", err)
+	}
+	if err := relay.Resend(ctx, "n1", &distributionv1.ResendUsage{SpoolId: "00000000000000ff", FromSeq: 1, ToSeq: 1}); !errors.Is(err, reconcile.ErrOtherSpool) {
+		t.Errorf("Resend of another spool: %v", err)
+	}
 	if _, err := reconcile.NewRelay(cp.h2c, cp.url, "not-the-token").Spools(ctx); connect.CodeOf(err) != connect.CodeUnauthenticated {
 		t.Errorf("Spools with a wrong token: %v", err)
 	}
