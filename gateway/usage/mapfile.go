@@ -66,6 +66,7 @@ const (
 	hhClockOffset  = 72
 	hhMetaUsed     = 80
 	hhAlive        = 88
+	hhChunkLimit   = 96 // the chunkLimit the window was split by
 )
 
 // Half states.

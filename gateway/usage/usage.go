@@ -316,6 +316,12 @@ func (r *Recorder) recover(renumber bool) {
 			h.reset()
 			continue
 		}
+		if h.state() == stateOpen {
+			if c := h.read(); len(c.rows) == 0 && c.counted == 0 {
+				h.reset() // nothing counted: no window to spool
+				continue
+			}
+		}
 		if h.u64(hhEnd).Load() == 0 {
 			end := h.alive()
 			if end.Before(h.start()) {

@@ -91,9 +91,12 @@ func (h *half) read() content {
 }
 
 // windows builds the window(s) of h from c: one, unless its rows and
-// histograms take more than chunkLimit. The seqs are left for the caller.
+// histograms take more than the half's chunk limit. The split depends
+// only on what is in the file, so a window partly appended before a crash
+// is split the same way again. The seqs are left for the caller.
 func (r *Recorder) windows(h *half, c content) []*quotav1.UsageWindow {
 	period := cstring(h.hdr[hhPeriod : hhPeriod+8])
+	limit := int(h.u64(hhChunkLimit).Load())
 	baseC, baseB := h.u64(hhBaseCounted).Load(), h.u64(hhBaseBillable).Load()
 	mk := func() *quotav1.UsageWindow {
 		return &quotav1.UsageWindow{
@@ -107,7 +110,7 @@ func (r *Recorder) windows(h *half, c content) []*quotav1.UsageWindow {
 	size := 0
 	next := func(n int) *quotav1.UsageWindow {
 		w := ws[len(ws)-1]
-		if size+n > chunkLimit && (len(w.Rows) > 0 || len(w.Latencies) > 0) {
+		if size+n > limit && (len(w.Rows) > 0 || len(w.Latencies) > 0) {
 			w = mk()
 			ws = append(ws, w)
 			size = 0
@@ -159,6 +162,7 @@ func (r *Recorder) spoolHalf(h *half, renumber bool) error {
 		putCString(h.hdr[hhPeriod:hhPeriod+8], period)
 		h.u64(hhBaseCounted).Store(bc)
 		h.u64(hhBaseBillable).Store(bb)
+		h.u64(hhChunkLimit).Store(uint64(chunkLimit))
 	}
 	c := h.read()
 	ws := r.windows(h, c)
