@@ -75,10 +75,10 @@ func isPure(path string) bool {
 // data plane may import: the rest is the services' plumbing.
 var gatewayInternal = []string{"internal/svcauth", "internal/backoff"}
 
-// planned are the paths the rules name before they exist: the quota
-// service. TestRulesNameRealPaths fails once one exists, so that it moves
-// to the checked paths.
-var planned = []string{"quota"}
+// planned are the paths the rules name before they exist.
+// TestRulesNameRealPaths fails once one exists, so that it moves to the
+// checked paths.
+var planned []string
 
 // TestRulesNameRealPaths: every path a rule names is a package of the
 // module, or a directory of packages; a rule about a path that was
@@ -89,7 +89,7 @@ func TestRulesNameRealPaths(t *testing.T) {
 	exists := func(dir string) bool {
 		return slices.ContainsFunc(pkgs, func(p pkg) bool { return under(p.ImportPath, dir) })
 	}
-	named := append([]string{"gen", "gateway", "control", "keysvc", "internal", "testing", "cmd"}, pure...)
+	named := append([]string{"gen", "gateway", "control", "keysvc", "quota", "quota/consume", "internal", "testing", "cmd"}, pure...)
 	named = append(named, gatewayInternal...)
 	for _, dir := range named {
 		if !exists(dir) {
@@ -143,6 +143,30 @@ func TestImportDirection(t *testing.T) {
 			for _, imp := range p.Imports {
 				if slices.Contains(ioPackages, imp) {
 					t.Errorf("%s imports %s: pure packages do no I/O", p.ImportPath, imp)
+				}
+			}
+		}
+	}
+}
+
+// kafkaLeaves are the one package of each top-level directory that may
+// import the Kafka client: it wraps it, and the rest sees a small
+// interface (STYLE.md, "Each heavy dependency").
+var kafkaLeaves = map[string]string{"quota": "quota/consume"}
+
+// TestKafkaOneLeaf: under each directory of kafkaLeaves, only its leaf
+// imports kafka-go.
+func TestKafkaOneLeaf(t *testing.T) {
+	t.Parallel()
+	const kafka = "github.com/segmentio/kafka-go"
+	for _, p := range listPackages(t) {
+		for dir, leaf := range kafkaLeaves {
+			if !under(p.ImportPath, dir) || p.ImportPath == module+"/"+leaf {
+				continue
+			}
+			for _, imp := range p.Imports {
+				if imp == kafka || strings.HasPrefix(imp, kafka+"/") {
+					t.Errorf("%s imports %s: under %s/ only %s does", p.ImportPath, imp, dir, leaf)
 				}
 			}
 		}
