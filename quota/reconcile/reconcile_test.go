@@ -390,3 +390,51 @@ func TestManyGaps(t *testing.T) {
 		t.Errorf("k2 counted %d after the re-send, want 141", got.Counted)
 	}
 }
+
+// TestRunWhileApplying: windows arriving while the reconciler reads never
+// make it write a correction (it reads the totals before and after the
+// recount and leaves a total that moved to the next run).
+func TestRunWhileApplying(t *testing.T) {
+	t.Parallel()
+	eachStore(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		n1 := newNode(st, "n1")
+		t0 := at("2026-11-10T10:00:00Z")
+		const windows = 150
+		done := make(chan error, 1)
+		go func() {
+			for i := range windows {
+				w := n1.window(t0.Add(time.Duration(i)*10*time.Second),
+					row(k1, "payments", 2, 2, 1), row(k2, "payments", 2, 1, 1), row(k3, "search", 5, 1, 0))
+				if _, err := st.Apply(ctx, w); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		r := reconcile.New(reconcile.Options{Logger: quiet, Store: st, Now: testclock.New(t0.Add(time.Hour)).Now})
+		runs := 0
+		for finished := false; !finished; runs++ {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+				finished = true
+			default:
+			}
+			rep, err := r.Run(ctx, nov, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.GetCorrections()) != 0 {
+				t.Fatalf("run %d corrected %v", runs, rep.GetCorrections())
+			}
+		}
+		if got := total(t, st, k1, "payments", nov); got.Counted != 2*windows || got.Billable != windows {
+			t.Errorf("k1's total = %+v", got)
+		}
+		t.Logf("%d runs while %d windows arrived", runs, windows)
+	})
+}
