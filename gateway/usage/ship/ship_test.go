@@ -15,10 +15,10 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
-	quotav1 "github.com/portico-gw/portico/gen/portico/quota/v1"
 	"github.com/portico-gw/portico/gateway/usage/ship"
 	"github.com/portico-gw/portico/gateway/usage/spool"
+	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
+	quotav1 "github.com/portico-gw/portico/gen/portico/quota/v1"
 	"github.com/portico-gw/portico/testing/logbuf"
 )
 
