@@ -12,12 +12,11 @@ func (r *Recorder) Sync() error { return r.sync() }
 // alone in a process (the crash children).
 func SetTestHook(f func(point string)) { testHook = f }
 
-// SetChunkLimit sets how many bytes of rows one spool record may take, and
-// returns a function that restores it. Not for parallel tests.
+// SetChunkLimit sets how many bytes of rows one spool record may take, for
+// every recorder of the process, and returns a function that restores it.
 func SetChunkLimit(n int) (restore func()) {
-	old := chunkLimit
-	chunkLimit = n
-	return func() { chunkLimit = old }
+	old := chunkLimit.Swap(int64(n))
+	return func() { chunkLimit.Store(old) }
 }
 
 // Lanes is the recorder's lane count.

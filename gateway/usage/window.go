@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -30,7 +31,9 @@ func hook(point string) {
 // chunkLimit is the most a window's rows and histograms may take in one
 // spool record; a window with more is spooled as several records with
 // consecutive seqs, each a window of its own over the same time.
-var chunkLimit = spool.MaxPayload - 64<<10
+var chunkLimit atomic.Int64
+
+func init() { chunkLimit.Store(spool.MaxPayload - 64<<10) }
 
 func periodOf(t time.Time) string { return t.UTC().Format("2006-01") }
 
@@ -162,7 +165,7 @@ func (r *Recorder) spoolHalf(h *half, renumber bool) error {
 		putCString(h.hdr[hhPeriod:hhPeriod+8], period)
 		h.u64(hhBaseCounted).Store(bc)
 		h.u64(hhBaseBillable).Store(bb)
-		h.u64(hhChunkLimit).Store(uint64(chunkLimit))
+		h.u64(hhChunkLimit).Store(uint64(chunkLimit.Load()))
 	}
 	c := h.read()
 	ws := r.windows(h, c)
