@@ -152,7 +152,7 @@ func TestImportDirection(t *testing.T) {
 // kafkaLeaves are the one package of each top-level directory that may
 // import the Kafka client: it wraps it, and the rest sees a small
 // interface (STYLE.md, "Each heavy dependency").
-var kafkaLeaves = map[string]string{"quota": "quota/consume"}
+var kafkaLeaves = map[string]string{"gateway": "gateway/usage/kafka", "quota": "quota/consume"}
 
 // TestKafkaOneLeaf: under each directory of kafkaLeaves, only its leaf
 // imports kafka-go.
