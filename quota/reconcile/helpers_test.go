@@ -174,6 +174,8 @@ type fakeRelay struct {
 	extra []*distributionv1.NodeSpool // reported as they are
 	err   error
 	calls []string
+	// record: Resend records the call and ships nothing.
+	record bool
 }
 
 func newRelay(nodes ...*node) *fakeRelay {
@@ -200,13 +202,15 @@ func (f *fakeRelay) Spools(context.Context) ([]*distributionv1.NodeSpool, error)
 func (f *fakeRelay) Resend(_ context.Context, id string, r *distributionv1.ResendUsage) error {
 	f.mu.Lock()
 	f.calls = append(f.calls, fmt.Sprintf("%s/%s %d-%d", id, r.GetSpoolId(), r.GetFromSeq(), r.GetToSeq()))
-	n := f.nodes[id]
+	n, record := f.nodes[id], f.record
 	f.mu.Unlock()
 	switch {
 	case n == nil:
 		return fmt.Errorf("%w: %s", reconcile.ErrNotConnected, id)
 	case n.spool != r.GetSpoolId():
 		return fmt.Errorf("%w: %s", reconcile.ErrOtherSpool, id)
+	case record:
+		return nil
 	}
 	return n.resend(r.GetFromSeq(), r.GetToSeq())
 }
