@@ -22,10 +22,14 @@ type half struct {
 
 	// inflight counts, per lane, the Record calls counting into the half
 	// now; the closer waits for it to reach zero after switching epochs.
+	// The padding keeps its cache lines apart from the fields above, which
+	// every call reads.
+	_        [64]byte
 	inflight [maxLanes]struct {
 		n atomic.Int64
 		_ [56]byte
 	}
+	_ [64]byte
 
 	// mu guards describing new series (and what follows).
 	mu       sync.Mutex

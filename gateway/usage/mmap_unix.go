@@ -11,7 +11,14 @@ import (
 // mapFile maps size bytes of f, shared: stores reach the file's pages in
 // the kernel's page cache, so they outlive the process.
 func mapFile(f *os.File, size int) ([]byte, error) {
-	return syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	b, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, err
+	}
+	// Slots are touched here and there, never in sequence: reading ahead
+	// around each would only fill memory with pages no window uses.
+	syscall.Madvise(b, syscall.MADV_RANDOM)
+	return b, nil
 }
 
 func unmap(b []byte) error { return syscall.Munmap(b) }

@@ -106,7 +106,9 @@ type series struct {
 }
 
 type latSeries struct {
-	key   rowKey // a latKey
+	hash  uint64
+	next  *latSeries // another with the same hash
+	key   rowKey     // a latKey
 	place place
 }
 
@@ -122,13 +124,13 @@ type registry struct {
 
 	mu     sync.Mutex
 	dirty  map[uint64]*series
-	lats   map[rowKey]*latSeries
+	lats   map[uint64]*latSeries // by the hash of their key
 	misses int
 	size   int // series in read and dirty
 }
 
 func newRegistry() *registry {
-	g := &registry{seed: maphash.MakeSeed(), dirty: map[uint64]*series{}, lats: map[rowKey]*latSeries{}}
+	g := &registry{seed: maphash.MakeSeed(), dirty: map[uint64]*series{}, lats: map[uint64]*latSeries{}}
 	g.read.Store(&map[uint64]*series{})
 	return g
 }
@@ -171,10 +173,14 @@ func (g *registry) getSlow(h uint64, k *rowKey) *series {
 		class: k.class,
 	}
 	lk := key.latKey()
-	ls := g.lats[lk]
+	lh := lk.hash(g.seed)
+	ls := g.lats[lh]
+	for ls != nil && ls.key != lk {
+		ls = ls.next
+	}
 	if ls == nil {
-		ls = &latSeries{key: lk}
-		g.lats[lk] = ls
+		ls = &latSeries{hash: lh, next: g.lats[lh], key: lk}
+		g.lats[lh] = ls
 	}
 	s := &series{hash: h, next: head, key: key, lat: ls}
 	g.dirty[h] = s
@@ -238,7 +244,7 @@ func (g *registry) retain(live func(*series) bool) int {
 		return 0
 	}
 	m := make(map[uint64]*series, len(read))
-	lats := make(map[rowKey]*latSeries, len(g.lats))
+	used := make(map[*latSeries]bool, len(g.lats))
 	for h, head := range read {
 		keep := false
 		for s := head; s != nil; s = s.next {
@@ -247,12 +253,22 @@ func (g *registry) retain(live func(*series) bool) int {
 		if keep {
 			m[h] = head
 			for s := head; s != nil; s = s.next {
-				lats[s.lat.key] = s.lat
+				used[s.lat] = true
 			}
 		}
 	}
 	g.read.Store(&m)
-	g.lats = lats
+	// Keep a chain of histograms whole if any of it is used: its links
+	// are not changed once made.
+	for h, head := range g.lats {
+		keep := false
+		for ls := head; ls != nil; ls = ls.next {
+			keep = keep || used[ls]
+		}
+		if !keep {
+			delete(g.lats, h)
+		}
+	}
 	g.size -= dead
 	return dead
 }
