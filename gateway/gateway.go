@@ -114,6 +114,9 @@ type Options struct {
 	// KeySnapshot, if set, makes Run poll the key service's signed key
 	// snapshot into the fast lane.
 	KeySnapshot *KeySnapshotOptions
+	// Usage, if set, makes the node count its calls for quotas and
+	// billing, spool the windows and ship them.
+	Usage *UsageOptions
 }
 
 // The defaults of Options, which `portico gateway`'s flags show.
@@ -163,6 +166,8 @@ type Node struct {
 	ownRedis redis.UniversalClient
 	// src are the config and credential sources Run runs.
 	src *sources
+	// usage counts the node's calls; nil without Options.Usage.
+	usage *nodeUsage
 
 	state atomic.Pointer[state]
 	// applyMu serialises the changes of state: Apply, and the fast lane's
@@ -266,6 +271,21 @@ func New(opts Options) (*Node, error) {
 	}
 	empty.creds = n.creds.View()
 	n.state.Store(empty)
+	if opts.Usage != nil {
+		id, err := nodeID(opts)
+		if err != nil {
+			n.Close()
+			return nil, err
+		}
+		var region string
+		if opts.Control != nil {
+			region = opts.Control.Region
+		}
+		if n.usage, err = n.openUsage(opts.Usage, id, region); err != nil {
+			n.Close()
+			return nil, err
+		}
+	}
 	if n.src, err = n.newSources(opts); err != nil {
 		n.Close()
 		return nil, err
@@ -375,6 +395,9 @@ func (n *Node) Run(ctx context.Context) error {
 	if err := n.src.boot(n); err != nil {
 		n.Close()
 		return err
+	}
+	if n.usage != nil {
+		n.usage.start()
 	}
 	errc := make(chan error, len(n.servers)+1)
 	for i, srv := range n.servers {
@@ -520,6 +543,11 @@ func (n *Node) Close() {
 		}
 		if n.ownRedis != nil {
 			_ = n.ownRedis.Close()
+		}
+		// Last: every request has finished, and the open window is
+		// spooled with all of them.
+		if n.usage != nil {
+			n.usage.close()
 		}
 	})
 }

@@ -246,6 +246,11 @@ func (n *Node) finish(x *exchange.Record) {
 			s.Refused(time.Since(x.Start))
 		}
 	}
+	if u := n.usage; u != nil {
+		// Counted for quotas and billing; the recorder leaves out
+		// x.Synthetic itself.
+		u.rec.Record(x)
+	}
 	if f := n.onFinish.Load(); f != nil {
 		(*f)(x)
 	}

@@ -95,24 +95,26 @@ func (n *Node) newSources(opts Options) (*sources, error) {
 		if c.URL == "" {
 			return nil, errors.New("gateway: Control needs the control plane's URL")
 		}
-		id := c.NodeID
-		if id == "" {
-			host, err := os.Hostname()
-			if err != nil {
-				return nil, fmt.Errorf("gateway: a node id (-node-id) is needed to follow a control plane: %w", err)
-			}
-			id = host
+		id, err := nodeID(opts)
+		if err != nil {
+			return nil, err
 		}
 		pool := opts.Listeners[0].Pool
 		if pool == "" {
 			pool = "public"
 		}
 		s.cache = c.CacheFile
-		s.control = distribution.New(distribution.Options{
+		do := distribution.Options{
 			URL: c.URL, Token: c.Token,
 			NodeID: id, Pool: pool, Region: c.Region, Labels: c.Labels, CacheFile: c.CacheFile,
 			Apply: n.Apply, Logger: n.log, Stats: n.RouteStats, Lane: n.lane, Node: n,
-		})
+		}
+		if n.usage != nil {
+			// Set only with usage: a nil *nodeUsage is not a nil
+			// interface.
+			do.Usage = n.usage
+		}
+		s.control = distribution.New(do)
 	}
 	if k := opts.KeySnapshot; k != nil {
 		client := &http.Client{Timeout: 60 * time.Second}
@@ -131,6 +133,19 @@ func (n *Node) newSources(opts Options) (*sources, error) {
 		s.poller = p
 	}
 	return s, nil
+}
+
+// nodeID is the node's id, to the control plane and in its usage
+// windows: ControlOptions.NodeID, or the host name.
+func nodeID(opts Options) (string, error) {
+	if c := opts.Control; c != nil && c.NodeID != "" {
+		return c.NodeID, nil
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("gateway: a node id (-node-id) is needed: %w", err)
+	}
+	return host, nil
 }
 
 // boot runs what the sources hold before the node serves: the config
