@@ -1,8 +1,10 @@
 package usage
 
+import "time"
+
 // CloseWindow closes the open window now, as Run does at a multiple of
 // Window.
-func (r *Recorder) CloseWindow() error { return r.rotate() }
+func (r *Recorder) CloseWindow() error { return r.rotate(time.Time{}) }
 
 // Sync does what Run does every SyncInterval.
 func (r *Recorder) Sync() error { return r.sync() }

@@ -219,9 +219,11 @@ func drain(h *half) {
 
 // rotate closes the open window and opens the next, unless an earlier
 // closed window still waits for the spool: then it tries that one again,
-// and on failure the open window goes on counting (it spans longer). It
+// and on failure the open window goes on counting (it spans longer). The
+// windows meet at the instant at, the multiple of Window Run waited for,
+// if it is not in the future and less than a Window ago; else now. It
 // holds closeMu.
-func (r *Recorder) rotate() error {
+func (r *Recorder) rotate(at time.Time) error {
 	r.closeMu.Lock()
 	defer r.closeMu.Unlock()
 	if r.closed {
@@ -237,6 +239,9 @@ func (r *Recorder) rotate() error {
 		r.notify()
 	}
 	now := r.clock()
+	if !at.After(now) && now.Sub(at) < r.opts.Window && at.After(cur.start()) {
+		now = at
+	}
 	next.open(e+1, now, r.ClockOffset())
 	cur.setEnd(now)
 	r.epoch.Store(e + 1)
@@ -294,15 +299,12 @@ func (r *Recorder) notify() {
 	}
 }
 
-// untilNext is how long until the next multiple of Window on the
-// corrected clock.
-func (r *Recorder) untilNext() time.Duration {
+// nextBoundary is the next multiple of Window on the corrected clock, and
+// how long until it.
+func (r *Recorder) nextBoundary() (time.Time, time.Duration) {
 	now := r.clock()
-	d := now.Truncate(r.opts.Window).Add(r.opts.Window).Sub(now)
-	if d <= 0 || d > r.opts.Window {
-		d = r.opts.Window
-	}
-	return d
+	at := now.Truncate(r.opts.Window).Add(r.opts.Window)
+	return at, at.Sub(now)
 }
 
 // Run closes a window at every multiple of Options.Window on the corrected
@@ -313,27 +315,30 @@ func (r *Recorder) untilNext() time.Duration {
 func (r *Recorder) Run(ctx context.Context) error {
 	sync := time.NewTicker(r.opts.SyncInterval)
 	defer sync.Stop()
-	t := time.NewTimer(r.untilNext())
+	at, d := r.nextBoundary()
+	t := time.NewTimer(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-sync.C:
-			if r.sync() != nil {
+			if errors.Is(r.sync(), ErrClosed) {
 				return nil
 			}
 		case <-t.C:
-			if err := r.rotate(); errors.Is(err, ErrClosed) {
+			if err := r.rotate(at); errors.Is(err, ErrClosed) {
 				return nil
 			}
-			t.Reset(r.untilNext())
+			at, d = r.nextBoundary()
+			t.Reset(d)
 		}
 	}
 }
 
 // sync writes the window file to disk (unless NoSync) and notes in the
-// open window when the process was last alive; ErrClosed after Close.
+// open window when the process was last alive; ErrClosed after Close. A
+// failure is logged once until it changes.
 func (r *Recorder) sync() error {
 	r.closeMu.Lock()
 	defer r.closeMu.Unlock()
@@ -344,9 +349,10 @@ func (r *Recorder) sync() error {
 	if r.opts.NoSync {
 		return nil
 	}
-	if err := syncMapped(r.m.b); err != nil && r.failing != err.Error() {
+	err := syncMapped(r.m.b)
+	if err != nil && r.failing != err.Error() {
 		r.failing = err.Error()
 		r.log.Error("usage: sync window file", "err", err)
 	}
-	return nil
+	return err
 }
