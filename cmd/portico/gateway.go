@@ -14,6 +14,7 @@ import (
 
 	"github.com/portico-gw/portico/gateway"
 	"github.com/portico-gw/portico/gateway/upstream"
+	usagekafka "github.com/portico-gw/portico/gateway/usage/kafka"
 )
 
 // runGateway is `portico gateway`: its flags become gateway.Options.
@@ -46,7 +47,12 @@ func runGateway(ctx context.Context, args []string) error {
 		keysPoll   = fs.Duration("keys-poll-interval", gateway.DefaultKeySnapshotInterval, "with -keys-snapshot: time between polls")
 		keysCache  = fs.String("keys-snapshot-cache", "portico-keys.binpb", "with -keys-snapshot: the last signed key snapshot applied, applied again at start (verified) when nothing answers")
 		keysPubs   stringsFlag
-		nodeID     = fs.String("node-id", "", "this node's id in the rate limit sync (default: hostname and process id) and, stable across restarts, to the control plane (default: hostname)")
+		nodeID     = fs.String("node-id", "", "this node's id in the rate limit sync (default: hostname and process id) and, stable across restarts, to the control plane and in its usage windows (default: hostname)")
+		usageDir   = fs.String("usage-dir", "", "directory of the usage windows and their spool, on local disk, one node each (empty: the node counts no usage)")
+		usageKafka = fs.String("usage-kafka", "", "with -usage-dir: Kafka brokers (comma-separated host:port) to ship the usage windows to (empty: they wait in the spool)")
+		usageTopic = fs.String("usage-topic", usagekafka.DefaultTopic, "with -usage-kafka: the usage topic")
+		usageBytes = fs.Int64("usage-spool-bytes", 1<<30, "with -usage-dir: bound on the spool's size; when full the node keeps counting and windows wait")
+		usageWin   = fs.Duration("usage-window", 10*time.Second, "with -usage-dir: length of a usage window")
 	)
 	fs.Var(&plain, "listen", "pool=addr to serve cleartext HTTP/1.1 and h2c on (repeatable; default public=:8080)")
 	fs.Var(&secure, "tls-listen", "pool=addr to serve HTTP/2 and HTTP/1.1 over TLS on (repeatable)")
@@ -60,6 +66,9 @@ func runGateway(ctx context.Context, args []string) error {
 	}
 	if (*configPath == "") == (*controlURL == "") {
 		return fmt.Errorf("gateway: one of -config and -control is required")
+	}
+	if *usageKafka != "" && *usageDir == "" {
+		return fmt.Errorf("gateway: -usage-kafka ships the windows of -usage-dir, which is required with it")
 	}
 	log, err := newLogger(*logLevel)
 	if err != nil {
@@ -124,6 +133,18 @@ func runGateway(ctx context.Context, args []string) error {
 		}
 	} else {
 		opts.ConfigFile = &gateway.ConfigFileOptions{Path: *configPath, Reload: reload}
+	}
+	if *usageDir != "" {
+		opts.Usage = &gateway.UsageOptions{Dir: *usageDir, NodeID: *nodeID, Window: *usageWin, SpoolBytes: *usageBytes}
+		if *usageKafka != "" {
+			sender, err := usagekafka.New(usagekafka.Options{Brokers: strings.Split(*usageKafka, ","), Topic: *usageTopic, Logger: log})
+			if err != nil {
+				return fmt.Errorf("gateway: -usage-kafka: %w", err)
+			}
+			// After the node: its shipper has stopped by then.
+			defer sender.Close()
+			opts.Usage.Sender = sender
+		}
 	}
 	runs, err := processRuns(*headroom, *debugAddr, log)
 	if err != nil {
