@@ -272,10 +272,12 @@ func New(opts Options) (*Node, error) {
 	empty.creds = n.creds.View()
 	n.state.Store(empty)
 	if opts.Usage != nil {
-		id, err := nodeID(opts)
-		if err != nil {
-			n.Close()
-			return nil, err
+		id := opts.Usage.NodeID
+		if id == "" {
+			if id, err = nodeID(opts); err != nil {
+				n.Close()
+				return nil, err
+			}
 		}
 		var region string
 		if opts.Control != nil {

@@ -14,10 +14,12 @@ import (
 // UsageOptions make a node count its calls for quotas and billing
 // (gateway/usage): every finished request, in windows kept in a
 // memory-mapped file under Dir, each closed window spooled in Dir and
-// shipped through Sender. The node's id is the control plane's
-// (ControlOptions.NodeID, or the host name), its region
-// ControlOptions.Region.
+// shipped through Sender. The node's region is ControlOptions.Region.
 type UsageOptions struct {
+	// NodeID names the node in its windows, stably across restarts;
+	// empty means the control plane's (ControlOptions.NodeID), or the
+	// host name.
+	NodeID string
 	// Dir is the usage directory: the window file, the spool and its id.
 	// Required; one node at a time (it is locked).
 	Dir string
