@@ -65,7 +65,8 @@ func TestSpoolFull(t *testing.T) {
 	}
 
 	// Full again at Close: the window stays in the file, and the next Open
-	// (with room) spools it.
+	// (with room, and another MaxSeries, so a window file of another
+	// layout) spools it.
 	for i := 0; i < 50 && !r.Stats().SpoolFull; i++ {
 		record(1)
 		r.CloseWindow()
@@ -75,7 +76,7 @@ func TestSpoolFull(t *testing.T) {
 	if err := r.Close(); err != nil {
 		t.Errorf("Close() = %v with the spool full, want nil", err)
 	}
-	r2 := open(t, dir, usage.Options{SpoolBytes: 1 << 20})
+	r2 := open(t, dir, usage.Options{SpoolBytes: 1 << 20, MaxSeries: 100})
 	rest := windows(t, r2.Spool())
 	var after []int
 	for _, w := range rest {
@@ -89,6 +90,37 @@ func TestSpoolFull(t *testing.T) {
 	}
 	if s := r2.Stats(); s.Recovered != 2 {
 		t.Errorf("reopened Stats().Recovered = %d, want 2", s.Recovered)
+	}
+	for range 7 {
+		r2.Record(c.record(t0))
+	}
+	if err := r2.CloseWindow(); err != nil {
+		t.Fatal(err)
+	}
+	ws2 := windows(t, r2.Spool())
+	if got := ws2[len(ws2)-1].GetPeriodCounted(); got != uint64(calls+7) {
+		t.Errorf("period counter %d in the new window file, want %d", got, calls+7)
+	}
+}
+
+// TestBadWindowFile opens a directory whose window file is not one: it is
+// set aside, and counting starts afresh.
+func TestBadWindowFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "window.map"), []byte("not a window file"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := open(t, dir, usage.Options{})
+	r.Record(call{key: "k", status: 200}.record(t0))
+	if err := r.CloseWindow(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := counted(windows(t, r.Spool())...); got != 1 {
+		t.Errorf("windows count %d calls, want 1", got)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "window.map.bad")); err != nil || string(b) != "not a window file" {
+		t.Errorf("window.map.bad holds %q, %v; want the old file", b, err)
 	}
 }
 

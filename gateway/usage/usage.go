@@ -296,7 +296,7 @@ func (r *Recorder) setMapping(m *mapping) {
 	r.m = m
 	r.halves = [2]*half{newHalf(m, 0), newHalf(m, 1)}
 	r.laneMask = uintptr(m.l.lanes - 1)
-	r.maxSeries = min(r.maxSeries, m.l.capacity-catchAllRows)
+	r.maxSeries = min(r.opts.MaxSeries, m.l.capacity-catchAllRows)
 }
 
 // recover spools, in epoch order, the halves a previous process left
@@ -458,8 +458,9 @@ type Stats struct {
 	SpoolFull      bool
 	SpoolFullTotal uint64
 	// Series is how many rows the recorder knows (active in the last two
-	// windows); Folded counts the calls of rows that found no room of
-	// their own in a window and were folded into an overflow row.
+	// windows); Folded counts, over the windows spooled, the rows that
+	// found no room of their own in their window and were folded into an
+	// overflow row.
 	Series int
 	Folded uint64
 	// Late counts Record calls after Close, which were not counted.

@@ -2,6 +2,7 @@ package usage_test
 
 import (
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -46,6 +47,9 @@ func open(t testing.TB, dir string, opts usage.Options) *usage.Recorder {
 		opts.NodeID = "node-1"
 	}
 	opts.NoSync = true
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
 	if opts.MaxSeries == 0 {
 		opts.MaxSeries = 1 << 12
 	}
