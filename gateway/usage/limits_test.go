@@ -239,3 +239,32 @@ func TestReopen(t *testing.T) {
 }
 
 func removeAll(path string) error { return os.RemoveAll(path) }
+
+// TestIdleSeriesForgotten: a row used in neither of the last two windows
+// is dropped from the recorder's memory, and counted again when it comes
+// back.
+func TestIdleSeriesForgotten(t *testing.T) {
+	t.Parallel()
+	r := open(t, t.TempDir(), usage.Options{})
+	a, b := call{key: "a", status: 200}, call{key: "b", status: 200}
+	r.Record(a.record(t0))
+	r.Record(b.record(t0))
+	if err := r.CloseWindow(); err != nil {
+		t.Fatal(err)
+	}
+	r.Record(a.record(t0))
+	if err := r.CloseWindow(); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Stats().Series; got != 1 {
+		t.Errorf("Stats().Series = %d after b was idle for a window, want 1", got)
+	}
+	r.Record(b.record(t0))
+	if err := r.CloseWindow(); err != nil {
+		t.Fatal(err)
+	}
+	ws := windows(t, r.Spool())
+	if got := rows(ws...); got["b///   2xx"][0] != 2 || got["a///   2xx"][0] != 2 {
+		t.Errorf("rows = %v, want a and b counted twice", got)
+	}
+}
