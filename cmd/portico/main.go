@@ -23,6 +23,7 @@ roles:
   gateway   a gateway node serving a snapshot from -config FILE or from -control URL
   control   the control plane: the admin API, the nodes' snapshot streams and the fast lane
   keys      the key service: issues, rotates and revokes API keys and token deny entries
+  quota     the quota service: consumes the usage topic into totals, reconciles, bills
 
 Run "portico <role> -h" for the role's flags, "portico --version" for
 the build.
@@ -46,6 +47,8 @@ func main() {
 		err = runControl(ctx, args)
 	case "keys":
 		err = runKeys(ctx, args)
+	case "quota":
+		err = runQuota(ctx, args)
 	case "-h", "-help", "--help", "help":
 		fmt.Print(usage)
 		return
