@@ -85,6 +85,13 @@ type Sender interface {
 	Send(ctx context.Context, msgs []Message) error
 }
 
+// SenderFunc is a Sender of a function: an in-process delivery (portico
+// dev) or a test's.
+type SenderFunc func(ctx context.Context, msgs []Message) error
+
+// Send calls f.
+func (f SenderFunc) Send(ctx context.Context, msgs []Message) error { return f(ctx, msgs) }
+
 // Defaults of Options.
 const (
 	DefaultMaxMessageBytes = 900 << 10

@@ -434,3 +434,23 @@ func TestNewRequires(t *testing.T) {
 		}
 	}
 }
+
+func TestSenderFunc(t *testing.T) {
+	t.Parallel()
+	sp := openSpool(t)
+	appendWindows(t, sp, 1, 2, 1)
+	var mu sync.Mutex
+	var got int
+	s := start(t, ship.Options{Spool: sp, Sender: ship.SenderFunc(func(ctx context.Context, msgs []ship.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got += len(msgs)
+		return nil
+	})})
+	waitFor(t, "2 windows", func() bool { return s.Stats().Shipped == 2 })
+	mu.Lock()
+	defer mu.Unlock()
+	if got != 2 {
+		t.Errorf("the func was sent %d messages, want 2", got)
+	}
+}
