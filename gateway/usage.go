@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/portico-gw/portico/gateway/distribution"
 	"github.com/portico-gw/portico/gateway/usage"
 	"github.com/portico-gw/portico/gateway/usage/ship"
 	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
@@ -67,6 +68,8 @@ type nodeUsage struct {
 	mu   sync.Mutex
 	stop func()
 }
+
+var _ distribution.Usage = (*nodeUsage)(nil)
 
 // openUsage opens the recorder of o and builds its shipper.
 func (n *Node) openUsage(o *UsageOptions, nodeID, region string) (*nodeUsage, error) {
