@@ -89,7 +89,7 @@ func TestRulesNameRealPaths(t *testing.T) {
 	exists := func(dir string) bool {
 		return slices.ContainsFunc(pkgs, func(p pkg) bool { return under(p.ImportPath, dir) })
 	}
-	named := append([]string{"gen", "gateway", "control", "keysvc", "quota", "quota/consume", "internal", "testing", "cmd"}, pure...)
+	named := append([]string{"gen", "gateway", "control", "keysvc", "quota", "quota/consume", "gateway/usage/kafka", "internal", "testing", "cmd"}, pure...)
 	named = append(named, gatewayInternal...)
 	for _, dir := range named {
 		if !exists(dir) {
