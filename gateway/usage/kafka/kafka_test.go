@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -200,6 +201,49 @@ func TestDown(t *testing.T) {
 	}
 	if !slices.Equal(seen, []uint64{1, 2, 3}) {
 		t.Errorf("read windows %v (first sightings), want 1, 2, 3", seen)
+	}
+}
+
+// TestParts: a window over the message bound reaches the topic as parts
+// of up to 900 KiB each, which Kafka's default 1 MiB limit takes.
+func TestParts(t *testing.T) {
+	t.Parallel()
+	c := kafkatest.Start(t, 1, kafka.DefaultTopic)
+	sender := newSender(t, c)
+	start := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	w := &quotav1.UsageWindow{NodeId: "node-1", SpoolId: spoolID, Seq: 1, Parts: 1, Period: "2026-12",
+		Start: timestamppb.New(start), End: timestamppb.New(start.Add(10 * time.Second))}
+	for i := range 12000 {
+		w.Rows = append(w.Rows, &quotav1.UsageRow{Caller: &quotav1.Caller{KeyId: fmt.Sprintf("key-%06d-%0100d", i, 0)},
+			Product: "p", RouteId: "r", StatusClass: 2, Counted: 1, Billable: 1})
+		w.Counted++
+		w.Billable++
+	}
+	b, err := proto.Marshal(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := ship.Split(b, ship.DefaultMaxMessageBytes)
+	if err != nil || len(parts) < 2 {
+		t.Fatalf("Split of %d bytes = %d parts, %v; want 2 or more", len(b), len(parts), err)
+	}
+	msgs := make([]ship.Message, len(parts))
+	for i, p := range parts {
+		msgs[i] = ship.Message{Key: []byte("node-1"), Value: p}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := sender.Send(ctx, msgs); err != nil {
+		t.Fatalf("Send of %d parts of up to %d bytes: %v", len(parts), ship.DefaultMaxMessageBytes, err)
+	}
+	rows := 0
+	for _, ms := range readAll(t, c) {
+		for _, m := range ms {
+			rows += len(decode(t, m).GetRows())
+		}
+	}
+	if rows != 12000 {
+		t.Errorf("the parts on the topic carry %d rows, want 12000", rows)
 	}
 }
 
