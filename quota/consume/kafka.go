@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -58,16 +59,29 @@ func New(opts Options) (*Consumer, error) {
 		ReadBackoffMin:   100 * time.Millisecond,
 		ReadBackoffMax:   time.Second,
 		Logger:           kafkaLogger(log, slog.LevelDebug),
-		ErrorLogger:      kafkaLogger(log, slog.LevelDebug),
+		ErrorLogger:      errorLogger(log),
 	})
 	return &Consumer{a: a, r: r}, nil
 }
 
-// kafkaLogger passes kafka-go's log lines to log. Its errors are logged
-// at debug: they repeat while a broker is away, and the consumer says so
-// itself (a fetch that fails, a commit that fails).
+// kafkaLogger passes kafka-go's log lines to log at level.
 func kafkaLogger(log *slog.Logger, level slog.Level) kafka.LoggerFunc {
 	return func(msg string, args ...any) {
+		log.Log(context.Background(), level, "kafka: "+fmt.Sprintf(msg, args...))
+	}
+}
+
+// errorLogger passes kafka-go's error lines to log: one a minute as a
+// warning, so that a broker that is away shows in the log without a line
+// for every retry, and the rest at debug.
+func errorLogger(log *slog.Logger) kafka.LoggerFunc {
+	var last atomic.Int64 // unix nanos of the last warning
+	return func(msg string, args ...any) {
+		level := slog.LevelDebug
+		now := time.Now().UnixNano()
+		if l := last.Load(); now-l >= int64(time.Minute) && last.CompareAndSwap(l, now) {
+			level = slog.LevelWarn
+		}
 		log.Log(context.Background(), level, "kafka: "+fmt.Sprintf(msg, args...))
 	}
 }
