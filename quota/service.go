@@ -2,7 +2,7 @@ package quota
 
 import (
 	"context"
-		"errors"
+	"errors"
 	"fmt"
 	"time"
 

@@ -47,7 +47,7 @@ func TestQuotaRole(t *testing.T) {
 	period := start.Format("2006-01")
 	w := &quotav1.UsageWindow{NodeId: "node-1", SpoolId: "0123456789abcdef", Seq: 1, Parts: 1,
 		Start: timestamppb.New(start), End: timestamppb.New(start.Add(10 * time.Second)), Period: period,
-		Rows: []*quotav1.UsageRow{{Caller: &quotav1.Caller{KeyId: "k1", AppId: "app-1"}, Product: "orders", StatusClass: 2, Counted: 3, Billable: 3}},
+		Rows:    []*quotav1.UsageRow{{Caller: &quotav1.Caller{KeyId: "k1", AppId: "app-1"}, Product: "orders", StatusClass: 2, Counted: 3, Billable: 3}},
 		Counted: 3, Billable: 3, PeriodCounted: 3, PeriodBillable: 3}
 	b, err := proto.Marshal(w)
 	if err != nil {
