@@ -169,9 +169,10 @@ func TestCrashMidTraffic(t *testing.T) {
 	for g := range childWorkers {
 		done := cs[g].Load()
 		n := got[fmt.Sprintf("k%d/// p r 2xx", g)]
-		// A call the kill interrupted may or may not be counted; every
-		// call that returned must be, once.
-		if n[0] < done || n[0] > done+1 || n[1] != n[0] {
+		// A call the kill interrupted may or may not be counted (or be
+		// counted but not yet billable); every call that returned must
+		// be, once.
+		if n[0] < done || n[0] > done+1 || n[1] < done || n[1] > n[0] {
 			t.Errorf("key k%d: windows count %d calls (%d billable), the child finished %d", g, n[0], n[1], done)
 		}
 		finished += done

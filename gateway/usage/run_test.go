@@ -48,8 +48,10 @@ func TestRun(t *testing.T) {
 		if !start.Equal(ws[i].GetEnd().AsTime()) || start.Truncate(window) != start {
 			t.Errorf("window %d starts at %v, want the end of the one before (%v), a multiple of %v", w.GetSeq(), start, ws[i].GetEnd().AsTime(), window)
 		}
-		if w.GetSeq() < uint64(len(ws)) && (end.Truncate(window) != end || end.Sub(start) != window) {
-			t.Errorf("window %d spans %v to %v, want one multiple of %v to the next", w.GetSeq(), start, end, window)
+		// A late timer (a busy machine) may skip a multiple: the window
+		// then spans more than one Window.
+		if w.GetSeq() < uint64(len(ws)) && (end.Truncate(window) != end || !end.After(start)) {
+			t.Errorf("window %d spans %v to %v, want one multiple of %v to a later one", w.GetSeq(), start, end, window)
 		}
 	}
 	if got, _ := counted(ws...); got != uint64(calls) {
