@@ -127,6 +127,10 @@ type Options struct {
 	// Batch is the most windows one Send carries. Zero means
 	// DefaultBatch.
 	Batch int
+	// From is the first seq to ship; zero means the spool's first. A
+	// node that reopens its spool to ship the window it closed last
+	// starts where its shipper was.
+	From uint64
 }
 
 // Stats are a shipper's counters.
@@ -209,7 +213,7 @@ func New(opts Options) (*Shipper, error) {
 	if first == 0 {
 		first = s.sp.Last() + 1
 	}
-	s.next.Store(first)
+	s.next.Store(max(first, opts.From))
 	return s, nil
 }
 
@@ -353,16 +357,7 @@ func (s *Shipper) applyTrim() {
 func (s *Shipper) shipBatch(ctx context.Context) (more bool, err error) {
 	next, last := s.next.Load(), s.sp.Last()
 	if next <= last {
-		recs, after, err := s.collect(next, last)
-		if err != nil {
-			return false, err
-		}
-		if err := s.send(ctx, recs); err != nil {
-			return false, err
-		}
-		s.next.Store(after)
-		s.shipped.Add(uint64(len(recs)))
-		return true, nil
+		return true, s.shipNext(ctx, next, last)
 	}
 	s.mu.Lock()
 	if len(s.resends) == 0 {
@@ -400,6 +395,64 @@ func (s *Shipper) shipBatch(ctx context.Context) (more bool, err error) {
 	more = len(s.resends) > 0
 	s.mu.Unlock()
 	return more, nil
+}
+
+// shipNext sends the next batch of the windows not yet shipped, from
+// next up to last.
+func (s *Shipper) shipNext(ctx context.Context, next, last uint64) error {
+	recs, after, err := s.collect(next, last)
+	if err != nil {
+		return err
+	}
+	if err := s.send(ctx, recs); err != nil {
+		return err
+	}
+	s.next.Store(after)
+	s.shipped.Add(uint64(len(recs)))
+	return nil
+}
+
+// Flush ships every spooled window not yet shipped, up to the spool's
+// last when it is called, retrying as Run does, and returns nil once
+// they are all shipped, or an error once ctx is done first. It leaves
+// Resend's requests to Run. It must not run beside Run: it is for a
+// node that stops, once its last window is spooled.
+func (s *Shipper) Flush(ctx context.Context) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return errors.New("ship: Flush called while Run or Flush runs")
+	}
+	defer s.running.Store(false)
+	bo := backoff.Backoff{Min: s.opts.MinBackoff, Max: s.opts.MaxBackoff}
+	timer := time.NewTimer(0)
+	if !timer.Stop() {
+		<-timer.C
+	}
+	defer timer.Stop()
+	last := s.sp.Last()
+	for {
+		s.applyTrim()
+		next := s.next.Load()
+		if next > last {
+			return nil
+		}
+		err := s.shipNext(ctx, next, last)
+		switch {
+		case err == nil:
+			bo.Reset()
+			continue
+		case ctx.Err() != nil || errors.Is(err, spool.ErrClosed):
+			return fmt.Errorf("ship: windows %d to %d not shipped: %w", next, last, err)
+		}
+		s.failures.Add(1)
+		msg := err.Error()
+		s.lastErr.Store(&msg)
+		timer.Reset(bo.Next())
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("ship: windows %d to %d not shipped: %w", s.next.Load(), last, err)
+		case <-timer.C:
+		}
+	}
 }
 
 // record is one spooled window.

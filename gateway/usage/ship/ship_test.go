@@ -454,3 +454,51 @@ func TestSenderFunc(t *testing.T) {
 		t.Errorf("the func was sent %d messages, want 2", got)
 	}
 }
+
+// TestFlush: a stopping node ships what is left from where its shipper
+// was, and gives up when its time is up.
+func TestFlush(t *testing.T) {
+	t.Parallel()
+	sp := openSpool(t)
+	appendWindows(t, sp, 1, 5, 1)
+	fails := 2
+	var got []uint64
+	sender := ship.SenderFunc(func(ctx context.Context, msgs []ship.Message) error {
+		if fails > 0 {
+			fails--
+			return errors.New("not yet")
+		}
+		for _, m := range msgs {
+			w := &quotav1.UsageWindow{}
+			if err := proto.Unmarshal(m.Value, w); err != nil {
+				return err
+			}
+			got = append(got, w.GetSeq())
+		}
+		return nil
+	})
+	s, err := ship.New(ship.Options{Spool: sp, Sender: sender, NodeID: nodeID, SpoolID: spoolID, From: 3, Batch: 2,
+		MinBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Flush(ctx); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	if !slices.Equal(got, []uint64{3, 4, 5}) {
+		t.Errorf("Flush shipped %v, want 3, 4, 5", got)
+	}
+	if st := s.Stats(); st.Failures != 2 || st.Pending != 0 {
+		t.Errorf("Stats() = %+v, want 2 failures, none pending", st)
+	}
+
+	appendWindows(t, sp, 6, 6, 1)
+	fails = 1 << 30
+	short, cancelShort := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancelShort()
+	if err := s.Flush(short); err == nil || !strings.Contains(err.Error(), "windows 6 to 6 not shipped") {
+		t.Errorf("Flush with the sender down = %v, want window 6 not shipped", err)
+	}
+}
