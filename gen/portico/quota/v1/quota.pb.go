@@ -1105,7 +1105,11 @@ type ReconcileRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Period string                 `protobuf:"bytes,1,opt,name=period,proto3" json:"period,omitempty"`
 	// Finalise closes the period if every node's windows of it are in.
-	Finalise      bool `protobuf:"varint,2,opt,name=finalise,proto3" json:"finalise,omitempty"`
+	Finalise bool `protobuf:"varint,2,opt,name=finalise,proto3" json:"finalise,omitempty"`
+	// WriteOff names nodes whose missing windows of the period the operator
+	// gives up on (their disks are gone): they no longer block the close,
+	// and each write-off is recorded as an adjustment of kind "write_off".
+	WriteOff      []string `protobuf:"bytes,3,rep,name=write_off,json=writeOff,proto3" json:"write_off,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1152,6 +1156,13 @@ func (x *ReconcileRequest) GetFinalise() bool {
 		return x.Finalise
 	}
 	return false
+}
+
+func (x *ReconcileRequest) GetWriteOff() []string {
+	if x != nil {
+		return x.WriteOff
+	}
+	return nil
 }
 
 type ReconcileResponse struct {
@@ -1213,7 +1224,10 @@ type ReconcileReport struct {
 	CounterMismatches []*CounterMismatch `protobuf:"bytes,5,rep,name=counter_mismatches,json=counterMismatches,proto3" json:"counter_mismatches,omitempty"`
 	Finalised         bool               `protobuf:"varint,6,opt,name=finalised,proto3" json:"finalised,omitempty"`
 	// Blocked says why the period could not be finalised, when asked to.
-	Blocked       []string `protobuf:"bytes,7,rep,name=blocked,proto3" json:"blocked,omitempty"`
+	Blocked []string `protobuf:"bytes,7,rep,name=blocked,proto3" json:"blocked,omitempty"`
+	// WrittenOff are the spools whose missing windows were written off in
+	// this run (recorded as adjustments of kind "write_off").
+	WrittenOff    []*Gap `protobuf:"bytes,8,rep,name=written_off,json=writtenOff,proto3" json:"written_off,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1293,6 +1307,13 @@ func (x *ReconcileReport) GetFinalised() bool {
 func (x *ReconcileReport) GetBlocked() []string {
 	if x != nil {
 		return x.Blocked
+	}
+	return nil
+}
+
+func (x *ReconcileReport) GetWrittenOff() []*Gap {
+	if x != nil {
+		return x.WrittenOff
 	}
 	return nil
 }
@@ -1885,7 +1906,8 @@ type Adjustment struct {
 	Product  string                 `protobuf:"bytes,3,opt,name=product,proto3" json:"product,omitempty"`
 	Counted  int64                  `protobuf:"varint,4,opt,name=counted,proto3" json:"counted,omitempty"`
 	Billable int64                  `protobuf:"varint,5,opt,name=billable,proto3" json:"billable,omitempty"`
-	// Kind is "correction" or "late_window".
+	// Kind is "correction", "late_window" or "write_off" (counts zero:
+	// what was lost is not known; Source names the node, spool and seqs).
 	Kind string `protobuf:"bytes,6,opt,name=kind,proto3" json:"kind,omitempty"`
 	// Source names what caused it: the reconciler run, or the late
 	// window's node, spool and seq, and the final period it belonged to.
@@ -2071,12 +2093,13 @@ const file_portico_quota_v1_quota_proto_rawDesc = "" +
 	"\ahighest\x18\x05 \x01(\x04R\ahighest\x12\x18\n" +
 	"\amissing\x18\x06 \x03(\x04R\amissing\x12;\n" +
 	"\vlast_window\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"lastWindow\"i\n" +
+	"lastWindow\"\xba\x01\n" +
 	"\x10ReconcileRequest\x129\n" +
 	"\x06period\x18\x01 \x01(\tB!\xbaH\x1er\x1c2\x1a^[0-9]{4}-(0[1-9]|1[0-2])$R\x06period\x12\x1a\n" +
-	"\bfinalise\x18\x02 \x01(\bR\bfinalise\"N\n" +
+	"\bfinalise\x18\x02 \x01(\bR\bfinalise\x12O\n" +
+	"\twrite_off\x18\x03 \x03(\tB2\xbaH/\x92\x01,\x10\xe8\a\"'r%2#^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$R\bwriteOff\"N\n" +
 	"\x11ReconcileResponse\x129\n" +
-	"\x06report\x18\x01 \x01(\v2!.portico.quota.v1.ReconcileReportR\x06report\"\xcc\x02\n" +
+	"\x06report\x18\x01 \x01(\v2!.portico.quota.v1.ReconcileReportR\x06report\"\x84\x03\n" +
 	"\x0fReconcileReport\x12\x16\n" +
 	"\x06period\x18\x01 \x01(\tR\x06period\x12,\n" +
 	"\x03ran\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x03ran\x12)\n" +
@@ -2084,7 +2107,9 @@ const file_portico_quota_v1_quota_proto_rawDesc = "" +
 	"\vcorrections\x18\x04 \x03(\v2\x1c.portico.quota.v1.CorrectionR\vcorrections\x12P\n" +
 	"\x12counter_mismatches\x18\x05 \x03(\v2!.portico.quota.v1.CounterMismatchR\x11counterMismatches\x12\x1c\n" +
 	"\tfinalised\x18\x06 \x01(\bR\tfinalised\x12\x18\n" +
-	"\ablocked\x18\a \x03(\tR\ablocked\"\x89\x01\n" +
+	"\ablocked\x18\a \x03(\tR\ablocked\x126\n" +
+	"\vwritten_off\x18\b \x03(\v2\x15.portico.quota.v1.GapR\n" +
+	"writtenOff\"\x89\x01\n" +
 	"\x03Gap\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x19\n" +
 	"\bspool_id\x18\x02 \x01(\tR\aspoolId\x12\x19\n" +
@@ -2219,27 +2244,28 @@ var file_portico_quota_v1_quota_proto_depIdxs = []int32{
 	17, // 19: portico.quota.v1.ReconcileReport.gaps:type_name -> portico.quota.v1.Gap
 	18, // 20: portico.quota.v1.ReconcileReport.corrections:type_name -> portico.quota.v1.Correction
 	19, // 21: portico.quota.v1.ReconcileReport.counter_mismatches:type_name -> portico.quota.v1.CounterMismatch
-	0,  // 22: portico.quota.v1.ExportBillingRequest.format:type_name -> portico.quota.v1.BillingFormat
-	22, // 23: portico.quota.v1.ExportBillingResponse.lines:type_name -> portico.quota.v1.BillingLine
-	25, // 24: portico.quota.v1.ListAdjustmentsResponse.adjustments:type_name -> portico.quota.v1.Adjustment
-	26, // 25: portico.quota.v1.Adjustment.recorded:type_name -> google.protobuf.Timestamp
-	6,  // 26: portico.quota.v1.QuotaService.GetUsage:input_type -> portico.quota.v1.GetUsageRequest
-	8,  // 27: portico.quota.v1.QuotaService.ListUsage:input_type -> portico.quota.v1.ListUsageRequest
-	11, // 28: portico.quota.v1.QuotaService.ListNodes:input_type -> portico.quota.v1.ListNodesRequest
-	14, // 29: portico.quota.v1.QuotaService.Reconcile:input_type -> portico.quota.v1.ReconcileRequest
-	20, // 30: portico.quota.v1.QuotaService.ExportBilling:input_type -> portico.quota.v1.ExportBillingRequest
-	23, // 31: portico.quota.v1.QuotaService.ListAdjustments:input_type -> portico.quota.v1.ListAdjustmentsRequest
-	7,  // 32: portico.quota.v1.QuotaService.GetUsage:output_type -> portico.quota.v1.GetUsageResponse
-	9,  // 33: portico.quota.v1.QuotaService.ListUsage:output_type -> portico.quota.v1.ListUsageResponse
-	12, // 34: portico.quota.v1.QuotaService.ListNodes:output_type -> portico.quota.v1.ListNodesResponse
-	15, // 35: portico.quota.v1.QuotaService.Reconcile:output_type -> portico.quota.v1.ReconcileResponse
-	21, // 36: portico.quota.v1.QuotaService.ExportBilling:output_type -> portico.quota.v1.ExportBillingResponse
-	24, // 37: portico.quota.v1.QuotaService.ListAdjustments:output_type -> portico.quota.v1.ListAdjustmentsResponse
-	32, // [32:38] is the sub-list for method output_type
-	26, // [26:32] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	17, // 22: portico.quota.v1.ReconcileReport.written_off:type_name -> portico.quota.v1.Gap
+	0,  // 23: portico.quota.v1.ExportBillingRequest.format:type_name -> portico.quota.v1.BillingFormat
+	22, // 24: portico.quota.v1.ExportBillingResponse.lines:type_name -> portico.quota.v1.BillingLine
+	25, // 25: portico.quota.v1.ListAdjustmentsResponse.adjustments:type_name -> portico.quota.v1.Adjustment
+	26, // 26: portico.quota.v1.Adjustment.recorded:type_name -> google.protobuf.Timestamp
+	6,  // 27: portico.quota.v1.QuotaService.GetUsage:input_type -> portico.quota.v1.GetUsageRequest
+	8,  // 28: portico.quota.v1.QuotaService.ListUsage:input_type -> portico.quota.v1.ListUsageRequest
+	11, // 29: portico.quota.v1.QuotaService.ListNodes:input_type -> portico.quota.v1.ListNodesRequest
+	14, // 30: portico.quota.v1.QuotaService.Reconcile:input_type -> portico.quota.v1.ReconcileRequest
+	20, // 31: portico.quota.v1.QuotaService.ExportBilling:input_type -> portico.quota.v1.ExportBillingRequest
+	23, // 32: portico.quota.v1.QuotaService.ListAdjustments:input_type -> portico.quota.v1.ListAdjustmentsRequest
+	7,  // 33: portico.quota.v1.QuotaService.GetUsage:output_type -> portico.quota.v1.GetUsageResponse
+	9,  // 34: portico.quota.v1.QuotaService.ListUsage:output_type -> portico.quota.v1.ListUsageResponse
+	12, // 35: portico.quota.v1.QuotaService.ListNodes:output_type -> portico.quota.v1.ListNodesResponse
+	15, // 36: portico.quota.v1.QuotaService.Reconcile:output_type -> portico.quota.v1.ReconcileResponse
+	21, // 37: portico.quota.v1.QuotaService.ExportBilling:output_type -> portico.quota.v1.ExportBillingResponse
+	24, // 38: portico.quota.v1.QuotaService.ListAdjustments:output_type -> portico.quota.v1.ListAdjustmentsResponse
+	33, // [33:39] is the sub-list for method output_type
+	27, // [27:33] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_portico_quota_v1_quota_proto_init() }
