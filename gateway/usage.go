@@ -3,12 +3,14 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/portico-gw/portico/gateway/distribution"
 	"github.com/portico-gw/portico/gateway/usage"
 	"github.com/portico-gw/portico/gateway/usage/ship"
+	"github.com/portico-gw/portico/gateway/usage/spool"
 	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
 )
 
@@ -38,7 +40,15 @@ type UsageOptions struct {
 	// NoSync leaves writing the window file and the spool to the kernel
 	// (tests): a process crash still loses nothing, a machine crash more.
 	NoSync bool
+	// FlushTimeout bounds how long a node that stops spends shipping the
+	// windows left, its last included, once it has drained; zero means
+	// DefaultUsageFlushTimeout, negative not at all. What is left then
+	// waits in the spool for the node's next run.
+	FlushTimeout time.Duration
 }
+
+// DefaultUsageFlushTimeout is UsageOptions.FlushTimeout's default.
+const DefaultUsageFlushTimeout = 5 * time.Second
 
 // UsageError is why a node cannot count usage: its usage directory is
 // missing, unusable or in use by another process, or its id is not one a
@@ -59,9 +69,12 @@ func (e *UsageError) Unwrap() error { return e.Err }
 // shipper (nil without a Sender), and the goroutines Run starts for them.
 // It is what the control plane's stream sees of it (distribution.Usage).
 type nodeUsage struct {
-	rec *usage.Recorder
-	sh  *ship.Shipper
-	n   *Node
+	rec  *usage.Recorder
+	sh   *ship.Shipper
+	n    *Node
+	opts UsageOptions
+	// shipOpts made sh, for the flush at close.
+	shipOpts ship.Options
 
 	// stop ends the goroutines start started and waits for them; nil
 	// before start.
@@ -83,10 +96,11 @@ func (n *Node) openUsage(o *UsageOptions, nodeID, region string) (*nodeUsage, er
 	if err != nil {
 		return nil, &UsageError{Dir: o.Dir, Err: err}
 	}
-	u := &nodeUsage{rec: rec, n: n}
+	u := &nodeUsage{rec: rec, n: n, opts: *o}
 	if o.Sender != nil {
-		u.sh, err = ship.New(ship.Options{Spool: rec.Spool(), Sender: o.Sender, NodeID: nodeID, SpoolID: rec.SpoolID(),
-			Windows: rec.Windows(), Logger: n.log})
+		u.shipOpts = ship.Options{Spool: rec.Spool(), Sender: o.Sender, NodeID: nodeID, SpoolID: rec.SpoolID(),
+			Windows: rec.Windows(), Logger: n.log}
+		u.sh, err = ship.New(u.shipOpts)
 		if err != nil {
 			rec.Close()
 			return nil, fmt.Errorf("gateway: %w", err)
@@ -119,8 +133,8 @@ func (u *nodeUsage) start() {
 }
 
 // close stops the goroutines and closes the recorder, which spools the
-// open window: the node has stopped serving. A window spooled here is
-// shipped by the next run of the node.
+// open window: the node has stopped serving. Then it ships what is left
+// (flush).
 func (u *nodeUsage) close() {
 	u.mu.Lock()
 	stop := u.stop
@@ -132,6 +146,47 @@ func (u *nodeUsage) close() {
 	if err := u.rec.Close(); err != nil {
 		u.n.log.Error("usage: closing the recorder", "err", err)
 	}
+	if u.sh != nil && u.opts.FlushTimeout >= 0 {
+		u.flush()
+	}
+}
+
+// flush ships the windows the shipper had not, the one the recorder's
+// Close spooled included, within FlushTimeout. A node that never runs
+// again would otherwise keep them, and the quota service, which never
+// heard of their seqs, could close their period without them. The
+// recorder closed the spool, so flush opens it again, and ships from
+// where the shipper was (Trim is kept in memory only: the spool's start
+// may hold windows already committed).
+func (u *nodeUsage) flush() {
+	from := u.sh.Stats().Next
+	sp, err := spool.Open(filepath.Join(u.opts.Dir, "spool"), spool.Options{NoSync: u.opts.NoSync, Logger: u.n.log})
+	if err != nil {
+		u.n.log.Warn("usage: not shipping the last windows; they wait in the spool", "err", err)
+		return
+	}
+	defer sp.Close()
+	if sp.Last() < from {
+		return
+	}
+	o := u.shipOpts
+	o.Spool, o.Windows, o.From = sp, nil, from
+	sh, err := ship.New(o)
+	if err != nil {
+		u.n.log.Warn("usage: not shipping the last windows; they wait in the spool", "err", err)
+		return
+	}
+	timeout := u.opts.FlushTimeout
+	if timeout == 0 {
+		timeout = DefaultUsageFlushTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := sh.Flush(ctx); err != nil {
+		u.n.log.Warn("usage: the last windows wait in the spool for the next run", "err", err)
+		return
+	}
+	u.n.log.Info("usage: shipped the last windows", "from", from, "to", sp.Last())
 }
 
 // UsageSpool says where the spool stands, for the control plane.

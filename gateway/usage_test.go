@@ -269,3 +269,33 @@ func TestUsageDirUnusable(t *testing.T) {
 	}
 	_ = first
 }
+
+// TestUsageShipsLastWindow: a node that stops ships the window it closes
+// as it stops, so that a node that never comes back takes no count with
+// it.
+func TestUsageShipsLastWindow(t *testing.T) {
+	t.Parallel()
+	cfg, _ := usageConfig(t)
+	sender := &memSender{}
+	g := gatewaytest.Start(t, cfg, func(o *gateway.Options) {
+		o.Usage = &gateway.UsageOptions{Dir: t.TempDir(), Window: time.Hour, NoSync: true, Sender: sender}
+	})
+	c := gatewaytest.HTTP1Client(t)
+	for range 3 {
+		if resp, _ := gatewaytest.Do(t, c, "GET", g.URL()+"/open/x", "", nil); resp.StatusCode != 200 {
+			t.Fatalf("GET = %d, want 200", resp.StatusCode)
+		}
+	}
+	if err := g.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	sender.mu.Lock()
+	defer sender.mu.Unlock()
+	var counted uint64
+	for _, w := range sender.ws {
+		counted += w.GetCounted()
+	}
+	if counted != 3 {
+		t.Errorf("the windows shipped count %d calls, want 3", counted)
+	}
+}
