@@ -3,14 +3,12 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/portico-gw/portico/gateway/distribution"
 	"github.com/portico-gw/portico/gateway/usage"
 	"github.com/portico-gw/portico/gateway/usage/ship"
-	"github.com/portico-gw/portico/gateway/usage/spool"
 	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
 )
 
@@ -73,8 +71,6 @@ type nodeUsage struct {
 	sh   *ship.Shipper
 	n    *Node
 	opts UsageOptions
-	// shipOpts made sh, for the flush at close.
-	shipOpts ship.Options
 
 	// stop ends the goroutines start started and waits for them; nil
 	// before start.
@@ -98,9 +94,8 @@ func (n *Node) openUsage(o *UsageOptions, nodeID, region string) (*nodeUsage, er
 	}
 	u := &nodeUsage{rec: rec, n: n, opts: *o}
 	if o.Sender != nil {
-		u.shipOpts = ship.Options{Spool: rec.Spool(), Sender: o.Sender, NodeID: nodeID, SpoolID: rec.SpoolID(),
-			Windows: rec.Windows(), Logger: n.log}
-		u.sh, err = ship.New(u.shipOpts)
+		u.sh, err = ship.New(ship.Options{Spool: rec.Spool(), Sender: o.Sender, NodeID: nodeID, SpoolID: rec.SpoolID(),
+			Windows: rec.Windows(), Logger: n.log})
 		if err != nil {
 			rec.Close()
 			return nil, fmt.Errorf("gateway: %w", err)
@@ -132,9 +127,9 @@ func (u *nodeUsage) start() {
 	u.mu.Unlock()
 }
 
-// close stops the goroutines and closes the recorder, which spools the
-// open window: the node has stopped serving. Then it ships what is left
-// (flush).
+// close stops the goroutines, seals the recorder, which spools the open
+// window (the node has stopped serving), ships what is left (flush), and
+// closes the recorder.
 func (u *nodeUsage) close() {
 	u.mu.Lock()
 	stop := u.stop
@@ -143,37 +138,24 @@ func (u *nodeUsage) close() {
 		stop()
 	}
 	u.n.lane.OnUsageMark(nil)
-	if err := u.rec.Close(); err != nil {
-		u.n.log.Error("usage: closing the recorder", "err", err)
+	if err := u.rec.Seal(); err != nil {
+		u.n.log.Error("usage: closing the last window", "err", err)
 	}
 	if u.sh != nil && u.opts.FlushTimeout >= 0 {
 		u.flush()
 	}
+	if err := u.rec.Close(); err != nil {
+		u.n.log.Error("usage: closing the recorder", "err", err)
+	}
 }
 
-// flush ships the windows the shipper had not, the one the recorder's
-// Close spooled included, within FlushTimeout. A node that never runs
-// again would otherwise keep them, and the quota service, which never
-// heard of their seqs, could close their period without them. The
-// recorder closed the spool, so flush opens it again, and ships from
-// where the shipper was (Trim is kept in memory only: the spool's start
-// may hold windows already committed).
+// flush ships the windows the shipper had not, the one Seal spooled
+// included, within FlushTimeout. A node that never runs again would
+// otherwise keep them, and the quota service, which never heard of their
+// seqs, could close their period without them.
 func (u *nodeUsage) flush() {
-	from := u.sh.Stats().Next
-	sp, err := spool.Open(filepath.Join(u.opts.Dir, "spool"), spool.Options{NoSync: u.opts.NoSync, Logger: u.n.log})
-	if err != nil {
-		u.n.log.Warn("usage: not shipping the last windows; they wait in the spool", "err", err)
-		return
-	}
-	defer sp.Close()
-	if sp.Last() < from {
-		return
-	}
-	o := u.shipOpts
-	o.Spool, o.Windows, o.From = sp, nil, from
-	sh, err := ship.New(o)
-	if err != nil {
-		u.n.log.Warn("usage: not shipping the last windows; they wait in the spool", "err", err)
+	from, last := u.sh.Stats().Next, u.rec.Spool().Last()
+	if last < from {
 		return
 	}
 	timeout := u.opts.FlushTimeout
@@ -182,11 +164,11 @@ func (u *nodeUsage) flush() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	if err := sh.Flush(ctx); err != nil {
+	if err := u.sh.Flush(ctx); err != nil {
 		u.n.log.Warn("usage: the last windows wait in the spool for the next run", "err", err)
 		return
 	}
-	u.n.log.Info("usage: shipped the last windows", "from", from, "to", sp.Last())
+	u.n.log.Info("usage: shipped the last windows", "from", from, "to", last)
 }
 
 // UsageSpool says where the spool stands, for the control plane.

@@ -53,3 +53,38 @@ func TestRecordAfterClose(t *testing.T) {
 		t.Errorf("windows count %d, late %d, of %d calls; want all, at least 4000 late", got, late, calls.Load())
 	}
 }
+
+// TestSeal: Seal spools the open window and leaves the spool open to read
+// it from; calls after it are late; Close after it adds nothing.
+func TestSeal(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := open(t, dir, usage.Options{})
+	for range 3 {
+		r.Record(call{key: "k", status: 200}.record(time.Now()))
+	}
+	if err := r.Seal(); err != nil {
+		t.Fatalf("Seal() = %v", err)
+	}
+	if err := r.Seal(); err != nil {
+		t.Errorf("second Seal() = %v", err)
+	}
+	r.Record(call{key: "k", status: 200}.record(time.Now()))
+	ws := windows(t, r.Spool())
+	if got, _ := counted(ws...); got != 3 || r.Stats().Late != 1 {
+		t.Errorf("after Seal: the spool counts %d, late %d; want 3, 1", got, r.Stats().Late)
+	}
+	last := r.Spool().Last()
+	if err := r.CloseWindow(); err != usage.ErrClosed {
+		t.Errorf("CloseWindow() after Seal = %v, want ErrClosed", err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatalf("Close() = %v", err)
+	}
+	if ws := spooled(t, dir); len(ws) == 0 || ws[len(ws)-1].GetSeq() != last {
+		t.Errorf("Close after Seal spooled more: last seq %d, want %d", ws[len(ws)-1].GetSeq(), last)
+	}
+	if err := r.Seal(); err != usage.ErrClosed {
+		t.Errorf("Seal() after Close = %v, want ErrClosed", err)
+	}
+}

@@ -13,8 +13,10 @@
 //     goroutine; Run (one goroutine, the owner's) closes a window at every
 //     multiple of Options.Window and syncs the window file; after each
 //     spooled window it signals Windows, for the shipper.
-//  3. Close, after the node has stopped serving and Run has returned,
-//     closes the open window into the spool, and closes the spool.
+//  3. Seal, after the node has stopped serving and Run has returned,
+//     closes the open window into the spool, which stays open for the
+//     shipper to ship the last windows from; then Close unmaps the window
+//     file and closes the spool (Close alone seals first).
 //
 // # Counting
 //
@@ -157,7 +159,7 @@ type Options struct {
 	MaxSeries int
 }
 
-// ErrClosed is returned after Close.
+// ErrClosed is returned by what closes windows after Seal or Close.
 var ErrClosed = errors.New("usage: recorder closed")
 
 // Recorder counts a node's calls into windows and spools them.
@@ -170,7 +172,7 @@ type Recorder struct {
 	reg       *registry
 
 	// epoch numbers the open window; its parity is the half it counts
-	// into, and closedBit is set after Close.
+	// into, and closedBit is set once sealed.
 	epoch  atomic.Uint64
 	halves [2]*half
 	offset atomic.Int64
@@ -184,8 +186,10 @@ type Recorder struct {
 	m         *mapping
 	windowsCh chan struct{}
 
-	// closeMu serialises closing windows, syncing and Close.
+	// closeMu serialises closing windows, syncing, Seal and Close;
+	// sealed is set by Seal (no window is open any more), closed by Close.
 	closeMu sync.Mutex
+	sealed  bool
 	closed  bool
 	failing string // the last error other than ErrFull, logged once
 
@@ -479,18 +483,29 @@ func (r *Recorder) Stats() Stats {
 	}
 }
 
-// Close closes the open window into the spool, syncs and unmaps the
-// window file and closes the spool. Call it once the node has stopped
-// serving: Record calls that come after it (or race with it) return
-// without counting and are counted in Stats.Late. A window the spool has
-// no room for stays in the window file, and the next Open spools it.
-func (r *Recorder) Close() error {
+// Seal closes the open window into the spool and syncs the window file,
+// leaving the spool open: a node that stops seals its recorder, ships
+// what is left from the spool, then closes the recorder. Call it once the
+// node has stopped serving and Run has returned: Record calls that come
+// after it (or race with it) return without counting and are counted in
+// Stats.Late, and Run returns. A window the spool has no room for stays
+// in the window file, and the next Open spools it. Seal may be called
+// more than once; it returns ErrClosed after Close.
+func (r *Recorder) Seal() error {
 	r.closeMu.Lock()
 	defer r.closeMu.Unlock()
 	if r.closed {
+		return ErrClosed
+	}
+	return r.seal()
+}
+
+// seal is Seal; the caller holds closeMu.
+func (r *Recorder) seal() error {
+	if r.sealed {
 		return nil
 	}
-	r.closed = true
+	r.sealed = true
 	e := r.epoch.Load()
 	r.epoch.Store(e | closedBit)
 	cur, other := r.halves[e&1], r.halves[(e+1)&1]
@@ -510,7 +525,7 @@ func (r *Recorder) Close() error {
 			other.reset()
 		}
 	}
-	if other.state() == stateFree {
+	if other.state() == stateFree && cur.state() == stateOpen {
 		cur.setEnd(r.clock())
 		if err := r.spoolHalf(cur, false); err != nil {
 			keep(err)
@@ -524,6 +539,19 @@ func (r *Recorder) Close() error {
 			errs = append(errs, fmt.Errorf("usage: sync window file: %w", err))
 		}
 	}
-	errs = append(errs, r.m.close(), r.spool.Close())
 	return errors.Join(errs...)
+}
+
+// Close seals the recorder if Seal was not called (see Seal), unmaps the
+// window file and closes the spool, releasing the usage directory. Close
+// may be called more than once.
+func (r *Recorder) Close() error {
+	r.closeMu.Lock()
+	defer r.closeMu.Unlock()
+	if r.closed {
+		return nil
+	}
+	err := r.seal()
+	r.closed = true
+	return errors.Join(err, r.m.close(), r.spool.Close())
 }

@@ -226,7 +226,7 @@ func drain(h *half) {
 func (r *Recorder) rotate(at time.Time) error {
 	r.closeMu.Lock()
 	defer r.closeMu.Unlock()
-	if r.closed {
+	if r.closed || r.sealed {
 		return ErrClosed
 	}
 	e := r.epoch.Load()
@@ -342,7 +342,7 @@ func (r *Recorder) Run(ctx context.Context) error {
 func (r *Recorder) sync() error {
 	r.closeMu.Lock()
 	defer r.closeMu.Unlock()
-	if r.closed {
+	if r.closed || r.sealed {
 		return ErrClosed
 	}
 	r.halves[r.epoch.Load()&1].setAlive(r.clock())
