@@ -89,7 +89,7 @@ func TestRulesNameRealPaths(t *testing.T) {
 	exists := func(dir string) bool {
 		return slices.ContainsFunc(pkgs, func(p pkg) bool { return under(p.ImportPath, dir) })
 	}
-	named := append([]string{"gen", "gateway", "control", "keysvc", "quota", "quota/consume", "gateway/usage/kafka", "internal", "testing", "cmd"}, pure...)
+	named := append([]string{"gen", "gateway", "control", "keysvc", "quota", "quota/consume", "gateway/usage/kafka", "gateway/telemetry/metrics", "internal", "testing", "cmd"}, pure...)
 	named = append(named, gatewayInternal...)
 	for _, dir := range named {
 		if !exists(dir) {
@@ -149,24 +149,28 @@ func TestImportDirection(t *testing.T) {
 	}
 }
 
-// kafkaLeaves are the one package of each top-level directory that may
-// import the Kafka client: it wraps it, and the rest sees a small
-// interface (STYLE.md, "Each heavy dependency").
-var kafkaLeaves = map[string]string{"gateway": "gateway/usage/kafka", "quota": "quota/consume"}
+// leaves are, for each heavy dependency, the one package of each
+// top-level directory that may import it: it wraps it, and the rest sees
+// a small interface (STYLE.md, "Each heavy dependency").
+var leaves = map[string]map[string]string{
+	"github.com/segmentio/kafka-go":       {"gateway": "gateway/usage/kafka", "quota": "quota/consume"},
+	"github.com/prometheus/client_golang": {"gateway": "gateway/telemetry/metrics"},
+}
 
-// TestKafkaOneLeaf: under each directory of kafkaLeaves, only its leaf
-// imports kafka-go.
-func TestKafkaOneLeaf(t *testing.T) {
+// TestHeavyDependencyLeaves: under each directory of leaves, only its
+// leaf imports the dependency.
+func TestHeavyDependencyLeaves(t *testing.T) {
 	t.Parallel()
-	const kafka = "github.com/segmentio/kafka-go"
 	for _, p := range listPackages(t) {
-		for dir, leaf := range kafkaLeaves {
-			if !under(p.ImportPath, dir) || p.ImportPath == module+"/"+leaf {
-				continue
-			}
-			for _, imp := range p.Imports {
-				if imp == kafka || strings.HasPrefix(imp, kafka+"/") {
-					t.Errorf("%s imports %s: under %s/ only %s does", p.ImportPath, imp, dir, leaf)
+		for dep, dirs := range leaves {
+			for dir, leaf := range dirs {
+				if !under(p.ImportPath, dir) || p.ImportPath == module+"/"+leaf {
+					continue
+				}
+				for _, imp := range p.Imports {
+					if imp == dep || strings.HasPrefix(imp, dep+"/") {
+						t.Errorf("%s imports %s: under %s/ only %s does", p.ImportPath, imp, dir, leaf)
+					}
 				}
 			}
 		}
