@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/portico-gw/portico/gateway"
+	"github.com/portico-gw/portico/gateway/telemetry/metrics"
 	"github.com/portico-gw/portico/gateway/upstream"
 	usagekafka "github.com/portico-gw/portico/gateway/usage/kafka"
 )
@@ -38,7 +39,7 @@ func runGateway(ctx context.Context, args []string) error {
 		drain      = fs.Duration("drain-timeout", gateway.DefaultDrainTimeout, "time in-flight requests get to finish on shutdown")
 		upTimeout  = fs.Duration("upgrade-timeout", defaultUpgradeTimeout, "on SIGUSR2 (upgrade in place): time the new process has to be ready before this one gives up on it and serves on")
 		logLevel   = fs.String("log-level", "info", "debug, info, warn or error")
-		debugAddr  = fs.String("debug-listen", "", "addr to serve /debug/pprof/ on (off when empty; keep it on loopback)")
+		debugAddr  = fs.String("debug-listen", "", "addr to serve /debug/pprof/ and /metrics (Prometheus) on (off when empty; keep it on loopback)")
 		headroom   = fs.Int("gc-headroom-mib", defaultGCHeadroomMiB, "heap growth allowed between garbage collections, in MiB (0: Go's default pacing; GOGC in the environment wins)")
 		redisAddrs = fs.String("redis", "", "Redis for the rate limit sync: host:port, or several comma-separated seed addresses of a Redis Cluster (empty: this node's buckets are the whole truth)")
 		redisPass  = fs.String("redis-password-file", "", "file holding the Redis password (AUTH), if any")
@@ -160,6 +161,7 @@ func runGateway(ctx context.Context, args []string) error {
 		}
 		return err
 	}
+	runs.metrics = metrics.Handler(node.UsageStats)
 	// The signals are subscribed to before anything serves: one sent as
 	// soon as the node says it listens must not be lost (Go ignores a
 	// SIGUSR2 nobody subscribed to, and a SIGHUP ends the process).

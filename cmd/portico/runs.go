@@ -20,6 +20,9 @@ type runs struct {
 	fns []func(context.Context) error
 	// closers release what was set up before run, if run never comes.
 	closers []func()
+	// metrics, if set before run, is served at /metrics on the debug
+	// listener.
+	metrics http.Handler
 }
 
 func (r *runs) add(fn func(context.Context) error) { r.fns = append(r.fns, fn) }
@@ -67,16 +70,20 @@ func processRuns(headroomMiB int, debugAddr string, log *slog.Logger) (*runs, er
 		}
 		r.closers = append(r.closers, func() { _ = ln.Close() })
 		log.Info("debug listener", "addr", ln.Addr().String())
-		r.add(func(ctx context.Context) error { return serveDebug(ctx, ln) })
+		r.add(func(ctx context.Context) error { return serveDebug(ctx, ln, r.metrics) })
 	}
 	return r, nil
 }
 
-// serveDebug serves Go's profiling endpoints (/debug/pprof/) on ln until
-// ctx is done. Bind it to loopback or an operations network only:
-// profiles reveal internals and cost CPU.
-func serveDebug(ctx context.Context, ln net.Listener) error {
+// serveDebug serves Go's profiling endpoints (/debug/pprof/), and the
+// role's metrics at /metrics when it has any, on ln until ctx is done.
+// Bind it to loopback or an operations network only: profiles reveal
+// internals and cost CPU.
+func serveDebug(ctx context.Context, ln net.Listener, metrics http.Handler) error {
 	mux := http.NewServeMux()
+	if metrics != nil {
+		mux.Handle("/metrics", metrics)
+	}
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
