@@ -35,10 +35,10 @@ func TestGatewayUsageFlags(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr, debug := freeAddr(t), freeAddr(t)
 	p := start(t, "gateway", "-config", cfgPath, "-listen", "public="+addr, "-node-id", "node-7",
 		"-usage-dir", filepath.Join(dir, "usage"), "-usage-kafka", strings.Join(kc.Addrs(), ","),
-		"-usage-topic", "usage.test", "-usage-window", "200ms")
+		"-usage-topic", "usage.test", "-usage-window", "200ms", "-debug-listen", debug)
 	p.waitLine(t, regexp.MustCompile(`msg=listening pool=public`))
 	for range 5 {
 		if code, _ := get(t, "http://"+addr+"/x"); code != 200 {
@@ -68,6 +68,13 @@ func TestGatewayUsageFlags(t *testing.T) {
 	}
 	if counted != 5 {
 		t.Errorf("windows count %d calls, want 5", counted)
+	}
+
+	// The debug listener serves the usage series, the spool-full alert
+	// among them.
+	code, body := get(t, "http://"+debug+"/metrics")
+	if code != 200 || !strings.Contains(body, "portico_usage_spool_full 0\n") || !strings.Contains(body, "portico_usage_windows_shipped_total ") {
+		t.Errorf("GET /metrics = %d, want 200 with portico_usage_spool_full 0 and portico_usage_windows_shipped_total:\n%s", code, body)
 	}
 }
 
