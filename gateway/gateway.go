@@ -98,7 +98,9 @@ type Options struct {
 	// path); nil means a client with short timeouts.
 	JWKSClient *http.Client
 
-	// Now is the clock for credential expiry; nil means time.Now.
+	// Now is the node's clock: for credential expiry, rate limits, the
+	// usage windows' times and the reports to the control plane whose
+	// answers measure its offset; nil means time.Now.
 	Now func() time.Time
 
 	// RateLimit configures the rate limit buckets and their Redis sync.

@@ -108,6 +108,9 @@ func (n *Node) newSources(opts Options) (*sources, error) {
 			URL: c.URL, Token: c.Token,
 			NodeID: id, Pool: pool, Region: c.Region, Labels: c.Labels, CacheFile: c.CacheFile,
 			Apply: n.Apply, Logger: n.log, Stats: n.RouteStats, Lane: n.lane, Node: n,
+			// The offset the stream measures corrects the clock the usage
+			// windows are stamped on: it must be measured on that clock.
+			Now: n.opts.Now,
 		}
 		if n.usage != nil {
 			// Set only with usage: a nil *nodeUsage is not a nil
