@@ -95,7 +95,7 @@ func (n *Node) openUsage(o *UsageOptions, nodeID, region string) (*nodeUsage, er
 	u := &nodeUsage{rec: rec, n: n, opts: *o}
 	if o.Sender != nil {
 		u.sh, err = ship.New(ship.Options{Spool: rec.Spool(), Sender: o.Sender, NodeID: nodeID, SpoolID: rec.SpoolID(),
-			Windows: rec.Windows(), Logger: n.log})
+			Windows: rec.Windows(), Logger: n.log, From: rec.Mark() + 1, OnTrim: u.saveMark(rec)})
 		if err != nil {
 			rec.Close()
 			return nil, fmt.Errorf("gateway: %w", err)
@@ -104,6 +104,16 @@ func (n *Node) openUsage(o *UsageOptions, nodeID, region string) (*nodeUsage, er
 		n.lane.OnUsageMark(u.sh.Trim)
 	}
 	return u, nil
+}
+
+// saveMark returns the shipper's OnTrim for rec: it records the mark in
+// rec's directory.
+func (u *nodeUsage) saveMark(rec *usage.Recorder) func(uint64) {
+	return func(seq uint64) {
+		if err := rec.SaveMark(seq); err != nil {
+			u.n.log.Warn("usage: the usage mark is not kept; a restart ships again what it trimmed", "seq", seq, "err", err)
+		}
+	}
 }
 
 // start runs the recorder (closing windows) and the shipper until stop.

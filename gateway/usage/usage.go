@@ -7,8 +7,10 @@
 // # Lifecycle
 //
 //  1. Open opens the usage directory: the spool in dir/spool, its id in
-//     dir/SPOOLID, and the window file dir/window.map. Windows a previous
-//     process left in the window file are spooled first (see Crash safety).
+//     dir/SPOOLID, the window file dir/window.map, and the last usage mark
+//     in dir/MARK, at which it trims the spool (see Marks). Windows a
+//     previous process left in the window file are spooled first (see
+//     Crash safety).
 //  2. The node calls Record once for every finished request, from any
 //     goroutine; Run (one goroutine, the owner's) closes a window at every
 //     multiple of Options.Window and syncs the window file; after each
@@ -104,6 +106,17 @@
 // yet in the window's totals (the node's counters then differ from the
 // rows by at most the calls in flight, one per core).
 //
+// # Marks
+//
+// The quota service's usage marks (every window up to seq committed)
+// reach the shipper, which trims the spool there and calls SaveMark. The
+// spool keeps its trims in memory and brings back the records of the
+// segment it was writing to at the next open; so SaveMark records the
+// mark in dir/MARK ("<spool id> <seq>", replaced by a rename), and Open
+// trims the spool at it, and Mark tells the shipper where to start. A
+// restart so ships again only the windows the quota service had not
+// committed when the node stopped. A mark of another spool id is ignored.
+//
 // # Spool full
 //
 // When the spool has no room (spool.ErrFull), the closed window stays in
@@ -181,8 +194,13 @@ type Recorder struct {
 	// critical steps, to widen the races rotation must be proof against.
 	inFlightHook func()
 
+	dir       string
 	spool     *spool.Spool
 	spoolID   string
+	// mark is the last usage mark applied (Mark); markMu serialises
+	// SaveMark.
+	mark   atomic.Uint64
+	markMu sync.Mutex
 	m         *mapping
 	windowsCh chan struct{}
 
@@ -240,7 +258,7 @@ func Open(dir string, opts Options) (*Recorder, error) {
 	}
 	r := &Recorder{
 		opts: opts, now: opts.Now, log: opts.Logger, maxSeries: opts.MaxSeries,
-		reg: newRegistry(), spool: sp, windowsCh: make(chan struct{}, 1),
+		reg: newRegistry(), spool: sp, windowsCh: make(chan struct{}, 1), dir: dir,
 	}
 	if err := r.open(dir, newSpool); err != nil {
 		sp.Close()
@@ -255,6 +273,14 @@ func (r *Recorder) open(dir string, newSpool bool) error {
 		return err
 	}
 	r.spoolID = id
+	if seq := r.readMark(dir, id); seq > 0 {
+		// Trimming is the spool's in memory only: bring back no window
+		// the quota service had committed.
+		if err := r.spool.Trim(seq); err != nil {
+			r.log.Warn("usage: trimming the spool at its mark", "seq", seq, "err", err)
+		}
+		r.mark.Store(seq)
+	}
 	lanes := 1
 	for lanes < runtime.GOMAXPROCS(0) && lanes < maxLanes {
 		lanes *= 2

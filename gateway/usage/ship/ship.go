@@ -128,9 +128,14 @@ type Options struct {
 	// DefaultBatch.
 	Batch int
 	// From is the first seq to ship; zero means the spool's first. A
-	// node that reopens its spool to ship the window it closed last
-	// starts where its shipper was.
+	// node that kept its last usage mark starts after it.
 	From uint64
+	// OnTrim, if set, is called after the spool is trimmed at a usage
+	// mark, with the mark's seq, on the goroutine of Run (or Flush): the
+	// node records the mark (usage.Recorder.SaveMark) so that its next
+	// start neither keeps nor ships what the quota service committed. It
+	// may write a file; it must not wait for anything else.
+	OnTrim func(seq uint64)
 }
 
 // Stats are a shipper's counters.
@@ -349,6 +354,9 @@ func (s *Shipper) applyTrim() {
 	s.trimmed.Store(mark)
 	if s.next.Load() <= mark {
 		s.next.Store(mark + 1)
+	}
+	if s.opts.OnTrim != nil {
+		s.opts.OnTrim(mark)
 	}
 }
 

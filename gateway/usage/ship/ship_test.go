@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -321,7 +322,8 @@ func TestTrim(t *testing.T) {
 	appendWindows(t, sp, 1, 5, 1)
 	f := &fakeSender{}
 	f.setFail(errors.New("down"))
-	s := start(t, ship.Options{Spool: sp, Sender: f})
+	var onTrim atomic.Uint64
+	s := start(t, ship.Options{Spool: sp, Sender: f, OnTrim: func(seq uint64) { onTrim.Store(onTrim.Load()*10 + seq) }})
 	waitFor(t, "a failure", func() bool { return s.Stats().Failures > 0 })
 
 	// Marks of another node, of another spool, are not the node's.
@@ -342,6 +344,9 @@ func TestTrim(t *testing.T) {
 	}
 	if st := s.Stats(); st.Trimmed != 3 || st.Next != 6 {
 		t.Errorf("Stats() = %+v, want Trimmed 3, Next 6", st)
+	}
+	if got := onTrim.Load(); got != 3 {
+		t.Errorf("OnTrim called with %d (digits in order), want 3 once", got)
 	}
 }
 
