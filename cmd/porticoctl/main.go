@@ -1,5 +1,6 @@
 // Command porticoctl is the admin CLI of Portico, a Connect client of the
-// control plane's admin API and of the key service. A team applies its
+// control plane's admin API, of the key service and of the quota
+// service. A team applies its
 // directory of route, cluster and service files:
 //
 //	porticoctl diff -f teams/orders/     # what would change
@@ -14,11 +15,19 @@
 //	porticoctl keys revoke --app shop --reason "leaked"
 //	porticoctl deny add --subject user-42 --issued-before now
 //
+// Usage totals, the reconciler and the billing export are the quota
+// service's:
+//
+//	porticoctl usage get key:key_01 --period 2026-11
+//	porticoctl usage reconcile --period 2026-11 --finalise
+//	porticoctl usage export --period 2026-11 -f billing.csv
+//
 // The server and token come from --server and --token-file, or from
 // PORTICO_SERVER and PORTICO_TOKEN; the key service's from --keys-server
 // and --keys-token-file, or PORTICO_KEYS_SERVER and PORTICO_KEYS_TOKEN,
-// else the same as the control plane's (portico dev serves both on one
-// address). Exit status: 0 done, 1 refused or failed (problems listed
+// and the quota service's from --quota-server and --quota-token-file, or
+// PORTICO_QUOTA_SERVER and PORTICO_QUOTA_TOKEN, else the same as the
+// control plane's (portico dev serves all three on one address). Exit status: 0 done, 1 refused or failed (problems listed
 // with their field paths), 2 bad usage; a team's CI can gate on it.
 // -o json and -o yaml print the answers as JSON or YAML for scripts.
 //

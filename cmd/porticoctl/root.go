@@ -15,6 +15,7 @@ import (
 
 	"github.com/portico-gw/portico/gen/portico/admin/v1/adminv1connect"
 	"github.com/portico-gw/portico/gen/portico/keys/v1/keysv1connect"
+	"github.com/portico-gw/portico/gen/portico/quota/v1/quotav1connect"
 	"github.com/portico-gw/portico/internal/buildinfo"
 	"github.com/portico-gw/portico/internal/svcauth"
 )
@@ -38,14 +39,18 @@ type cli struct {
 	stdout, stderr io.Writer
 	getenv         func(string) string
 
-	server, tokenFile         string
-	keysServer, keysTokenFile string
-	output                    format
+	server, tokenFile           string
+	keysServer, keysTokenFile   string
+	quotaServer, quotaTokenFile string
+	output                      format
 
 	// Set by dial, before a command that calls a server runs.
 	admin  adminv1connect.AdminServiceClient
 	keys   keysv1connect.KeyServiceClient
 	tokens keysv1connect.TokenServiceClient
+	quota  quotav1connect.QuotaServiceClient
+	// quotaToken is the token quota calls carry; empty, none.
+	quotaToken string
 }
 
 // run runs porticoctl with args (without the program's name), printing
@@ -80,16 +85,20 @@ func (c *cli) root() *cobra.Command {
 		Use:   "porticoctl",
 		Short: "The admin CLI of Portico",
 		Long: `porticoctl is the admin CLI of Portico, a client of the control plane's admin
-API and of the key service. A team keeps its routes, clusters and services in
-a directory and applies it; platform admins declare teams, the platform's
-objects and steer rollouts; API keys and the access-token deny list are the
-key service's.
+API, of the key service and of the quota service. A team keeps its routes,
+clusters and services in a directory and applies it; platform admins declare
+teams, the platform's objects and steer rollouts; API keys and the
+access-token deny list are the key service's; usage totals and the billing
+export are the quota service's.
 
 The control plane is --server (default $PORTICO_SERVER, else
 http://localhost:7000), with the admin token in --token-file (default
 $PORTICO_TOKEN). The key service is --keys-server (default
 $PORTICO_KEYS_SERVER, else the control plane's address: portico dev serves
 both on one), with --keys-token-file (default $PORTICO_KEYS_TOKEN, else the
+admin token). The quota service is --quota-server (default
+$PORTICO_QUOTA_SERVER, else the control plane's address, as portico dev
+serves it), with --quota-token-file (default $PORTICO_QUOTA_TOKEN, else the
 admin token). Global flags go before or after the command.
 
 Exit status: 0 done, 1 refused or failed (problems listed with their field
@@ -105,6 +114,7 @@ releases (-team demo) still work.`,
   porticoctl rollback 41                  # a new version equal to 41
   porticoctl keys create --app shop --tenant acme --plan gold
   porticoctl deny add --subject user-42 --issued-before now
+  porticoctl usage list --period 2026-11
   source <(porticoctl completion bash)    # completion in this shell`,
 		Version:       buildinfo.Read().String(),
 		SilenceErrors: true,
@@ -127,14 +137,18 @@ releases (-team demo) still work.`,
 	pf.StringVar(&c.tokenFile, "token-file", "", "the admin token's `FILE` (default $PORTICO_TOKEN)")
 	pf.StringVar(&c.keysServer, "keys-server", "", "the key service's `URL` (default $PORTICO_KEYS_SERVER, else --server's)")
 	pf.StringVar(&c.keysTokenFile, "keys-token-file", "", "the key service's token `FILE` (default $PORTICO_KEYS_TOKEN, else the admin token)")
+	pf.StringVar(&c.quotaServer, "quota-server", "", "the quota service's `URL` (default $PORTICO_QUOTA_SERVER, else --server's)")
+	pf.StringVar(&c.quotaTokenFile, "quota-token-file", "", "the quota service's token `FILE` (default $PORTICO_QUOTA_TOKEN, else the admin token)")
 	pf.VarP(&c.output, "output", "o", "how to print answers: text for people, json or yaml for scripts")
 	must(root.MarkPersistentFlagFilename("token-file"))
 	must(root.MarkPersistentFlagFilename("keys-token-file"))
+	must(root.MarkPersistentFlagFilename("quota-token-file"))
 	must(root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(formats, cobra.ShellCompDirectiveNoFileComp)))
 
 	root.AddGroup(
 		&cobra.Group{ID: "config", Title: "Routes, teams and rollouts (the control plane):"},
 		&cobra.Group{ID: "keys", Title: "API keys and access tokens (the key service):"},
+		&cobra.Group{ID: "usage", Title: "Usage and billing (the quota service):"},
 	)
 	for _, cmd := range []*cobra.Command{
 		c.applyCmd("apply"), c.applyCmd("diff"), c.versionsCmd(), c.rollbackCmd(), c.teamCmd(),
@@ -147,6 +161,9 @@ releases (-team demo) still work.`,
 		cmd.GroupID = "keys"
 		root.AddCommand(cmd)
 	}
+	usage := c.usageCmd()
+	usage.GroupID = "usage"
+	root.AddCommand(usage)
 	root.AddCommand(&cobra.Command{
 		Use:   "version",
 		Short: "Print porticoctl's version, as --version does",
@@ -272,15 +289,16 @@ func oneArg(what string) cobra.PositionalArgs {
 	}
 }
 
-// remote makes cmd one that calls the control plane or the key service:
+// remote makes cmd one that calls the control plane, the key service or
+// the quota service:
 // the clients are made from the global flags before it runs.
 func (c *cli) remote(cmd *cobra.Command) *cobra.Command {
 	cmd.PreRunE = func(*cobra.Command, []string) error { return c.dial() }
 	return cmd
 }
 
-// dial makes the clients of the control plane and the key service from
-// the global flags and the environment.
+// dial makes the clients of the control plane, the key service and the
+// quota service from the global flags and the environment.
 func (c *cli) dial() error {
 	server := cmp.Or(c.server, c.getenv("PORTICO_SERVER"), "http://localhost:7000")
 	token, err := tokenFrom("--token-file", c.tokenFile, c.getenv("PORTICO_TOKEN"))
@@ -300,6 +318,16 @@ func (c *cli) dial() error {
 	c.admin = adminv1connect.NewAdminServiceClient(&http.Client{Transport: svcauth.Transport(token, nil), Timeout: callTimeout}, strings.TrimRight(server, "/"))
 	c.keys = keysv1connect.NewKeyServiceClient(keysHTTP, strings.TrimRight(keysServer, "/"))
 	c.tokens = keysv1connect.NewTokenServiceClient(keysHTTP, strings.TrimRight(keysServer, "/"))
+	// The quota service likewise: its own server (portico quota), or the
+	// control plane's address in portico dev, which takes the platform
+	// token.
+	quotaServer := cmp.Or(c.quotaServer, c.getenv("PORTICO_QUOTA_SERVER"), server)
+	quotaToken, err := tokenFrom("--quota-token-file", c.quotaTokenFile, c.getenv("PORTICO_QUOTA_TOKEN"))
+	if err != nil {
+		return &usageError{msg: err.Error()}
+	}
+	c.quotaToken = cmp.Or(quotaToken, token)
+	c.quota = quotav1connect.NewQuotaServiceClient(&http.Client{Transport: svcauth.Transport(c.quotaToken, nil), Timeout: callTimeout}, strings.TrimRight(quotaServer, "/"))
 	return nil
 }
 
