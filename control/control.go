@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/portico-gw/portico/control/admin"
 	"github.com/portico-gw/portico/control/distribution"
@@ -32,6 +33,10 @@ type Options struct {
 	// admin.Bootstrap).
 	BootstrapToken string
 	Logger         *slog.Logger
+	// Now is the control plane's clock: what its answers to the nodes'
+	// reports tell them the time is (the offset their usage windows are
+	// corrected by), and the admin API's; nil means time.Now.
+	Now func() time.Time
 	// Rollout stages new versions (see distribution.RolloutOptions); the
 	// zero value sends each version to every node at once.
 	Rollout distribution.RolloutOptions
@@ -105,10 +110,10 @@ func New(ctx context.Context, opts Options) (*Plane, error) {
 	// publishes it.)
 	var dist *distribution.Server
 	w := versions.New(opts.Store, func(ctx context.Context, v int64) error { return dist.Publish(ctx, v) }, log)
-	dist = distribution.New(opts.Store, distribution.Options{Logger: log, Rollout: opts.Rollout, Versions: w,
+	dist = distribution.New(opts.Store, distribution.Options{Logger: log, Now: opts.Now, Rollout: opts.Rollout, Versions: w,
 		NodeTokenHash: nodeTokenHash, PublisherTokenHash: publisherTokenHash})
 	p := &Plane{Distribution: dist}
-	p.Admin = admin.New(opts.Store, admin.Options{Logger: log, Fleet: dist, Versions: w})
+	p.Admin = admin.New(opts.Store, admin.Options{Logger: log, Now: opts.Now, Fleet: dist, Versions: w})
 	if err := dist.PublishLatest(ctx); err != nil {
 		return nil, fmt.Errorf("control: publishing the newest version: %w", err)
 	}
