@@ -9,13 +9,15 @@ import (
 // current period, and the previous one until it is final, with finalise
 // from its end + Grace. It wakes at a period's end + Grace too, so that a
 // period closes then rather than up to an Interval later; a close that is
-// blocked is tried again every Interval. A period older than the previous
+// blocked is tried again every Interval, or within seconds while it
+// waits for Ready or for the grace after the start. A period older than the previous
 // one that is still not final (a lost node not yet written off) is closed
 // with Run.
 //
 // A failed run is logged and tried again at the next wake.
 func (r *Reconciler) Loop(ctx context.Context) {
 	for {
+		r.waiting.Store(false)
 		now := r.opts.Now()
 		cur := PeriodOf(now)
 		prev := previous(cur)
@@ -35,6 +37,11 @@ func (r *Reconciler) Loop(ctx context.Context) {
 				wait = d
 			}
 		}
+		if r.waiting.Load() {
+			// The close waited for the service to take in what was
+			// waiting for it: that takes seconds, not an Interval.
+			wait = min(wait, readyRetry)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -42,6 +49,10 @@ func (r *Reconciler) Loop(ctx context.Context) {
 		}
 	}
 }
+
+// readyRetry is how soon Loop tries a close again that waited for the
+// service itself (Options.Ready, the grace after the start).
+const readyRetry = 5 * time.Second
 
 func (r *Reconciler) loopRun(ctx context.Context, period string, finalise bool) {
 	if _, err := r.Run(ctx, period, finalise); err != nil {

@@ -26,8 +26,13 @@
 //     adjustment of kind "correction". Windows go on arriving while the
 //     reconciler reads, so the totals are read before and after the
 //     recount, and a total that changed in between is left for the next
-//     run: a correction is only written from a consistent reading. A final
-//     period is never corrected.
+//     run: a correction is only written from a consistent reading. Each
+//     correction carries the figures it was computed against, and the
+//     store applies it only while its total still has them (in the
+//     transaction that writes it), so that a window applied since or
+//     another reconciler's correction of the same total makes it wait for
+//     the next run rather than count twice. A final period is never
+//     corrected.
 //  3. Node counters. Each window carries the node's own counters of its
 //     period through that window. Where a spool is contiguous through its
 //     last whole window of the period (seq LastSeq), what its windows of
@@ -44,6 +49,14 @@
 // A period closes when all of these hold:
 //
 //   - it ended more than Grace ago (Now > end + Grace);
+//   - the quota service has taken in what was waiting for it when it
+//     started (Options.Ready: the Kafka consumer has read the usage topic
+//     to its end and applied it), else the windows of the period still
+//     unread would be booked late into the next one;
+//   - some spool is known, in the store or on the relay, or the
+//     reconciler was made (the service started) more than Grace ago: a
+//     fresh service that has seen nothing yet does not close a period as
+//     empty;
 //   - the relay answered (else the connected nodes' spools are unknown);
 //   - every spool is closed for it (below): the spools are every one the
 //     store has windows of and every one the relay reports;
@@ -74,11 +87,17 @@
 // period blocked, with a reason naming the node, the spool and the missing
 // seqs; so does a connected node whose windows after the period's end do
 // not arrive. The operator decides: bring it back, or name its node in
-// Options.WriteOff, which closes the period without the missing windows.
-// A write-off is visible: the report of the run that finalised lists it in
-// Blocked as "written off: node …" (with what the node's own counters say
-// is missing, when they tell), and it is logged as a warning. Windows of a
-// written-off node that do arrive later are late windows like any other.
+// Options.WriteOff or in a run's writeOff (ReconcileRequest.write_off),
+// which closes the period without the missing windows. A write-off is
+// visible and durable: each spool written off is recorded in the store,
+// in the transaction that finalises the period, as an adjustment of the
+// period of kind "write_off" (counts zero, since what was lost is not
+// known; its source names the node, the spool and the missing seqs); the
+// report of the run that finalised lists the spool's gaps in WrittenOff
+// and says why in Blocked as "written off: node …" (with what the node's
+// own counters say is missing, when they tell); and it is logged as a
+// warning. Windows of a written-off node that do arrive later are late
+// windows like any other.
 //
 // Rule (a) relies on a node spooling a window every Window, empty or not,
 // and on the windows of one spool starting in seq order. A node whose
@@ -94,8 +113,9 @@
 // product and plan), and WriteCSV and WriteJSON encode them.
 //
 // One Reconciler runs one run at a time. Two reconcilers on one store
-// (two quota service processes) could both write the same correction,
-// which the next run takes back: run one reconciler per store.
+// (two quota service processes) may run at once: a correction is written
+// once (step 2), and a period is finalised once, with the write-offs of
+// the run that finalised it.
 package reconcile
 
 import (
@@ -103,9 +123,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -126,8 +148,15 @@ type Options struct {
 	// billed figure stops at it); nil means no caps.
 	Caps func(plan, product string) (cap uint64, hard bool)
 	// WriteOff names nodes whose missing windows the operator gave up
-	// on: their spools do not block a close (see the package doc).
+	// on: their spools do not block a close (see the package doc). A
+	// run's own write-offs (Run's writeOff) join these.
 	WriteOff []string
+	// Ready, when set, says whether the quota service has taken in what
+	// was already waiting for it when it started (the usage topic read
+	// to its end and applied): a close is blocked, with the error's text,
+	// until it returns nil. It may be called often and must not block
+	// for long; nil means always ready.
+	Ready func(ctx context.Context) error
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// After is Loop's timer; nil means time.After.
@@ -149,8 +178,12 @@ type Reconciler struct {
 	store    *store.Store
 	log      *slog.Logger
 	writeOff map[string]bool
+	started  time.Time // New's Now: the service's start
 
 	mu sync.Mutex // one run at a time
+	// waiting is set by a run whose close waited for Ready or for the
+	// grace after the start, so that Loop tries again soon.
+	waiting atomic.Bool
 }
 
 // New returns a Reconciler over opts.Store.
@@ -170,7 +203,7 @@ func New(opts Options) *Reconciler {
 	if opts.Grace <= 0 {
 		opts.Grace = 2 * time.Minute
 	}
-	r := &Reconciler{opts: opts, store: opts.Store, log: opts.Logger, writeOff: map[string]bool{}}
+	r := &Reconciler{opts: opts, store: opts.Store, log: opts.Logger, writeOff: map[string]bool{}, started: opts.Now()}
 	for _, n := range opts.WriteOff {
 		r.writeOff[n] = true
 	}
@@ -185,7 +218,8 @@ const (
 	// pageSize is how many totals are read at once.
 	pageSize = 1000
 	// relayTimeout bounds one call to the relay, so that a control plane
-	// that does not answer cannot hold a run (and the Loop) forever.
+	// that does not answer cannot hold a run (and the Loop) forever; and
+	// one call of Ready.
 	relayTimeout = 30 * time.Second
 )
 
@@ -201,17 +235,18 @@ func (s *spool) name() string { return "node " + s.nodeID + " spool " + s.spoolI
 func spoolKey(node, spool string) string { return node + "/" + spool }
 
 // Run reconciles period ("2026-12") and, with finalise, closes it when
-// it can (see the package doc). An error means a step could not read or
-// write the store; a relay that fails is reported, not an error.
-func (r *Reconciler) Run(ctx context.Context, period string, finalise bool) (*quotav1.ReconcileReport, error) {
-	rep, err := r.run(ctx, period, finalise)
+// it can (see the package doc). writeOff names nodes written off for
+// this run, beside Options.WriteOff. An error means a step could not
+// read or write the store; a relay that fails is reported, not an error.
+func (r *Reconciler) Run(ctx context.Context, period string, finalise bool, writeOff ...string) (*quotav1.ReconcileReport, error) {
+	rep, err := r.run(ctx, period, finalise, writeOff)
 	if r.opts.Observe != nil {
 		r.opts.Observe(rep, err)
 	}
 	return rep, err
 }
 
-func (r *Reconciler) run(ctx context.Context, period string, finalise bool) (*quotav1.ReconcileReport, error) {
+func (r *Reconciler) run(ctx context.Context, period string, finalise bool, writeOff []string) (*quotav1.ReconcileReport, error) {
 	start, end, err := Bounds(period)
 	if err != nil {
 		return nil, err
@@ -248,7 +283,11 @@ func (r *Reconciler) run(ctx context.Context, period string, finalise bool) (*qu
 	}
 	if len(cs) > 0 {
 		source := "reconcile " + now.UTC().Format(time.RFC3339)
-		if err := r.store.Correct(ctx, period, cs, source); err != nil {
+		// The store applies a correction only while its total has what it
+		// was computed against: one another writer (a window, another
+		// reconciler) got to first is left for the next run.
+		cs, err = r.store.Correct(ctx, period, cs, source)
+		if err != nil {
 			return nil, fmt.Errorf("reconcile: correcting %s: %w", period, err)
 		}
 		for _, c := range cs {
@@ -257,7 +296,9 @@ func (r *Reconciler) run(ctx context.Context, period string, finalise bool) (*qu
 				Counted: c.Counted, Billable: c.Billable, Reason: c.Reason,
 			})
 		}
-		r.log.WarnContext(ctx, "reconcile: corrected live totals to the recount", "period", period, "corrections", len(cs))
+		if len(cs) > 0 {
+			r.log.WarnContext(ctx, "reconcile: corrected live totals to the recount", "period", period, "corrections", len(cs))
+		}
 	}
 
 	// 3. Node counters.
@@ -295,25 +336,68 @@ func (r *Reconciler) run(ctx context.Context, period string, finalise bool) (*qu
 			end.Format(time.RFC3339), end.Add(r.opts.Grace).Format(time.RFC3339), r.opts.Grace))
 		return rep, nil
 	}
-	blocked, notes, err := r.blockers(ctx, period, start, end, spools, relayErr, rep.CounterMismatches)
+	waiting := r.waitingFor(ctx, now, spools, relayErr)
+	r.waiting.Store(len(waiting) > 0)
+	wo := r.writeOff
+	if len(writeOff) > 0 {
+		wo = maps.Clone(r.writeOff)
+		for _, n := range writeOff {
+			wo[n] = true
+		}
+	}
+	blocked, offs, err := r.blockers(ctx, period, start, end, spools, relayErr, rep.CounterMismatches, wo)
 	if err != nil {
 		return nil, err
 	}
-	if len(blocked) > 0 {
+	if blocked = append(waiting, blocked...); len(blocked) > 0 {
 		rep.Blocked = blocked
 		r.log.InfoContext(ctx, "reconcile: the period cannot close yet", "period", period, "blocked", strings.Join(blocked, "; "))
 		return rep, nil
 	}
-	if err := r.store.Finalise(ctx, period, now); err != nil && !errors.Is(err, store.ErrFinal) {
+	var records []store.WriteOff
+	for _, o := range offs {
+		records = append(records, o.record)
+	}
+	err = r.store.Finalise(ctx, period, now, records...)
+	switch {
+	case errors.Is(err, store.ErrFinal):
+		// Another reconciler closed it first, with its own write-offs.
+		rep.Finalised = true
+		return rep, nil
+	case err != nil:
 		return nil, fmt.Errorf("reconcile: finalising %s: %w", period, err)
 	}
 	rep.Finalised = true
-	rep.Blocked = notes
-	for _, n := range notes {
-		r.log.WarnContext(ctx, "reconcile: closed the period without a node's missing windows", "period", period, "note", n)
+	for _, o := range offs {
+		rep.Blocked = append(rep.Blocked, o.notes...)
+		rep.WrittenOff = append(rep.WrittenOff, o.gaps...)
+		for _, n := range o.notes {
+			r.log.WarnContext(ctx, "reconcile: closed the period without a node's missing windows", "period", period, "note", n)
+		}
 	}
 	r.log.InfoContext(ctx, "reconcile: the period is final", "period", period)
 	return rep, nil
+}
+
+// waitingFor returns why a close must wait for the service itself: it
+// has not taken in what was waiting for it when it started (Ready), or
+// it knows of no spool at all, in the store or on the relay, and
+// started less than Grace ago (a fresh service has seen nothing yet).
+func (r *Reconciler) waitingFor(ctx context.Context, now time.Time, spools []*spool, relayErr error) []string {
+	var out []string
+	if r.opts.Ready != nil {
+		rctx, cancel := context.WithTimeout(ctx, relayTimeout)
+		err := r.opts.Ready(rctx)
+		cancel()
+		if err != nil {
+			out = append(out, err.Error())
+		}
+	}
+	if len(spools) == 0 && relayErr == nil && now.Before(r.started.Add(r.opts.Grace)) {
+		out = append(out, fmt.Sprintf("no node spool is known yet, in the store or on the relay, and the quota service started at %s: it closes a period with none from %s (grace %s)",
+			r.started.UTC().Format(time.RFC3339), r.started.Add(r.opts.Grace).UTC().Format(time.RFC3339), r.opts.Grace))
+	}
+	return out
 }
 
 // spools joins the store's sequences and the relay's spools, in (node,
@@ -499,9 +583,10 @@ func (r *Reconciler) corrections(ctx context.Context, period string) ([]store.Co
 		if dc == 0 && db == 0 {
 			continue
 		}
-		out = append(out, store.Correction{Key: k, Counted: dc, Billable: db, Reason: fmt.Sprintf(
-			"the windows booked into the period add up to %d counted, %d billable; the total said %d, %d",
-			want.Counted, want.Billable, a.Counts.Counted, a.Counts.Billable)})
+		out = append(out, store.Correction{Key: k, Counted: dc, Billable: db,
+			ExpectCounted: a.Counts.Counted, ExpectBillable: a.Counts.Billable, Reason: fmt.Sprintf(
+				"the windows booked into the period add up to %d counted, %d billable; the total said %d, %d",
+				want.Counted, want.Billable, a.Counts.Counted, a.Counts.Billable)})
 	}
 	slices.SortFunc(out, func(a, b store.Correction) int { return compareKeys(a.Key, b.Key) })
 	return out, nil
@@ -521,10 +606,19 @@ func compareKeys(a, b store.Key) int {
 	return strings.Compare(a.Period, b.Period)
 }
 
+// writtenOff is a spool a close would write off: what Finalise records,
+// what the report's Blocked notes and WrittenOff list.
+type writtenOff struct {
+	record store.WriteOff
+	notes  []string
+	gaps   []*quotav1.Gap
+}
+
 // blockers returns why period cannot close (step 4 of the package doc),
-// and the notes of what is written off if it can.
+// and the spools of written-off nodes (writeOff) it would close without,
+// in spool order.
 func (r *Reconciler) blockers(ctx context.Context, period string, start, end time.Time, spools []*spool,
-	relayErr error, mismatches []*quotav1.CounterMismatch) (blocked, notes []string, err error) {
+	relayErr error, mismatches []*quotav1.CounterMismatch, writeOff map[string]bool) (blocked []string, offs []*writtenOff, err error) {
 	if relayErr != nil {
 		blocked = append(blocked, fmt.Sprintf("the relay did not answer, so the connected nodes' spools are unknown: %v", relayErr))
 	}
@@ -544,32 +638,59 @@ func (r *Reconciler) blockers(ctx context.Context, period string, start, end tim
 	for _, sp := range mine {
 		counters[spoolKey(sp.NodeID, sp.SpoolID)] = sp
 	}
+	bySpool := map[string]*writtenOff{}
+	off := func(nodeID, spoolID string, s *spool, note string) {
+		k := spoolKey(nodeID, spoolID)
+		o := bySpool[k]
+		if o == nil {
+			o = &writtenOff{record: store.WriteOff{NodeID: nodeID, SpoolID: spoolID}}
+			if s != nil {
+				o.record.Missing = s.missing()
+				for _, g := range s.gaps() {
+					o.gaps = append(o.gaps, &quotav1.Gap{NodeId: nodeID, SpoolId: spoolID, FromSeq: g.from, ToSeq: g.to})
+				}
+			}
+			if len(o.gaps) == 0 {
+				o.gaps = []*quotav1.Gap{{NodeId: nodeID, SpoolId: spoolID}}
+			}
+			bySpool[k] = o
+			offs = append(offs, o)
+		}
+		o.notes = append(o.notes, "written off: "+note)
+		if o.record.Reason != "" {
+			o.record.Reason += "; "
+		}
+		o.record.Reason += note
+	}
 	for _, s := range spools {
 		why := s.open(start, end, firstLater[spoolKey(s.nodeID, s.spoolID)])
 		if why == "" {
 			continue
 		}
-		if !r.writeOff[s.nodeID] {
+		if !writeOff[s.nodeID] {
 			blocked = append(blocked, why)
 			continue
 		}
-		note := "written off: " + why
 		if sp, ok := counters[spoolKey(s.nodeID, s.spoolID)]; ok && sp.NodeCounted >= sp.Counted && sp.NodeBillable >= sp.Billable {
-			note += fmt.Sprintf("; its own counters say %d counted, %d billable of the period are not in",
+			why += fmt.Sprintf("; its own counters say %d counted, %d billable of the period are not in",
 				sp.NodeCounted-sp.Counted, sp.NodeBillable-sp.Billable)
 		}
-		notes = append(notes, note)
+		off(s.nodeID, s.spoolID, s, why)
+	}
+	spoolOf := map[string]*spool{}
+	for _, s := range spools {
+		spoolOf[spoolKey(s.nodeID, s.spoolID)] = s
 	}
 	for _, m := range mismatches {
 		why := fmt.Sprintf("node %s spool %s: its own counters through seq %d say %d counted, %d billable; its windows add up to %d, %d",
 			m.GetNodeId(), m.GetSpoolId(), m.GetSeq(), m.GetNodeCounted(), m.GetNodeBillable(), m.GetWindowsCounted(), m.GetWindowsBillable())
-		if r.writeOff[m.GetNodeId()] {
-			notes = append(notes, "written off: "+why)
+		if writeOff[m.GetNodeId()] {
+			off(m.GetNodeId(), m.GetSpoolId(), spoolOf[spoolKey(m.GetNodeId(), m.GetSpoolId())], why)
 			continue
 		}
 		blocked = append(blocked, why)
 	}
-	return blocked, notes, nil
+	return blocked, offs, nil
 }
 
 // open returns why s is not closed for the period [start, end) ("" when

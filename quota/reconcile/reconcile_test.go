@@ -6,11 +6,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/portico-gw/portico/quota/reconcile"
 	"github.com/portico-gw/portico/quota/store"
+	"github.com/portico-gw/portico/testing/pgtest"
 	"github.com/portico-gw/portico/testing/testclock"
 )
 
@@ -115,8 +117,9 @@ func TestCorrection(t *testing.T) {
 		n1.emit(t, t0, row(k1, "payments", 2, 10, 9), row(k2, "payments", 5, 4, 4))
 		n1.emit(t, t0.Add(10*time.Second), row(k1, "payments", 2, 5, 5))
 		key := store.Key{Subject: store.Subject(k1), Product: "payments", Period: nov}
-		if err := st.Correct(ctx, nov, []store.Correction{{Key: key, Counted: 7, Billable: 3, Reason: "a bad hand edit"}}, "test"); err != nil {
-			t.Fatal(err)
+		edit := store.Correction{Key: key, Counted: 7, Billable: 3, ExpectCounted: 15, ExpectBillable: 14, Reason: "a bad hand edit"}
+		if applied, err := st.Correct(ctx, nov, []store.Correction{edit}, "test"); err != nil || len(applied) != 1 {
+			t.Fatalf("Correct(the hand edit) = %v, %v", applied, err)
 		}
 		if got := total(t, st, k1, "payments", nov); got.Counted != 22 || got.Billable != 17 {
 			t.Fatalf("the hand edit left %+v", got)
@@ -256,15 +259,31 @@ func TestClose(t *testing.T) {
 			t.Errorf("Lines of an open period: %v, want ErrNotFinal", err)
 		}
 
-		// The operator writes n3 off.
-		wo := reconcile.New(reconcile.Options{Logger: quiet, Store: st, Relay: relay, Now: clock.Now, WriteOff: []string{"n3"}})
-		rep, err = wo.Run(ctx, nov, true)
+		// The operator writes n3 off, for this run.
+		rep, err = r.Run(ctx, nov, true, "n3")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !rep.GetFinalised() || len(rep.GetBlocked()) != 1 || !blockedHas(rep, "written off: node n3 spool "+n3.spool, "windows 2 are missing",
 			"its own counters say 6 counted, 5 billable of the period are not in") {
 			t.Fatalf("with n3 written off: finalised %v, blocked %q", rep.GetFinalised(), rep.GetBlocked())
+		}
+		if wo := rep.GetWrittenOff(); len(wo) != 1 || wo[0].GetNodeId() != "n3" || wo[0].GetSpoolId() != n3.spool || wo[0].GetFromSeq() != 2 || wo[0].GetToSeq() != 2 {
+			t.Errorf("written off %v, want n3's seq 2", wo)
+		}
+		var wos []store.Adjustment
+		adjs, err := st.Adjustments(ctx, nov)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range adjs {
+			if a.Kind == "write_off" {
+				wos = append(wos, a)
+			}
+		}
+		if len(wos) != 1 || wos[0].Source != "write-off of node n3 spool "+n3.spool+" seqs 2" || wos[0].Counted != 0 ||
+			!strings.Contains(wos[0].Reason, "its own counters say 6 counted, 5 billable") || !wos[0].Recorded.Equal(clock.Now()) {
+			t.Errorf("November's write-off adjustments = %+v", wos)
 		}
 		if ps, err := st.Period(ctx, nov); err != nil || !ps.Final || !ps.Finalised.Equal(clock.Now()) {
 			t.Fatalf("November's state %+v, %v", ps, err)
@@ -435,4 +454,106 @@ func TestRunWhileApplying(t *testing.T) {
 		}
 		t.Logf("%d runs while %d windows arrived", runs, windows)
 	})
+}
+
+// TestWaitsForReady: a period does not close while Options.Ready says
+// the service has not taken in what was waiting for it; the report says
+// why with Ready's text.
+func TestWaitsForReady(t *testing.T) {
+	t.Parallel()
+	st := sqliteStore(t)
+	n1 := newNode(st, "n1")
+	n1.emit(t, at("2026-11-30T23:59:50Z"), row(k1, "payments", 2, 1, 1))
+	n1.emit(t, at("2026-12-01T00:00:00Z"), row(k1, "payments", 2, 1, 1))
+	var ready error = errors.New("consume: 3 messages of the usage topic are not applied yet")
+	r := reconcile.New(reconcile.Options{Logger: quiet, Store: st, Now: testclock.New(at("2026-12-01T01:00:00Z")).Now,
+		Ready: func(context.Context) error { return ready }})
+	rep, err := r.Run(context.Background(), nov, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.GetFinalised() || len(rep.GetBlocked()) != 1 || rep.GetBlocked()[0] != ready.Error() {
+		t.Fatalf("not ready: finalised %v, blocked %q", rep.GetFinalised(), rep.GetBlocked())
+	}
+	ready = nil
+	if rep, err := r.Run(context.Background(), nov, true); err != nil || !rep.GetFinalised() || len(rep.GetBlocked()) != 0 {
+		t.Fatalf("ready: %v, %v", rep, err)
+	}
+}
+
+// TestFreshStart: a service that knows of no spool at all (an empty
+// store, nothing on the relay) does not close a period within Grace of
+// its start, and does after.
+func TestFreshStart(t *testing.T) {
+	t.Parallel()
+	for _, relay := range []*fakeRelay{nil, newRelay()} {
+		st := sqliteStore(t)
+		clock := testclock.New(at("2026-12-01T01:00:00Z"))
+		opts := reconcile.Options{Logger: quiet, Store: st, Now: clock.Now}
+		if relay != nil {
+			opts.Relay = relay
+		}
+		r := reconcile.New(opts)
+		rep, err := r.Run(context.Background(), nov, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.GetFinalised() || len(rep.GetBlocked()) != 1 || !blockedHas(rep, "no node spool is known yet", "closes a period with none from 2026-12-01T01:02:00Z") {
+			t.Fatalf("relay %v, at the start: finalised %v, blocked %q", relay != nil, rep.GetFinalised(), rep.GetBlocked())
+		}
+		clock.Add(2*time.Minute + time.Millisecond)
+		if rep, err := r.Run(context.Background(), nov, true); err != nil || !rep.GetFinalised() {
+			t.Fatalf("relay %v, after the grace: %v, %v", relay != nil, rep, err)
+		}
+	}
+	// A spool known (here a node with nothing spooled) lets it close.
+	st := sqliteStore(t)
+	n1 := newNode(st, "n1")
+	r := reconcile.New(reconcile.Options{Logger: quiet, Store: st, Relay: newRelay(n1), Now: testclock.New(at("2026-12-01T01:00:00Z")).Now})
+	if rep, err := r.Run(context.Background(), nov, true); err != nil || !rep.GetFinalised() {
+		t.Fatalf("with a spool on the relay: %v, %v", rep, err)
+	}
+}
+
+// TestRacingReconcilers: two reconcilers on one PostgreSQL store (two
+// quota service processes) run at once over a total that drifted: it is
+// corrected once, never twice.
+func TestRacingReconcilers(t *testing.T) {
+	t.Parallel()
+	st := openStore(t, pgtest.Start(t).NewDatabase(t))
+	ctx := context.Background()
+	n1 := newNode(st, "n1")
+	t0 := at("2026-11-10T10:00:00Z")
+	clock := testclock.New(t0.Add(time.Hour))
+	a := reconcile.New(reconcile.Options{Logger: quiet, Store: st, Now: clock.Now})
+	b := reconcile.New(reconcile.Options{Logger: quiet, Store: st, Now: clock.Now})
+	key := store.Key{Subject: store.Subject(k1), Product: "payments", Period: nov}
+	var want uint64
+	for round := range 20 {
+		n1.emit(t, t0.Add(time.Duration(round)*10*time.Second), row(k1, "payments", 2, 10, 10))
+		want += 10
+		edit := store.Correction{Key: key, Counted: 7, Billable: 7, ExpectCounted: want, ExpectBillable: want, Reason: "a bad hand edit"}
+		if applied, err := st.Correct(ctx, nov, []store.Correction{edit}, "test"); err != nil || len(applied) != 1 {
+			t.Fatalf("round %d: the hand edit: %v, %v", round, applied, err)
+		}
+		var corrections [2]int
+		var wg sync.WaitGroup
+		for i, r := range []*reconcile.Reconciler{a, b} {
+			wg.Go(func() {
+				rep, err := r.Run(ctx, nov, false)
+				if err != nil {
+					t.Errorf("round %d: reconciler %d: %v", round, i, err)
+					return
+				}
+				corrections[i] = len(rep.GetCorrections())
+			})
+		}
+		wg.Wait()
+		if got := total(t, st, k1, "payments", nov); got.Counted != want || got.Billable != want {
+			t.Fatalf("round %d: total %d, %d after both runs, want %d (corrections reported %v)", round, got.Counted, got.Billable, want, corrections)
+		}
+		if corrections[0]+corrections[1] != 1 {
+			t.Fatalf("round %d: the reconcilers reported %v corrections, want one in all", round, corrections)
+		}
+	}
 }

@@ -8,20 +8,30 @@ import (
 	"time"
 )
 
-// Correction is a difference the reconciler writes back to a total.
+// Correction is a difference the reconciler writes back to a total. It
+// was computed against the total's figures ExpectCounted and
+// ExpectBillable (zero for a total that does not exist yet), and Correct
+// applies it only while the total still has them.
 type Correction struct {
 	Key
 	Counted, Billable int64
-	Reason            string
+	// ExpectCounted and ExpectBillable are the total's Counted and
+	// Billable the correction was computed against.
+	ExpectCounted, ExpectBillable uint64
+	Reason                        string
 }
 
 // Adjustment is one recorded change outside a period's own windows.
 type Adjustment struct {
 	Key
 	Counted, Billable int64
-	Kind              string // "correction" or "late_window"
-	Source            string
-	// Reason is the correction's; empty for a late window.
+	// Kind is "correction", "late_window" or "write_off" (a node spool
+	// whose missing windows the period was closed without: no subject,
+	// counts zero).
+	Kind   string
+	Source string
+	// Reason is the correction's or the write-off's; empty for a late
+	// window.
 	Reason   string
 	Recorded time.Time
 }
@@ -29,20 +39,32 @@ type Adjustment struct {
 // Correct adds corrections to the live totals of period and records each
 // as an adjustment of kind "correction" with source, in one transaction;
 // a correction's Period may be empty (it is period's). It adds to
-// Counted, Billable and Adjusted, never to a status class. ErrFinal if
-// the period is final; ErrInvalid, and nothing written, for a
-// correction of another period or no subject, or one that would take a
-// total below zero.
-func (s *Store) Correct(ctx context.Context, period string, cs []Correction, source string) error {
+// Counted, Billable and Adjusted, never to a status class.
+//
+// A correction is applied only if its total still has the figures it
+// was computed against (ExpectCounted, ExpectBillable) when the
+// transaction reads it: one that another writer got to first (a window
+// applied since, or another reconciler's correction) is skipped, to be
+// computed again. Correct returns the corrections it applied, in the
+// order given. ErrFinal if the period is final; ErrInvalid, and nothing
+// written, for a correction of another period or no subject, or one
+// that would take its expected total below zero.
+func (s *Store) Correct(ctx context.Context, period string, cs []Correction, source string) ([]Correction, error) {
 	if _, err := parsePeriod(period); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	for _, c := range cs {
 		if c.Subject == "" || (c.Period != "" && c.Period != period) {
-			return fmt.Errorf("%w: a correction of %s %q in %s, not of a subject in %s", ErrInvalid, c.Subject, c.Product, c.Period, period)
+			return nil, fmt.Errorf("%w: a correction of %s %q in %s, not of a subject in %s", ErrInvalid, c.Subject, c.Product, c.Period, period)
+		}
+		if int64(c.ExpectCounted)+c.Counted < 0 || int64(c.ExpectBillable)+c.Billable < 0 {
+			return nil, fmt.Errorf("%w: a correction of %s %q in %s by %d (billable %d) takes the total below zero",
+				ErrInvalid, c.Subject, c.Product, period, c.Counted, c.Billable)
 		}
 	}
+	var applied []Correction
 	err := s.db.InTx(ctx, func(tx *sql.Tx) error {
+		applied = applied[:0]
 		st, err := s.period(ctx, tx, period)
 		if err != nil {
 			return err
@@ -58,9 +80,8 @@ func (s *Store) Correct(ctx context.Context, period string, cs []Correction, sou
 			if err != nil && !errors.Is(err, sql.ErrNoRows) {
 				return err
 			}
-			if counted+c.Counted < 0 || billable+c.Billable < 0 {
-				return fmt.Errorf("%w: a correction of %s %q in %s by %d (billable %d) takes the total below zero",
-					ErrInvalid, c.Subject, c.Product, period, c.Counted, c.Billable)
+			if counted != int64(c.ExpectCounted) || billable != int64(c.ExpectBillable) {
+				continue // the total moved on: the next run computes it again
 			}
 			if _, err := tx.ExecContext(ctx, s.db.Rebind(`INSERT INTO quota_totals (`+totalColumns+`)
 				VALUES (?, ?, ?, '', '', '', '', ?, ?, 0, 0, 0, 0, 0, 0, ?, ?)
@@ -70,10 +91,14 @@ func (s *Store) Correct(ctx context.Context, period string, cs []Correction, sou
 				period, c.Subject, c.Product, c.Counted, c.Billable, c.Counted, micros(t)); err != nil {
 				return err
 			}
+			applied = append(applied, c)
 		}
-		return s.addAdjustments(ctx, tx, period, "correction", source, cs, t)
+		return s.addAdjustments(ctx, tx, period, "correction", source, applied, t)
 	})
-	return wrap(err, "correcting %s", period)
+	if err != nil {
+		return nil, wrap(err, "correcting %s", period)
+	}
+	return applied, nil
 }
 
 var adjustmentColumns = columns([]string{"period", "subject", "product", "kind", "source", "reason"}, "counted", "billable", "recorded")

@@ -85,12 +85,46 @@ func (s *Store) Reconciled(ctx context.Context, period string, t time.Time) erro
 	return wrap(err, "recording a reconciliation of %s", period)
 }
 
+// WriteOff is a node spool whose missing windows a period was closed
+// without: the operator gave up on them (its disk is gone). Finalise
+// records it as an adjustment of kind "write_off" with counts zero (what
+// was lost is not known) and Source naming the node, the spool and the
+// missing seqs.
+type WriteOff struct {
+	NodeID, SpoolID string
+	// Missing names the seqs given up on ("4-9, 12"); empty when none is
+	// known (its windows after the period's end did not arrive, or its
+	// own counters disagree with its windows).
+	Missing string
+	// Reason says why the spool kept the period open, and what the
+	// node's own counters say is missing when they tell.
+	Reason string
+}
+
+// source is a write-off's adjustment source.
+func (w WriteOff) source() string {
+	s := "write-off of node " + w.NodeID + " spool " + w.SpoolID
+	if w.Missing != "" {
+		s += " seqs " + w.Missing
+	}
+	return s
+}
+
 // Finalise makes period final at t: its totals never change again, and
 // a late window of it is booked into the next period that is not final.
-// ErrFinal if it already is.
-func (s *Store) Finalise(ctx context.Context, period string, t time.Time) error {
+// Each of writeOffs is recorded as an adjustment of the period of kind
+// "write_off" in the same transaction, so that a period closed without
+// a spool's windows always says so. ErrFinal, and nothing recorded, if
+// it already is final; ErrInvalid for a write-off without a node or a
+// spool.
+func (s *Store) Finalise(ctx context.Context, period string, t time.Time, writeOffs ...WriteOff) error {
 	if _, err := parsePeriod(period); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	for _, w := range writeOffs {
+		if w.NodeID == "" || w.SpoolID == "" {
+			return fmt.Errorf("%w: a write-off of node %q spool %q", ErrInvalid, w.NodeID, w.SpoolID)
+		}
 	}
 	err := s.db.InTx(ctx, func(tx *sql.Tx) error {
 		st, err := s.period(ctx, tx, period)
@@ -102,7 +136,13 @@ func (s *Store) Finalise(ctx context.Context, period string, t time.Time) error 
 		}
 		_, err = tx.ExecContext(ctx, s.db.Rebind(`INSERT INTO quota_periods (period, final, finalised, last_reconciled) VALUES (?, 1, ?, 0)
 			ON CONFLICT (period) DO UPDATE SET final = 1, finalised = excluded.finalised`), period, micros(t))
-		return err
+		if err != nil {
+			return err
+		}
+		return s.insertMany(ctx, tx, "quota_adjustments", adjustmentColumns, "", len(writeOffs), func(i int, args []any) []any {
+			w := &writeOffs[i]
+			return append(args, period, "", "", "write_off", w.source(), w.Reason, int64(0), int64(0), micros(t))
+		})
 	})
 	return wrap(err, "finalising %s", period)
 }

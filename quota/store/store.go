@@ -13,9 +13,12 @@
 // A period's totals are the sum of its own windows' rows, of late
 // windows of earlier, final periods booked into it (adjustments of kind
 // "late_window"), and of the reconciler's corrections (kind
-// "correction"). Once a period is final nothing changes its totals: a
-// window of it that arrives later is booked into the first period after
-// it that is not final.
+// "correction"), each applied only to a total that still has the
+// figures it was computed against. Once a period is final nothing
+// changes its totals: a window of it that arrives later is booked into
+// the first period after it that is not final. The node spools a period
+// was closed without are recorded with the close (kind "write_off",
+// changing no total).
 //
 // Each rise of a spool's contiguous mark is a change of the mark outbox
 // with the next rev of one sequence: 1, 2, 3, ... without gaps, assigned

@@ -43,6 +43,9 @@ func Run(t *testing.T, newDB func(t *testing.T) Opener) {
 		{"LateWindows", testLateWindows},
 		{"FinalBetweenParts", testFinalBetweenParts},
 		{"Corrections", testCorrections},
+		{"StaleCorrections", testStaleCorrections},
+		{"RacingCorrections", testRacingCorrections},
+		{"WriteOffs", testWriteOffs},
 		{"Recount", testRecount},
 		{"ConcurrentApply", testConcurrentApply},
 		{"MarkOutbox", testMarkOutbox},
@@ -677,13 +680,17 @@ func testFinalBetweenParts(t *testing.T, o Opener) {
 func testCorrections(t *testing.T, o Opener) {
 	s := open(t, o)
 	mustApply(t, s, window("n1", spoolA, 1, "2026-11", row(key1, "orders", 2, 10, true), row(key2, "orders", 2, 5, true)))
-	err := s.Correct(ctx(t), "2026-11", []store.Correction{
-		{Key: store.Key{Subject: "key:k1", Product: "orders"}, Counted: 3, Billable: 2, Reason: "recount"},
-		{Key: store.Key{Subject: "key:k2", Product: "orders", Period: "2026-11"}, Counted: -5, Billable: -5, Reason: "recount"},
+	cs := []store.Correction{
+		{Key: store.Key{Subject: "key:k1", Product: "orders"}, Counted: 3, Billable: 2, ExpectCounted: 10, ExpectBillable: 10, Reason: "recount"},
+		{Key: store.Key{Subject: "key:k2", Product: "orders", Period: "2026-11"}, Counted: -5, Billable: -5, ExpectCounted: 5, ExpectBillable: 5, Reason: "recount"},
 		{Key: store.Key{Subject: "app:new", Product: "orders"}, Counted: 4, Billable: 1, Reason: "recount"},
-	}, "reconcile 2026-11T10:00:00Z")
+	}
+	applied, err := s.Correct(ctx(t), "2026-11", cs, "reconcile 2026-11T10:00:00Z")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if diff := cmp.Diff(cs, applied); diff != "" {
+		t.Errorf("Correct applied (-given +applied):\n%s", diff)
 	}
 	if got := total(t, s, "key:k1", "orders", "2026-11"); got.Counts.Counted != 13 || got.Counts.Billable != 12 || got.Adjusted != 3 || got.Caller.GetTenant() != "t1" {
 		t.Errorf("Total(key:k1) after a correction = %+v", got)
@@ -705,13 +712,13 @@ func testCorrections(t *testing.T, o Opener) {
 		name string
 		c    store.Correction
 	}{
-		{"below zero", store.Correction{Key: store.Key{Subject: "key:k1", Product: "orders"}, Counted: -15}},
-		{"billable below zero", store.Correction{Key: store.Key{Subject: "key:k1", Product: "orders"}, Billable: -13}},
+		{"below zero", store.Correction{Key: store.Key{Subject: "key:k1", Product: "orders"}, Counted: -14, ExpectCounted: 13, ExpectBillable: 12}},
+		{"billable below zero", store.Correction{Key: store.Key{Subject: "key:k1", Product: "orders"}, Billable: -13, ExpectCounted: 13, ExpectBillable: 12}},
 		{"of another period", store.Correction{Key: store.Key{Subject: "key:k1", Product: "orders", Period: "2026-12"}, Counted: 1}},
 		{"of no subject", store.Correction{Key: store.Key{Product: "orders"}, Counted: 1}},
 	} {
-		ok := store.Correction{Key: store.Key{Subject: "key:k1", Product: "orders"}, Counted: 1}
-		if err := s.Correct(ctx(t), "2026-11", []store.Correction{ok, tc.c}, "x"); !errors.Is(err, store.ErrInvalid) {
+		ok := store.Correction{Key: store.Key{Subject: "key:k1", Product: "orders"}, Counted: 1, ExpectCounted: 13, ExpectBillable: 12}
+		if _, err := s.Correct(ctx(t), "2026-11", []store.Correction{ok, tc.c}, "x"); !errors.Is(err, store.ErrInvalid) {
 			t.Errorf("Correct %s: %v, want ErrInvalid", tc.name, err)
 		}
 	}
@@ -722,7 +729,7 @@ func testCorrections(t *testing.T, o Opener) {
 		t.Fatal(err)
 	}
 	before := allTotals(t, s, "2026-11")
-	if err := s.Correct(ctx(t), "2026-11", []store.Correction{{Key: store.Key{Subject: "key:k1", Product: "orders"}, Counted: 1}}, "x"); !errors.Is(err, store.ErrFinal) {
+	if _, err := s.Correct(ctx(t), "2026-11", []store.Correction{{Key: store.Key{Subject: "key:k1", Product: "orders"}, Counted: 1, ExpectCounted: 13, ExpectBillable: 12}}, "x"); !errors.Is(err, store.ErrFinal) {
 		t.Errorf("Correct of a final period: %v, want ErrFinal", err)
 	}
 	if diff := cmp.Diff(before, allTotals(t, s, "2026-11"), protocmp.Transform()); diff != "" {
@@ -730,6 +737,128 @@ func testCorrections(t *testing.T, o Opener) {
 	}
 	if adj, _ := s.Adjustments(ctx(t), "2026-11"); len(adj) != 3 {
 		t.Errorf("Adjustments after refused corrections = %d, want 3", len(adj))
+	}
+}
+
+// testStaleCorrections: a correction computed against figures its total
+// no longer has (a window came in, or another writer corrected it
+// first) is skipped, and recorded nowhere; the others of the call are
+// applied.
+func testStaleCorrections(t *testing.T, o Opener) {
+	s := open(t, o)
+	mustApply(t, s, window("n1", spoolA, 1, "2026-11", row(key1, "orders", 2, 10, true), row(key2, "orders", 2, 5, true)))
+	k1 := store.Key{Subject: "key:k1", Product: "orders"}
+	k2 := store.Key{Subject: "key:k2", Product: "orders"}
+	fresh := store.Correction{Key: k2, Counted: 1, Billable: 1, ExpectCounted: 5, ExpectBillable: 5, Reason: "fresh"}
+	// Computed before a window of k1 came in.
+	stale := store.Correction{Key: k1, Counted: 2, Billable: 2, ExpectCounted: 10, ExpectBillable: 10, Reason: "stale"}
+	mustApply(t, s, window("n1", spoolA, 2, "2026-11", row(key1, "orders", 2, 3, true)))
+	applied, err := s.Correct(ctx(t), "2026-11", []store.Correction{stale, fresh}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(applied) != 1 || applied[0].Reason != "fresh" {
+		t.Errorf("Correct applied %+v, want the fresh one alone", applied)
+	}
+	if got := total(t, s, "key:k1", "orders", "2026-11"); got.Counts.Counted != 13 || got.Adjusted != 0 {
+		t.Errorf("Total(key:k1) after a stale correction = %+v, want 13, unadjusted", got)
+	}
+	if got := total(t, s, "key:k2", "orders", "2026-11"); got.Counts.Counted != 6 || got.Adjusted != 1 {
+		t.Errorf("Total(key:k2) = %+v, want 6, adjusted 1", got)
+	}
+	// The same correction again: the total has moved on, by it.
+	if applied, err := s.Correct(ctx(t), "2026-11", []store.Correction{fresh}, "test"); err != nil || len(applied) != 0 {
+		t.Errorf("Correct the same again = %+v, %v; want nothing applied", applied, err)
+	}
+	// One of a total that does not exist expects zero; once it exists,
+	// a correction expecting zero is stale.
+	k3 := store.Key{Subject: "app:new", Product: "orders"}
+	if applied, _ := s.Correct(ctx(t), "2026-11", []store.Correction{{Key: k3, Counted: 4}}, "test"); len(applied) != 1 {
+		t.Errorf("Correct of a new total applied %+v", applied)
+	}
+	if applied, _ := s.Correct(ctx(t), "2026-11", []store.Correction{{Key: k3, Counted: 4}}, "test"); len(applied) != 0 {
+		t.Errorf("Correct of it again, expecting zero, applied %+v", applied)
+	}
+	adj, err := s.Adjustments(ctx(t), "2026-11")
+	if err != nil || len(adj) != 2 || adj[0].Reason != "fresh" || adj[1].Subject != "app:new" {
+		t.Errorf("Adjustments = %+v, %v; want the two applied", adj, err)
+	}
+}
+
+// testRacingCorrections: two writers (two processes on the database)
+// correct one total at once, both computed against the same figures:
+// the total is corrected once.
+func testRacingCorrections(t *testing.T, o Opener) {
+	a, b := open(t, o), open(t, o)
+	for round := range 20 {
+		period := fmt.Sprintf("20%02d-01", 30+round)
+		mustApply(t, a, window("n1", spoolA, uint64(round+1), period, row(key1, "orders", 2, 10, true)))
+		c := store.Correction{Key: store.Key{Subject: "key:k1", Product: "orders"}, Counted: -1, Billable: -1, ExpectCounted: 10, ExpectBillable: 10}
+		var n [2]int
+		var errs [2]error
+		var wg sync.WaitGroup
+		for i, s := range []*store.Store{a, b} {
+			wg.Go(func() {
+				var applied []store.Correction
+				applied, errs[i] = s.Correct(ctx(t), period, []store.Correction{c}, fmt.Sprint("writer ", i))
+				n[i] = len(applied)
+			})
+		}
+		wg.Wait()
+		if errs[0] != nil || errs[1] != nil || n[0]+n[1] != 1 {
+			t.Fatalf("round %d: the writers applied %v (errors %v), want one correction", round, n, errs)
+		}
+		if got := total(t, a, "key:k1", "orders", period); got.Counts.Counted != 9 || got.Adjusted != -1 {
+			t.Fatalf("round %d: total %+v, want 9, adjusted -1", round, got)
+		}
+		if adj, _ := a.Adjustments(ctx(t), period); len(adj) != 1 {
+			t.Fatalf("round %d: adjustments %+v, want one", round, adj)
+		}
+	}
+}
+
+// testWriteOffs: the write-offs of a close are recorded with it, as
+// adjustments of kind write_off that change no total; a refused close
+// records none.
+func testWriteOffs(t *testing.T, o Opener) {
+	s := open(t, o)
+	mustApply(t, s, window("n1", spoolA, 1, "2026-11", row(key1, "orders", 2, 10, true)))
+	before := allTotals(t, s, "2026-11")
+	fin := time.Date(2026, 12, 1, 0, 5, 0, 0, time.UTC)
+	wos := []store.WriteOff{
+		{NodeID: "n2", SpoolID: spoolB, Missing: "4-9, 12", Reason: "its own counters say 6 counted, 5 billable of the period are not in"},
+		{NodeID: "n3", SpoolID: spoolA, Reason: "its counters disagree"},
+	}
+	for _, bad := range []store.WriteOff{{SpoolID: spoolA}, {NodeID: "n2"}} {
+		if err := s.Finalise(ctx(t), "2026-11", fin, bad); !errors.Is(err, store.ErrInvalid) {
+			t.Errorf("Finalise with a write-off %+v: %v, want ErrInvalid", bad, err)
+		}
+	}
+	if st, _ := s.Period(ctx(t), "2026-11"); st.Final {
+		t.Fatal("a refused Finalise made the period final")
+	}
+	if err := s.Finalise(ctx(t), "2026-11", fin, wos...); err != nil {
+		t.Fatal(err)
+	}
+	adj, err := s.Adjustments(ctx(t), "2026-11")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []store.Adjustment{
+		{Key: store.Key{Period: "2026-11"}, Kind: "write_off", Source: "write-off of node n2 spool " + spoolB + " seqs 4-9, 12", Reason: wos[0].Reason, Recorded: fin},
+		{Key: store.Key{Period: "2026-11"}, Kind: "write_off", Source: "write-off of node n3 spool " + spoolA, Reason: wos[1].Reason, Recorded: fin},
+	}
+	if diff := cmp.Diff(want, adj); diff != "" {
+		t.Errorf("Adjustments after a close with write-offs (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(before, allTotals(t, s, "2026-11"), protocmp.Transform()); diff != "" {
+		t.Errorf("write-offs changed the totals (-before +after):\n%s", diff)
+	}
+	if err := s.Finalise(ctx(t), "2026-11", fin, wos[0]); !errors.Is(err, store.ErrFinal) {
+		t.Errorf("Finalise again: %v, want ErrFinal", err)
+	}
+	if adj, _ := s.Adjustments(ctx(t), "2026-11"); len(adj) != 2 {
+		t.Errorf("a refused Finalise recorded its write-offs: %+v", adj)
 	}
 }
 
@@ -790,10 +919,10 @@ func testRecount(t *testing.T, o Opener) {
 	// A correction is not in the recount: it makes the totals equal it
 	// when they drifted.
 	k := store.Key{Subject: "key:k1", Product: "orders", Period: "2026-11"}
-	if err := s.Correct(ctx(t), "2026-11", []store.Correction{{Key: k, Counted: 2}}, "test"); err != nil {
-		t.Fatal(err)
-	}
 	rc, _ := s.Recount(ctx(t), "2026-11")
+	if applied, err := s.Correct(ctx(t), "2026-11", []store.Correction{{Key: k, Counted: 2, ExpectCounted: rc[k].Counted, ExpectBillable: rc[k].Billable}}, "test"); err != nil || len(applied) != 1 {
+		t.Fatalf("Correct = %v, %v; want it applied", applied, err)
+	}
 	if got := total(t, s, k.Subject, k.Product, k.Period).Counts.Counted; got != rc[k].Counted+2 {
 		t.Errorf("after a correction of +2: total %d, recount %d", got, rc[k].Counted)
 	}
