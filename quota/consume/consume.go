@@ -235,3 +235,7 @@ func (l *Local) Deliver(ctx context.Context, value []byte) error {
 
 // Stats returns what Deliver did so far.
 func (l *Local) Stats() Stats { return l.a.stats() }
+
+// Ready returns nil: a Local applies each window before Deliver returns,
+// so nothing ever waits for it (Consumer.Ready).
+func (l *Local) Ready(context.Context) error { return nil }

@@ -377,3 +377,86 @@ func TestLocal(t *testing.T) {
 	}
 	wantTotal(t, st, "k1", 8)
 }
+
+// gated is a store whose applies wait until open is closed.
+type gated struct {
+	consume.Store
+	open chan struct{}
+}
+
+func (g *gated) Apply(ctx context.Context, w *quotav1.UsageWindow) (store.Applied, error) {
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return store.Applied{}, ctx.Err()
+	}
+	return g.Store.Apply(ctx, w)
+}
+
+// TestReady: Ready says no while windows that waited on the topic when
+// it was first asked are not all applied, over every partition, and yes
+// once they are, and from then on.
+func TestReady(t *testing.T) {
+	t.Parallel()
+	c := kafkatest.Start(t, 3, topic)
+	st := openStore(t)
+	w := writer(t, c)
+	var msgs []kafka.Message
+	for _, node := range []string{"n1", "n2", "n3", "n4"} {
+		for seq := uint64(1); seq <= 5; seq++ {
+			msgs = append(msgs, encode(t, window(node, seq, 1, "k1")))
+		}
+	}
+	produce(t, w, msgs...)
+	g := &gated{Store: st, open: make(chan struct{})}
+	con, _ := start(t, c, consume.Options{Store: g})
+	err := con.Ready(testCtx(t))
+	if err == nil || !strings.Contains(err.Error(), "not all applied yet") {
+		t.Fatalf("Ready before any apply = %v, want the windows not applied", err)
+	}
+	close(g.open)
+	deadline := time.Now().Add(90 * time.Second)
+	for con.Ready(testCtx(t)) != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("Ready = %v after a minute and a half, stats %+v", con.Ready(testCtx(t)), con.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Ready: every window that waited is in.
+	if s := con.Stats(); s.Applied != 20 {
+		t.Errorf("Stats() when ready = %+v, want all 20 applied", s)
+	}
+	wantTotal(t, st, "k1", 20)
+	// Windows produced after it was first asked do not make it unready.
+	produce(t, w, encode(t, window("n1", 6, 1, "k1")))
+	if err := con.Ready(testCtx(t)); err != nil {
+		t.Errorf("Ready after more windows = %v, want nil", err)
+	}
+}
+
+// TestReadyEmpty: a topic that holds nothing, or does not exist, is
+// ready at once; brokers that do not answer are not.
+func TestReadyEmpty(t *testing.T) {
+	t.Parallel()
+	c := kafkatest.Start(t, 2, topic)
+	for _, tp := range []string{topic, "no-such-topic"} {
+		con, err := consume.New(consume.Options{Brokers: c.Addrs(), Topic: tp, Group: "ready-test", Store: openStore(t), Logger: logger(nil)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = con.Close() })
+		if err := con.Ready(testCtx(t)); err != nil {
+			t.Errorf("Ready of %s = %v, want nil", tp, err)
+		}
+	}
+	c.SetDown(true)
+	t.Cleanup(func() { c.SetDown(false) })
+	con, err := consume.New(consume.Options{Brokers: c.Addrs(), Topic: topic, Group: "ready-test-2", Store: openStore(t), Logger: logger(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = con.Close() })
+	if err := con.Ready(testCtx(t)); err == nil || !strings.Contains(err.Error(), "not known yet") {
+		t.Errorf("Ready with the brokers down = %v, want not known", err)
+	}
+}

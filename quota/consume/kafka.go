@@ -20,12 +20,15 @@ import (
 // group.
 //
 // Lifecycle: New joins nothing yet; Run fetches, applies and commits
-// until its ctx ends or Close is called; Close leaves the group (another
-// member, or the next Consumer of the group, goes on from the last
-// commit). Run is called at most once.
+// until its ctx ends or Close is called; Ready says when what waited on
+// the topic is in; Close leaves the group (another member, or the next
+// Consumer of the group, goes on from the last commit). Run is called at
+// most once.
 type Consumer struct {
-	a *applier
-	r *kafka.Reader
+	a     *applier
+	r     *kafka.Reader
+	ready readiness
+	tr    *kafka.Transport // ready's
 
 	mu     sync.Mutex
 	closed bool
@@ -42,10 +45,11 @@ func New(opts Options) (*Consumer, error) {
 		return nil, err
 	}
 	log := a.log
+	topic, group := cmp.Or(opts.Topic, DefaultTopic), cmp.Or(opts.Group, DefaultGroup)
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:  opts.Brokers,
-		Topic:    cmp.Or(opts.Topic, DefaultTopic),
-		GroupID:  cmp.Or(opts.Group, DefaultGroup),
+		Topic:    topic,
+		GroupID:  group,
 		MinBytes: 1,
 		MaxBytes: cmp.Or(opts.MaxBytes, 16<<20),
 		MaxWait:  cmp.Or(opts.MaxWait, 250*time.Millisecond),
@@ -61,7 +65,10 @@ func New(opts Options) (*Consumer, error) {
 		Logger:           kafkaLogger(log, slog.LevelDebug),
 		ErrorLogger:      errorLogger(log),
 	})
-	return &Consumer{a: a, r: r}, nil
+	tr := &kafka.Transport{}
+	c := &Consumer{a: a, r: r, tr: tr, ready: readiness{topic: topic, group: group,
+		client: &kafka.Client{Addr: kafka.TCP(opts.Brokers...), Transport: tr, Timeout: 10 * time.Second}}}
+	return c, nil
 }
 
 // kafkaLogger passes kafka-go's log lines to log at level.
@@ -140,7 +147,9 @@ func (c *Consumer) Close() error {
 		c.stop()
 	}
 	c.mu.Unlock()
-	return c.r.Close()
+	err := c.r.Close()
+	c.tr.CloseIdleConnections()
+	return err
 }
 
 // Stats returns what the Consumer did so far.
