@@ -2,6 +2,7 @@ package quota_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http/httptest"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	quotav1 "github.com/portico-gw/portico/gen/portico/quota/v1"
 	"github.com/portico-gw/portico/internal/svcauth"
 	"github.com/portico-gw/portico/quota"
+	"github.com/portico-gw/portico/quota/store"
 	"github.com/portico-gw/portico/testing/gatewaytest"
 	"github.com/portico-gw/portico/testing/kafkatest"
 )
@@ -130,5 +132,86 @@ func TestMarksOnTheFastLane(t *testing.T) {
 		if strings.Contains(b, "relay") || !strings.Contains(b, "n2") {
 			t.Errorf("Reconcile(finalise) blocked: %s, want n2's gap alone", b)
 		}
+	}
+}
+
+// TestStartupReadsKafkaFirst: windows of November wait on the usage
+// topic when the quota service starts in December, past November's
+// grace. The reconcile loop's first close must not finalise November
+// before they are applied: they are November's, not late windows of
+// December. Over a fresh store, and over one that knows the node's
+// spool already (contiguous and not on a relay: it would pass as
+// retired).
+func TestStartupReadsKafkaFirst(t *testing.T) {
+	t.Parallel()
+	for _, known := range []bool{false, true} {
+		t.Run(fmt.Sprintf("known=%v", known), func(t *testing.T) {
+			t.Parallel()
+			const topic = "usage-startup-test"
+			c := kafkatest.Start(t, 2, topic)
+			st, err := store.Open(testCtx(t), "sqlite:"+filepath.Join(t.TempDir(), "quota.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = st.Close() })
+			nov := time.Date(2026, 11, 30, 23, 59, 30, 0, time.UTC)
+			ws := withPeriodCounters(
+				window("n1", spoolA, 1, nov, row(key1, "p", 3, 3)),
+				window("n1", spoolA, 2, nov.Add(10*time.Second), row(key1, "p", 4, 4)),
+				window("n2", spoolB, 1, nov.Add(20*time.Second), row(key2, "p", 5, 5)),
+			)
+			var msgs []kafka.Message
+			for i, w := range ws {
+				if known && i == 0 {
+					if _, err := st.Apply(testCtx(t), w); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				msgs = append(msgs, kafka.Message{Key: []byte(w.GetNodeId()), Value: marshal(t, w)})
+			}
+			kw := &kafka.Writer{Addr: kafka.TCP(c.Addrs()...), Topic: topic, RequiredAcks: kafka.RequireAll,
+				Balancer: &kafka.Hash{}, BatchTimeout: time.Millisecond}
+			t.Cleanup(func() { _ = kw.Close() })
+			if err := kw.WriteMessages(testCtx(t), msgs...); err != nil {
+				t.Fatalf("WriteMessages: %v", err)
+			}
+
+			// An hour into December, a grace of a millisecond: November
+			// may close from the loop's first run, but for what waits.
+			base := time.Now()
+			now := func() time.Time { return time.Date(2026, 12, 1, 1, 0, 0, 0, time.UTC).Add(time.Since(base)) }
+			s, err := quota.Open(testCtx(t), quota.Options{Store: st, TokenHashes: []string{svcauth.Hash(token)},
+				Brokers: c.Addrs(), Topic: topic, Group: "startup-test", Now: now,
+				Interval: 10 * time.Millisecond, Grace: time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { defer close(done); s.Run(ctx) }()
+			t.Cleanup(func() { cancel(); <-done })
+
+			eventually(t, "November final", func() bool {
+				ps, err := st.Period(testCtx(t), "2026-11")
+				return err == nil && ps.Final
+			})
+			if st := s.Stats(); st.Late != 0 || st.Applied != uint64(len(msgs)) {
+				t.Errorf("Stats() = %+v, want %d applied, none late", st, len(msgs))
+			}
+			for _, want := range []struct {
+				key  string
+				want uint64
+			}{{"key:k1", 7}, {"key:k2", 5}} {
+				tot, err := st.Total(testCtx(t), store.Key{Subject: want.key, Product: "p", Period: "2026-11"})
+				if err != nil || tot.Counts.Counted != want.want {
+					t.Errorf("November's total of %s = %+v, %v; want %d counted", want.key, tot.Counts, err, want.want)
+				}
+			}
+			if adj, err := st.Adjustments(testCtx(t), "2026-12"); err != nil || len(adj) != 0 {
+				t.Errorf("December's adjustments = %+v, %v; want none (no late window)", adj, err)
+			}
+		})
 	}
 }

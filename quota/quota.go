@@ -184,7 +184,7 @@ func Open(ctx context.Context, opts Options) (*Service, error) {
 	s.rec = reconcile.New(reconcile.Options{
 		Store: s.store, Relay: relay, WriteOff: opts.WriteOff, Now: opts.Now, Logger: log,
 		Interval: cmp.Or(opts.Interval, DefaultInterval), Grace: cmp.Or(opts.Grace, DefaultGrace),
-		Observe: s.observe,
+		Observe: s.observe, Ready: s.ready,
 	})
 	copts := consume.Options{Brokers: opts.Brokers, Topic: opts.Topic, Group: opts.Group, Store: s.store,
 		Drop: opts.Drop, OnApply: s.applied, Logger: log}
@@ -200,6 +200,18 @@ func Open(ctx context.Context, opts Options) (*Service, error) {
 		}
 	}
 	return s, nil
+}
+
+// ready says whether the windows that waited on the usage topic when the
+// service started are in (consume.Consumer.Ready): until they are, the
+// reconciler closes no period, since a window of it still unread would
+// be booked late into the next one. Windows delivered in-process are in
+// when Deliver returns.
+func (s *Service) ready(ctx context.Context) error {
+	if s.kafka == nil {
+		return s.local.Ready(ctx)
+	}
+	return s.kafka.Ready(ctx)
 }
 
 // applied publishes a spool's risen mark at once rather than at the
@@ -218,7 +230,7 @@ func (s *Service) observe(rep *quotav1.ReconcileReport, err error) {
 	if len(rep.GetGaps()) > 0 || len(rep.GetCorrections()) > 0 || len(rep.GetCounterMismatches()) > 0 || rep.GetFinalised() {
 		s.log.Info("quota: reconciled", "period", rep.GetPeriod(), "gaps", len(rep.GetGaps()),
 			"corrections", len(rep.GetCorrections()), "counter_mismatches", len(rep.GetCounterMismatches()),
-			"finalised", rep.GetFinalised(), "blocked", rep.GetBlocked())
+			"finalised", rep.GetFinalised(), "written_off", len(rep.GetWrittenOff()), "blocked", rep.GetBlocked())
 	}
 }
 

@@ -431,3 +431,48 @@ func TestInternalNotLeaked(t *testing.T) {
 		t.Errorf("the log does not say why:\n%s", logs.String())
 	}
 }
+
+// TestWriteOff: a node written off in a Reconcile call closes the period
+// without its missing windows; the report lists its gaps in written_off,
+// and ListAdjustments shows the write-off, kept in the store.
+func TestWriteOff(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 1, 1, 0, 0, 0, time.UTC)
+	s := open(t, quota.Options{Now: func() time.Time { return now }})
+	nov := time.Date(2026, 11, 30, 23, 0, 0, 0, time.UTC)
+	ws := withPeriodCounters(
+		window("n1", spoolA, 1, nov, row(key1, "p", 2, 2)),
+		window("n1", spoolA, 2, nov.Add(10*time.Second), row(key1, "p", 3, 3)), // lost
+		window("n1", spoolA, 3, nov.Add(20*time.Second), row(key1, "p", 1, 1)),
+	)
+	deliver(t, s.Service, ws[0], ws[2])
+	ask := func(writeOff ...string) *quotav1.ReconcileReport {
+		t.Helper()
+		resp, err := s.client.Reconcile(testCtx(t), connect.NewRequest(&quotav1.ReconcileRequest{Period: "2026-11", Finalise: true, WriteOff: writeOff}))
+		if err != nil {
+			t.Fatalf("Reconcile(write_off %q): %v", writeOff, err)
+		}
+		return resp.Msg.GetReport()
+	}
+	if rep := ask(); rep.GetFinalised() || len(rep.GetWrittenOff()) != 0 {
+		t.Fatalf("Reconcile without a write-off = %v, want blocked by n1's seq 2", rep)
+	}
+	rep := ask("n1")
+	if wo := rep.GetWrittenOff(); !rep.GetFinalised() || len(wo) != 1 || wo[0].GetNodeId() != "n1" || wo[0].GetSpoolId() != spoolA ||
+		wo[0].GetFromSeq() != 2 || wo[0].GetToSeq() != 2 {
+		t.Fatalf("Reconcile(write_off n1) = %v, want final with n1's seq 2 written off", rep)
+	}
+	resp, err := s.client.ListAdjustments(testCtx(t), connect.NewRequest(&quotav1.ListAdjustmentsRequest{Period: "2026-11"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	adj := resp.Msg.GetAdjustments()
+	if len(adj) != 1 || adj[0].GetKind() != "write_off" || adj[0].GetCounted() != 0 || adj[0].GetBillable() != 0 ||
+		!strings.Contains(adj[0].GetSource(), "node n1 spool "+spoolA+" seqs 2") || !strings.Contains(adj[0].GetSource(), "3 counted, 3 billable") {
+		t.Errorf("ListAdjustments(2026-11) = %v, want n1's write-off", adj)
+	}
+	// Asked again, the final period writes nothing more off.
+	if rep := ask("n1"); !rep.GetFinalised() || len(rep.GetWrittenOff()) != 0 {
+		t.Errorf("Reconcile of the final period = %v", rep)
+	}
+}

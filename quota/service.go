@@ -108,7 +108,7 @@ func (a *api) ListNodes(ctx context.Context, _ *connect.Request[quotav1.ListNode
 }
 
 func (a *api) Reconcile(ctx context.Context, req *connect.Request[quotav1.ReconcileRequest]) (*connect.Response[quotav1.ReconcileResponse], error) {
-	rep, err := a.s.rec.Run(ctx, req.Msg.GetPeriod(), req.Msg.GetFinalise())
+	rep, err := a.s.rec.Run(ctx, req.Msg.GetPeriod(), req.Msg.GetFinalise(), req.Msg.GetWriteOff()...)
 	if err != nil {
 		return nil, a.s.errorOf(ctx, "reconciling "+req.Msg.GetPeriod(), err)
 	}
