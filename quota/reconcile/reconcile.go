@@ -715,7 +715,7 @@ func (s *spool) open(start, end time.Time, firstLater uint64) string {
 	case n == nil && q.Contiguous == q.Highest: // (c)
 		return ""
 	case n == nil:
-		return fmt.Sprintf("%s is not connected and its windows %s are missing: they are lost unless it comes back (or name the node in WriteOff)",
+		return fmt.Sprintf("%s is not connected and its windows %s are missing: they are lost unless it comes back (or write the node off: porticoctl usage reconcile --finalise --write-off NODE)",
 			s.name(), s.missing())
 	}
 	return fmt.Sprintf("%s: no window from the period's end on is in with every window before it (contiguous through seq %d, highest %d, spooled through %d)",

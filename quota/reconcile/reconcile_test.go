@@ -243,7 +243,7 @@ func TestClose(t *testing.T) {
 		}
 		if rep.GetFinalised() || len(rep.GetBlocked()) != 2 ||
 			!blockedHas(rep, "node n1 spool "+n1.spool, "no window from the period's end on") ||
-			!blockedHas(rep, "node n3 spool "+n3.spool+" is not connected and its windows 2 are missing", "WriteOff") {
+			!blockedHas(rep, "node n3 spool "+n3.spool+" is not connected and its windows 2 are missing", "--write-off NODE") {
 			t.Fatalf("blocked %q", rep.GetBlocked())
 		}
 
