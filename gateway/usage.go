@@ -21,9 +21,17 @@ type UsageOptions struct {
 	// empty means the control plane's (ControlOptions.NodeID), or the
 	// host name.
 	NodeID string
-	// Dir is the usage directory: the window file, the spool and its id.
-	// Required; one node at a time (it is locked).
+	// Dir is the usage directory of the node, on local disk. Required.
+	// It holds slots (gateway/usage.Slots), each a window file, a spool,
+	// its id and its mark: the node counts into the first slot no other
+	// process holds, and ships and releases the others once their
+	// processes are gone, so the old and the new process of an upgrade in
+	// place count side by side.
 	Dir string
+	// AdoptInterval is how often the node looks for slots of Dir no
+	// process holds, to ship what they hold; zero means
+	// DefaultUsageAdoptInterval.
+	AdoptInterval time.Duration
 	// Window is how long a window is; zero means 10 s.
 	Window time.Duration
 	// SyncInterval is how often the window file is written to disk, what
@@ -45,8 +53,11 @@ type UsageOptions struct {
 	FlushTimeout time.Duration
 }
 
-// DefaultUsageFlushTimeout is UsageOptions.FlushTimeout's default.
-const DefaultUsageFlushTimeout = 5 * time.Second
+// Defaults of UsageOptions.
+const (
+	DefaultUsageFlushTimeout  = 5 * time.Second
+	DefaultUsageAdoptInterval = 2 * time.Second
+)
 
 // UsageError is why a node cannot count usage: its usage directory is
 // missing, unusable or in use by another process, or its id is not one a
@@ -72,10 +83,18 @@ type nodeUsage struct {
 	n    *Node
 	opts UsageOptions
 
+	// recOpts opened rec, and open the slots the node adopts.
+	recOpts usage.Options
+
 	// stop ends the goroutines start started and waits for them; nil
-	// before start.
-	mu   sync.Mutex
-	stop func()
+	// before start. adopted are the other slots the node holds to ship
+	// (usageslots.go), by directory; released, the generation of each
+	// slot it released (usage.Generation), not to adopt again unless a
+	// process has counted into it since.
+	mu       sync.Mutex
+	stop     func()
+	adopted  map[string]*adoptedSlot
+	released map[string]uint64
 }
 
 var _ distribution.Usage = (*nodeUsage)(nil)
@@ -85,14 +104,16 @@ func (n *Node) openUsage(o *UsageOptions, nodeID, region string) (*nodeUsage, er
 	if o.Dir == "" {
 		return nil, &UsageError{Err: fmt.Errorf("no directory given")}
 	}
-	rec, err := usage.Open(o.Dir, usage.Options{
+	ro := usage.Options{
 		NodeID: nodeID, Region: region, Window: o.Window, SyncInterval: o.SyncInterval,
 		SpoolBytes: o.SpoolBytes, NoSync: o.NoSync, Now: n.opts.Now, Logger: n.log,
-	})
+	}
+	rec, err := usage.OpenDir(o.Dir, ro)
 	if err != nil {
 		return nil, &UsageError{Dir: o.Dir, Err: err}
 	}
-	u := &nodeUsage{rec: rec, n: n, opts: *o}
+	u := &nodeUsage{rec: rec, n: n, opts: *o, recOpts: ro,
+		adopted: map[string]*adoptedSlot{}, released: map[string]uint64{}}
 	if o.Sender != nil {
 		u.sh, err = ship.New(ship.Options{Spool: rec.Spool(), Sender: o.Sender, NodeID: nodeID, SpoolID: rec.SpoolID(),
 			Windows: rec.Windows(), Logger: n.log, From: rec.Mark() + 1, OnTrim: u.saveMark(rec)})
@@ -100,8 +121,8 @@ func (n *Node) openUsage(o *UsageOptions, nodeID, region string) (*nodeUsage, er
 			rec.Close()
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
-		// The quota service's marks of this node's spool trim it.
-		n.lane.OnUsageMark(u.sh.Trim)
+		// The quota service's marks of this node's spools trim them.
+		n.lane.OnUsageMark(u.trim)
 	}
 	return u, nil
 }
@@ -132,14 +153,15 @@ func (u *nodeUsage) start() {
 			}
 		})
 	}
+	wg.Go(func() { u.adoptLoop(ctx) })
 	u.mu.Lock()
 	u.stop = func() { cancel(); wg.Wait() }
 	u.mu.Unlock()
 }
 
 // close stops the goroutines, seals the recorder, which spools the open
-// window (the node has stopped serving), ships what is left (flush), and
-// closes the recorder.
+// window (the node has stopped serving), ships what is left of its spool
+// and of the slots it adopted (flush), and closes the recorders.
 func (u *nodeUsage) close() {
 	u.mu.Lock()
 	stop := u.stop
@@ -154,34 +176,56 @@ func (u *nodeUsage) close() {
 	if u.sh != nil && u.opts.FlushTimeout >= 0 {
 		u.flush()
 	}
+	u.mu.Lock()
+	adopted := u.adopted
+	u.adopted = map[string]*adoptedSlot{}
+	u.mu.Unlock()
+	for _, a := range adopted {
+		if err := a.rec.Close(); err != nil {
+			u.n.log.Error("usage: closing an adopted slot", "slot", a.rec.Dir(), "err", err)
+		}
+	}
 	if err := u.rec.Close(); err != nil {
 		u.n.log.Error("usage: closing the recorder", "err", err)
 	}
 }
 
-// flush ships the windows the shipper had not, the one Seal spooled
+// flush ships the windows the shippers had not, the one Seal spooled
 // included, within FlushTimeout. A node that never runs again would
 // otherwise keep them, and the quota service, which never heard of their
 // seqs, could close their period without them.
 func (u *nodeUsage) flush() {
-	from, last := u.sh.Stats().Next, u.rec.Spool().Last()
-	if last < from {
-		return
-	}
 	timeout := u.opts.FlushTimeout
 	if timeout == 0 {
 		timeout = DefaultUsageFlushTimeout
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	if err := u.sh.Flush(ctx); err != nil {
-		u.n.log.Warn("usage: the last windows wait in the spool for the next run", "err", err)
-		return
+	u.mu.Lock()
+	shippers := []*ship.Shipper{u.sh}
+	for _, a := range u.adopted {
+		shippers = append(shippers, a.sh)
 	}
-	u.n.log.Info("usage: shipped the last windows", "from", from, "to", last)
+	u.mu.Unlock()
+	for _, sh := range shippers {
+		from, last := sh.Stats().Next, sh.Stats().Next+sh.Stats().Pending-1
+		if sh.Stats().Pending == 0 {
+			continue
+		}
+		if err := sh.Flush(ctx); err != nil {
+			u.n.log.Warn("usage: the last windows wait in the spool for the next run", "err", err)
+			continue
+		}
+		u.n.log.Info("usage: shipped the last windows", "from", from, "to", last)
+	}
 }
 
-// UsageSpool says where the spool stands, for the control plane.
+// UsageSpool says where the spool stands, for the control plane: the
+// active slot's only. The reconciler sees an adopted slot's spool only
+// through the windows that reached the quota service, as it sees a
+// retired node's; a re-send request for it is refused by the control
+// plane (the spool id is not the one the node reports), and the node
+// ships it whole anyway before it releases it.
 func (u *nodeUsage) UsageSpool() *distributionv1.UsageSpool {
 	sp := u.rec.Spool()
 	return &distributionv1.UsageSpool{SpoolId: u.rec.SpoolID(), FirstSeq: sp.First(), LastSeq: sp.Last(), Full: u.rec.Stats().SpoolFull}
@@ -193,6 +237,10 @@ func (u *nodeUsage) SetClockOffset(d time.Duration) { u.rec.SetClockOffset(d) }
 // ResendUsage ships again the windows the reconciler asks for, if they
 // are of this spool.
 func (u *nodeUsage) ResendUsage(r *distributionv1.ResendUsage) {
+	if sh := u.adoptedShipper(r.GetSpoolId()); sh != nil {
+		sh.Resend(r.GetFromSeq(), r.GetToSeq())
+		return
+	}
 	switch {
 	case r.GetSpoolId() != u.rec.SpoolID():
 		u.n.log.Warn("usage: ignoring a re-send request for another spool", "spool", r.GetSpoolId(), "ours", u.rec.SpoolID())

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/portico-gw/portico/gateway"
+	"github.com/portico-gw/portico/gateway/usage"
 	"github.com/portico-gw/portico/gateway/usage/ship"
 	"github.com/portico-gw/portico/gateway/usage/spool"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
@@ -30,10 +31,11 @@ type usageRow struct {
 
 type usageCounts struct{ counted, billable uint64 }
 
-// spooledRows reads every window of the spool in dir and sums their rows.
+// spooledRows reads every window of the spool in the first slot of dir
+// and sums their rows.
 func spooledRows(t *testing.T, dir string) (map[usageRow]usageCounts, []*quotav1.UsageWindow) {
 	t.Helper()
-	sp, err := spool.Open(filepath.Join(dir, "spool"), spool.Options{NoSync: true})
+	sp, err := spool.Open(filepath.Join(dir, "0", "spool"), spool.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +205,7 @@ func TestUsageShipsAndTrims(t *testing.T) {
 	gatewaytest.WaitFor(t, 10*time.Second, "3 windows shipped", func() bool { return len(sender.seqs()) >= 3 })
 	u := gateway.UsageOf(g.Node)
 	sp := u.UsageSpool()
-	id, _ := os.ReadFile(filepath.Join(dir, "SPOOLID"))
+	id, _ := os.ReadFile(filepath.Join(dir, "0", "SPOOLID"))
 	if sp.GetSpoolId() != strings.TrimSpace(string(id)) || sp.GetFirstSeq() != 1 || sp.GetLastSeq() < 3 {
 		t.Errorf("UsageSpool() = %v, want spool %s from 1", sp, id)
 	}
@@ -245,7 +247,7 @@ func TestUsageShipsAndTrims(t *testing.T) {
 }
 
 // TestUsageDirUnusable: a node whose usage directory cannot be used (a
-// file, or one another node has open) is not made.
+// file, or one whose every slot other nodes hold) is not made.
 func TestUsageDirUnusable(t *testing.T) {
 	t.Parallel()
 	file := filepath.Join(t.TempDir(), "file")
@@ -253,7 +255,9 @@ func TestUsageDirUnusable(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	first := gatewaytest.Start(t, nil, func(o *gateway.Options) { o.Usage = &gateway.UsageOptions{Dir: dir, NoSync: true} })
+	for range usage.MaxSlots {
+		gatewaytest.Start(t, nil, func(o *gateway.Options) { o.Usage = &gateway.UsageOptions{Dir: dir, NoSync: true} })
+	}
 	for _, tt := range []struct{ name, dir string }{{"none", ""}, {"a file", file}, {"in use", dir}} {
 		_, err := gateway.New(gateway.Options{
 			Listeners: []gateway.Listener{{Listener: gatewaytest.Listen(t)}}, Logger: gatewaytest.Logger(),
@@ -267,7 +271,6 @@ func TestUsageDirUnusable(t *testing.T) {
 			t.Errorf("%s: New = %v, want spool.ErrLocked", tt.name, err)
 		}
 	}
-	_ = first
 }
 
 // TestUsageShipsLastWindow: a node that stops ships the window it closes
@@ -297,5 +300,124 @@ func TestUsageShipsLastWindow(t *testing.T) {
 	}
 	if counted != 3 {
 		t.Errorf("the windows shipped count %d calls, want 3", counted)
+	}
+}
+
+// shippedOf sums, per spool, the calls of the distinct windows (spool,
+// seq, part) m was sent, and counts the windows sent more than once.
+func (m *memSender) shippedOf() (counted map[string]uint64, dups int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	type id struct {
+		spool     string
+		seq, part uint64
+	}
+	seen := map[id]bool{}
+	counted = map[string]uint64{}
+	for _, w := range m.ws {
+		k := id{w.GetSpoolId(), w.GetSeq(), uint64(w.GetPart())}
+		if seen[k] {
+			dups++
+			continue
+		}
+		seen[k] = true
+		counted[w.GetSpoolId()] += w.GetCounted()
+	}
+	return counted, dups
+}
+
+// TestUsageSlots: two nodes on one usage directory (the old and the new
+// process of an upgrade in place) count into slots of their own, with
+// spools of their own; once the first stops without shipping its last
+// window, the second adopts its slot and ships it, and every call is in
+// exactly one window.
+func TestUsageSlots(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg, _ := usageConfig(t)
+	sender := &memSender{}
+	opts := func(flush time.Duration) func(o *gateway.Options) {
+		return func(o *gateway.Options) {
+			o.Usage = &gateway.UsageOptions{Dir: dir, NodeID: "node-s", Window: time.Hour, NoSync: true, Sender: sender,
+				AdoptInterval: 10 * time.Millisecond, FlushTimeout: flush}
+			o.Control = nil
+		}
+	}
+	get := func(g *gatewaytest.Gateway, n int) {
+		c := gatewaytest.HTTP1Client(t)
+		for range n {
+			if resp, _ := gatewaytest.Do(t, c, "GET", g.URL()+"/open/x", "", nil); resp.StatusCode != 200 {
+				t.Fatalf("GET = %d, want 200", resp.StatusCode)
+			}
+		}
+	}
+	old := gatewaytest.Start(t, cfg, opts(-1)) // ships nothing as it stops
+	get(old, 3)
+	cur := gatewaytest.Start(t, cfg, opts(0))
+	get(cur, 2)
+	oldSpool, curSpool := gateway.UsageOf(old.Node).UsageSpool().GetSpoolId(), gateway.UsageOf(cur.Node).UsageSpool().GetSpoolId()
+	if oldSpool == curSpool {
+		t.Fatalf("both nodes count into spool %s", oldSpool)
+	}
+	if err := old.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	gatewaytest.WaitFor(t, 10*time.Second, "the old slot's window shipped", func() bool {
+		c, _ := sender.shippedOf()
+		return c[oldSpool] == 3
+	})
+	get(cur, 1)
+	if err := cur.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	c, dups := sender.shippedOf()
+	if c[oldSpool] != 3 || c[curSpool] != 3 || len(c) != 2 {
+		t.Errorf("shipped counts per spool %v (%d windows twice), want 3 in %s and 3 in %s", c, dups, oldSpool, curSpool)
+	}
+	slots, err := usage.Slots(dir)
+	if err != nil || len(slots) != 2 {
+		t.Errorf("Slots() = %v, %v; want 2", slots, err)
+	}
+}
+
+// TestUsageMarkKept: a node that restarts neither keeps nor ships again
+// the windows its last usage mark covered.
+func TestUsageMarkKept(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg, _ := usageConfig(t)
+	first := &memSender{}
+	g := gatewaytest.Start(t, cfg, func(o *gateway.Options) {
+		o.Usage = &gateway.UsageOptions{Dir: dir, NodeID: "node-m", Window: 20 * time.Millisecond, NoSync: true, Sender: first}
+		o.Control = nil
+	})
+	gatewaytest.WaitFor(t, 10*time.Second, "3 windows shipped", func() bool { return len(first.seqs()) >= 3 })
+	id := gateway.UsageOf(g.Node).UsageSpool().GetSpoolId()
+	mark := &configv1.FastLaneEntry{Rev: 1, Entry: &configv1.FastLaneEntry_UsageMark{
+		UsageMark: &configv1.UsageMark{NodeId: "node-m", SpoolId: id, Seq: 2}}}
+	if err := g.Node.FastLane().Apply([]*configv1.FastLaneEntry{mark}); err != nil {
+		t.Fatal(err)
+	}
+	gatewaytest.WaitFor(t, 10*time.Second, "the trim at 2", func() bool {
+		_, st, _ := g.Node.UsageStats()
+		return st.Trimmed == 2
+	})
+	if err := g.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	again := &memSender{}
+	g = gatewaytest.Start(t, cfg, func(o *gateway.Options) {
+		o.Usage = &gateway.UsageOptions{Dir: dir, NodeID: "node-m", Window: time.Hour, NoSync: true, Sender: again}
+		o.Control = nil
+	})
+	if sp := gateway.UsageOf(g.Node).UsageSpool(); sp.GetSpoolId() != id || sp.GetFirstSeq() != 3 {
+		t.Errorf("after the restart UsageSpool() = %v, want spool %s from 3", sp, id)
+	}
+	if err := g.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if s := again.seqs(); len(s) == 0 || slices.Min(s) != 3 {
+		t.Errorf("after the restart the node shipped seqs %v, want from 3", s)
 	}
 }

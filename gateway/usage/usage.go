@@ -6,6 +6,9 @@
 //
 // # Lifecycle
 //
+// A recorder counts into one directory, a slot (Open). A node's usage
+// directory holds several (OpenDir, Slots): see Slots below.
+//
 //  1. Open opens the usage directory: the spool in dir/spool, its id in
 //     dir/SPOOLID, the window file dir/window.map, and the last usage mark
 //     in dir/MARK, at which it trims the spool (see Marks). Windows a
@@ -106,6 +109,23 @@
 // yet in the window's totals (the node's counters then differ from the
 // rows by at most the calls in flight, one per core).
 //
+// # Slots
+//
+// Two processes of one node run at once during an upgrade in place: the
+// new one serves before the old one has drained and released its spool.
+// So a node's usage directory holds slots, dir/0, dir/1 and so on, each a
+// complete recorder directory (spool, SPOOLID, window.map, MARK) with its
+// own spool id and sequence; a directory from before slots, with its files
+// in dir itself, is the first slot. OpenDir takes the first slot no
+// process holds. A process also adopts every other slot whose lock is free
+// (Adopt): that recovers its window file as Open would, the shipper ships
+// its spool from its mark, the marks the quota service publishes for its
+// spool id meanwhile trim it, and once it is all shipped the process
+// closes it, releasing it with its spool id, sequence and mark, which the
+// next process that takes the slot continues. The quota service deduplicates on (node, spool id, seq,
+// part), so slots neither collide nor double count, and a window of a
+// released slot is shipped again only if it was not committed.
+//
 // # Marks
 //
 // The quota service's usage marks (every window up to seq committed)
@@ -170,6 +190,9 @@ type Options struct {
 	// rows fold into overflow rows (see the package comment). Zero means
 	// 1<<20. It applies to a window file when it is made.
 	MaxSeries int
+
+	// adopt is set by Adopt: open no window.
+	adopt bool
 }
 
 // ErrClosed is returned by what closes windows after Seal or Close.
@@ -222,7 +245,9 @@ var nodeIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
 
 // Open opens (creating if need be) the usage directory dir, spools the
 // windows a previous process left in its window file, and opens a window.
-// Only one Recorder may have dir open (the spool's lock).
+// Only one Recorder may have dir open (the spool's lock): Open fails with
+// spool.ErrLocked while another holds it. A node opens its usage
+// directory with OpenDir, which picks one of its slots.
 func Open(dir string, opts Options) (*Recorder, error) {
 	if !nodeIDPattern.MatchString(opts.NodeID) {
 		return nil, fmt.Errorf("usage: bad node id %q", opts.NodeID)
@@ -309,6 +334,11 @@ func (r *Recorder) open(dir string, newSpool bool) error {
 		m.setSpoolID(id)
 	}
 	r.recover(renumber)
+	if r.opts.adopt {
+		r.sealed = true
+		r.epoch.Store(closedBit | max(r.halves[0].epoch(), r.halves[1].epoch()))
+		return nil
+	}
 	if m.l != want && r.halves[0].state() == stateFree && r.halves[1].state() == stateFree {
 		period := m.period()
 		c, b := m.u64(fhCumCounted).Load(), m.u64(fhCumBillable).Load()
