@@ -162,6 +162,9 @@ type node struct {
 	// passes on (a full channel refuses one).
 	clock   chan *distributionv1.StreamResponse
 	resends chan *distributionv1.StreamResponse
+	// clockSent is when the last Clock was queued (the control plane's
+	// clock).
+	clockSent time.Time
 }
 
 // NodeStatus is what the control plane knows of a connected node.
@@ -622,7 +625,7 @@ func (s *Server) report(n *node, rep *distributionv1.Report, at time.Time) {
 	n.Usage = rep.GetUsage()
 	n.ReportedAt = at
 	if rep.GetSentAt().IsValid() {
-		s.clockLocked(n, rep.GetSentAt(), at)
+		s.clockLocked(n, rep.GetSentAt(), at, rep.GetUsage() != nil)
 	}
 	s.notifyLocked()
 }

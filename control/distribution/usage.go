@@ -23,15 +23,26 @@ import (
 // arrive.
 const maxResends = 64
 
-// clockLocked answers a report sent at sent (the node's clock) and read
-// at at (the control plane's) with a Clock, and records the control
-// plane's own estimate of the node's offset: at − sent. It cannot see the
-// round trip the node sees, so its estimate is high by the report's
-// one-way delay (well under a millisecond on a data centre's network);
-// the node's own estimate, NTP-style from the Clock, is the one that
-// stamps its usage windows.
-func (s *Server) clockLocked(n *node, sent *timestamppb.Timestamp, at time.Time) {
+// clockEvery is how often a node's reports are answered with a Clock at
+// most: the offset changes slowly, and nodes in tests report every few
+// milliseconds.
+const clockEvery = time.Second
+
+// clockLocked records the control plane's own estimate of the offset of
+// a node whose report was sent at sent (the node's clock) and read at at
+// (the control plane's): at − sent. It cannot see the round trip the
+// node sees, so its estimate is high by the report's one-way delay (well
+// under a millisecond on a data centre's network); the node's own
+// estimate, NTP-style from the Clock, is the one that stamps its usage
+// windows. A node that counts usage (its report carries its spool) is
+// answered with a Clock, at most once per clockEvery; one that counts
+// none has no use for it.
+func (s *Server) clockLocked(n *node, sent *timestamppb.Timestamp, at time.Time, counts bool) {
 	n.ClockOffset, n.ClockAt = at.Sub(sent.AsTime()), at
+	if !counts || !n.clockSent.IsZero() && at.Sub(n.clockSent) < clockEvery && !at.Before(n.clockSent) {
+		return
+	}
+	n.clockSent = at
 	msg := &distributionv1.StreamResponse{Message: &distributionv1.StreamResponse_Clock{Clock: &distributionv1.Clock{
 		ReportSentAt: sent, Received: timestamppb.New(at)}}}
 	// The newest answer replaces one not sent yet: either gives the node

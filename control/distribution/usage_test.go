@@ -12,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -132,6 +133,30 @@ func (n *rawNode) report(t *testing.T, rep *distributionv1.Report) {
 	}
 }
 
+// spoolAt is a spool whose last window is last.
+func spoolAt(last uint64) *distributionv1.UsageSpool {
+	return &distributionv1.UsageSpool{SpoolId: spoolA, FirstSeq: 1, LastSeq: last}
+}
+
+// reportRead sends rep on n's stream and waits until the control plane
+// has read it: node id's spool is the report's, read at the clock's time.
+func (h *relayHarness) reportRead(t *testing.T, n *rawNode, id string, rep *distributionv1.Report) {
+	t.Helper()
+	n.report(t, rep)
+	ctx, stop := context.WithTimeout(context.Background(), wait)
+	defer stop()
+	if err := h.srv.Wait(ctx, func(st distribution.Status) bool {
+		for _, ns := range st.Nodes {
+			if ns.ID == id {
+				return proto.Equal(ns.Usage, rep.GetUsage()) && ns.ReportedAt.Equal(h.clock.Now())
+			}
+		}
+		return false
+	}); err != nil {
+		t.Fatalf("the report %v not read within %s", rep, wait)
+	}
+}
+
 func (n *rawNode) next(t *testing.T) *distributionv1.StreamResponse {
 	t.Helper()
 	timer := time.NewTimer(wait)
@@ -147,10 +172,11 @@ func (n *rawNode) next(t *testing.T) *distributionv1.StreamResponse {
 	return nil
 }
 
-// TestUsageClock: each report that says when it was sent is answered
-// with a Clock echoing that and stamped with the control plane's clock
-// when it read the report; Spools shows each node's spool, region and
-// the offset the control plane estimates.
+// TestUsageClock: a report of a node that counts usage and says when it
+// was sent is answered with a Clock echoing that and stamped with the
+// control plane's clock when it read the report, at most once a second;
+// Spools shows each node's spool, region and the offset the control
+// plane estimates.
 func TestUsageClock(t *testing.T) {
 	t.Parallel()
 	h := startRelay(t)
@@ -176,10 +202,16 @@ func TestUsageClock(t *testing.T) {
 	if diff := cmp.Diff(wantClock, clk, protocmp.Transform()); diff != "" {
 		t.Errorf("the answer to a report (-want +got):\n%s", diff)
 	}
-	// A report without sent_at is not answered: the next answer is the
-	// next timed report's.
-	n.report(t, &distributionv1.Report{Usage: later})
-	h.clock.Add(time.Second)
+	// Not answered: a report within a second of the last answer, one
+	// without sent_at, one of a node that counts no usage (no spool).
+	// Each is read before the clock moves on.
+	h.clock.Add(500 * time.Millisecond)
+	h.reportRead(t, n, "node-1", &distributionv1.Report{SentAt: timestamppb.New(h.clock.Now()), Usage: spoolAt(5)})
+	h.reportRead(t, n, "node-1", &distributionv1.Report{Usage: spoolAt(6)})
+	h.clock.Add(500 * time.Millisecond)
+	h.reportRead(t, n, "node-1", &distributionv1.Report{SentAt: timestamppb.New(h.clock.Now())})
+	// Answered: the next that counts usage, a second after the last
+	// answer. Had any of the others been, its answer would come first.
 	sent2 := timestamppb.New(h.clock.Now().Add(-2 * time.Minute))
 	n.report(t, &distributionv1.Report{SentAt: sent2, Usage: later})
 	if clk := n.next(t).GetClock(); !clk.GetReportSentAt().AsTime().Equal(sent2.AsTime()) {
