@@ -26,6 +26,13 @@ import (
 // the old one stop its sources and drain, exactly as on SIGTERM. A new
 // process that exits, or is not ready within -upgrade-timeout, is killed
 // and the old one serves on.
+//
+// With -usage-dir both processes count at once, so each takes a slot of
+// the usage directory of its own (gateway/usage.OpenDir): the new one
+// the first slot the old one does not hold. Once the old one has drained,
+// shipped its last window and exited, the new one adopts its slot, ships
+// what is left in it and releases it; the windows of the two spools are
+// told apart by spool id, so none is lost or counted twice.
 const (
 	// listenFDsEnv names the inherited listening sockets: a
 	// comma-separated list of fd:pool=addr, addr as the flag spelled it
