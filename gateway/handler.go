@@ -133,6 +133,9 @@ func (p *pool) serve(x *exchange.Record, w http.ResponseWriter, r *http.Request)
 		rawQuery = auth.WithoutQueryKey(rawQuery, route.Auth.QueryKey)
 	case !route.Auth.Public:
 		ident, fail := n.auth.Check(r, route, st.creds, st.snap, path, rawQuery)
+		// A caller refused what its good credential does not allow is
+		// still known: usage counts its refusals to it.
+		x.Identity = ident
 		if fail != nil {
 			if fail.Challenge != "" {
 				w.Header()["Www-Authenticate"] = []string{fail.Challenge}
@@ -140,7 +143,6 @@ func (p *pool) serve(x *exchange.Record, w http.ResponseWriter, r *http.Request)
 			x.Refuse(w, r, x.Protocol, problem.Problem{Code: fail.Code, Detail: fail.Detail, Instance: path, RequestID: rid})
 			return
 		}
-		x.Identity = ident
 		rawQuery = auth.WithoutQueryKey(rawQuery, route.Auth.QueryKey)
 	}
 

@@ -223,6 +223,12 @@ func TestCheck(t *testing.T) {
 			if f.Code != tt.code || f.Challenge != tt.challenge {
 				t.Errorf("failure = {%s %q}, want {%s %q}", f.Code, f.Challenge, tt.code, tt.challenge)
 			}
+			// A good credential refused a route (403) still names its
+			// caller, whom usage counts the refusal to; a bad one (401)
+			// names no one.
+			if authenticated := tt.code != problem.Unauthenticated; authenticated != (id.KeyID == "k-good") || !authenticated && id != (Identity{}) {
+				t.Errorf("refused %s with identity %+v", tt.code, id)
+			}
 			for _, k := range []string{good, revoked, expired, unknown} {
 				if strings.Contains(f.Detail, k) || strings.Contains(f.Detail, k[8:20]) {
 					t.Errorf("detail %q holds the key", f.Detail)

@@ -62,7 +62,9 @@ func unauthenticated(detail string, invalidToken bool) *Failure {
 // the request loaded. rawQuery is the request's query; when the route's
 // query key carried the credential, the caller must forward
 // WithoutQueryKey(rawQuery, …). Check returns the caller's identity, or
-// why the request is refused.
+// why the request is refused: with the identity too when the credential
+// is good but the route is not the caller's to call (403), so that the
+// refusal is counted to the caller it refused.
 func (a *Authenticator) Check(r *http.Request, route *snapshot.Route, view *View, snap *snapshot.Snapshot, path, rawQuery string) (Identity, *Failure) {
 	ra := route.Auth
 	if ra.Public {
@@ -104,7 +106,7 @@ func (a *Authenticator) Check(r *http.Request, route *snapshot.Route, view *View
 	for _, s := range ra.RequiredScopes(r.Method, path) {
 		if !id.HasScope(s) {
 			need := strings.Join(ra.RequiredScopes(r.Method, path), " ")
-			return Identity{}, &Failure{
+			return id, &Failure{
 				Code:      problem.InsufficientScope,
 				Detail:    "the credential lacks a scope this route requires: " + need,
 				Challenge: realm + `, error="insufficient_scope", scope="` + need + `"`,
@@ -112,7 +114,7 @@ func (a *Authenticator) Check(r *http.Request, route *snapshot.Route, view *View
 		}
 	}
 	if ra.Product != "" && !snap.PlanIncludes(id.Plan, ra.Product) {
-		return Identity{}, &Failure{
+		return id, &Failure{
 			Code:   problem.ProductNotInPlan,
 			Detail: "the caller's plan does not include the API product " + ra.Product,
 		}
