@@ -22,9 +22,11 @@ import (
 	"github.com/portico-gw/portico/cmd/portico/demo"
 	"github.com/portico-gw/portico/control"
 	"github.com/portico-gw/portico/gateway"
+	"github.com/portico-gw/portico/gateway/usage/ship"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	demov1 "github.com/portico-gw/portico/gen/portico/demo/v1"
 	"github.com/portico-gw/portico/keysvc"
+	"github.com/portico-gw/portico/quota"
 )
 
 // runDev is `portico dev`: the demo backends, then the control plane
@@ -41,6 +43,7 @@ func runDev(ctx context.Context, args []string) error {
 		headroom = fs.Int("gc-headroom-mib", defaultGCHeadroomMiB, "heap growth allowed between garbage collections, in MiB (0: Go's default pacing; GOGC in the environment wins)")
 		ctlAddr  = fs.String("control-addr", "127.0.0.1:7000", "the control plane's admin API (and the node's stream)")
 		dataDir  = fs.String("data-dir", defaultDevDataDir(), "where the control plane keeps its SQLite store and the platform token")
+		usageWin = fs.Duration("usage-window", 10*time.Second, "length of the node's usage windows (the quota service sees a call within about this long)")
 		ghFile   = fs.String("github-keys-file", "", "take GitHub's secret scanning reports at "+keysvc.GitHubLeakPath+", verified with the keys of this file (GitHub's public keys document's format; dev fetches nothing); empty: off")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -92,6 +95,17 @@ func runDev(ctx context.Context, args []string) error {
 		return fmt.Errorf("dev: %w", err)
 	}
 	defer keys.Close() // after runs.run: every user of the store has stopped
+	quotas, err := quota.Open(ctx, env.quotaOptions(log))
+	if err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("dev: %w", err)
+	}
+	defer quotas.Close() // after runs.run, as keys
+	usageDir := filepath.Join(env.dataDir, "usage")
+	if err := os.MkdirAll(usageDir, 0o700); err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("dev: %w", err)
+	}
 	node, err := gateway.New(gateway.Options{
 		Logger: log,
 		Listeners: []gateway.Listener{
@@ -103,6 +117,20 @@ func runDev(ctx context.Context, args []string) error {
 		// service's signed snapshot, as a production node does.
 		Control:     &gateway.ControlOptions{URL: env.url, Token: env.nodeToken, NodeID: "dev", Region: "dev"},
 		KeySnapshot: &gateway.KeySnapshotOptions{URL: env.url + keysvc.SnapshotPath, Token: env.snapshotToken, Trusted: []ed25519.PublicKey{env.signer}},
+		// Usage is counted and spooled as on a production node, and
+		// delivered to the quota service in process instead of through
+		// Kafka.
+		Usage: &gateway.UsageOptions{
+			Dir: usageDir, Window: *usageWin,
+			Sender: ship.SenderFunc(func(ctx context.Context, msgs []ship.Message) error {
+				for _, m := range msgs {
+					if err := quotas.Deliver(ctx, m.Value); err != nil {
+						return err
+					}
+				}
+				return nil
+			}),
+		},
 	})
 	if err != nil {
 		_ = ln.Close()
@@ -115,6 +143,10 @@ func runDev(ctx context.Context, args []string) error {
 	for _, p := range keys.Paths() {
 		handlers[p] = keysHandler
 	}
+	quotaHandler := quotas.Handler()
+	for _, p := range quotas.Paths() {
+		handlers[p] = quotaHandler
+	}
 	runs.add(func(ctx context.Context) error {
 		// Dev sends each version to its one node at once: no stages.
 		return control.Run(ctx, control.Options{
@@ -125,6 +157,10 @@ func runDev(ctx context.Context, args []string) error {
 	})
 	runs.add(func(ctx context.Context) error {
 		keys.Run(ctx)
+		return nil
+	})
+	runs.add(func(ctx context.Context) error {
+		quotas.Run(ctx)
 		return nil
 	})
 	runs.add(node.Run)
@@ -180,6 +216,9 @@ The key service shares its address; keys and revocations reach the node through 
   go run ./cmd/porticoctl keys create --app app-demo --tenant tenant-demo --plan demo --scope inventory:read --env test
   go run ./cmd/porticoctl keys list --app app-demo
   go run ./cmd/porticoctl keys revoke %[4]s --reason 'leaked'     # the demo key: the next call with it is a 401
+The quota service shares it too: every call is counted in the node's usage windows, delivered in process:
+  go run ./cmd/porticoctl usage get key:%[4]s
+  go run ./cmd/porticoctl usage list
 `, c.url, c.dataDir, c.tokenFile, keyID)
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/portico-gw/portico/gen/portico/keys/v1/keysv1connect"
 	"github.com/portico-gw/portico/internal/svcauth"
 	"github.com/portico-gw/portico/keysvc"
+	"github.com/portico-gw/portico/quota"
 )
 
 // devEnv is what `portico dev`'s services share: the data directory and
@@ -80,6 +81,19 @@ func newDevEnv(dataDir string, log *slog.Logger) (*devEnv, error) {
 	}
 	e.signing, e.signer = signing, signing.Public().(ed25519.PublicKey)
 	return e, nil
+}
+
+// quotaOptions are the dev quota service's: SQLite under the data
+// directory, the platform token, no Kafka (the node delivers in process),
+// usage marks published and the usage relay reached on the dev control
+// plane.
+func (e *devEnv) quotaOptions(log *slog.Logger) quota.Options {
+	return quota.Options{
+		StoreDSN:    "sqlite:" + filepath.Join(e.dataDir, "quota.db"),
+		TokenHashes: []string{svcauth.Hash(e.token)},
+		ControlURL:  e.url, ControlToken: e.publisherToken,
+		Logger: log,
+	}
 }
 
 // keysOptions are the dev key service's: SQLite under the data

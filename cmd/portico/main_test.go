@@ -260,7 +260,7 @@ func TestDevRole(t *testing.T) {
 	p.waitLine(t, regexp.MustCompile(`Ctrl-C drains`))
 	// The banner's last line: the pipe may hand over the banner in
 	// pieces, and everything below reads all of it.
-	p.waitLine(t, regexp.MustCompile(`porticoctl keys revoke \S+ --reason`))
+	p.waitLine(t, regexp.MustCompile(`porticoctl usage list`))
 	out := p.output()
 	for _, want := range []string{"curl -i http://" + addr + "/inventory/v1/items", "buf curl --protocol grpc --http2-prior-knowledge --list-methods http://" + addr,
 		"portico.demo.v1.OrdersService/GetOrder", "403 insufficient_scope", "/v1/orders/o-1001"} {
