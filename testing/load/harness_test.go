@@ -62,7 +62,7 @@ func TestHarnessSmoke(t *testing.T) {
 	}
 
 	want := map[string]bool{}
-	for _, target := range []string{"direct", "baseline", "gateway", "gateway-auth", "gateway-rl"} {
+	for _, target := range []string{"direct", "baseline", "gateway", "gateway-auth", "gateway-rl", "gateway-usage"} {
 		for _, mode := range []string{"full", "1000/s"} {
 			want[target+" "+mode] = true
 		}
@@ -89,9 +89,10 @@ func TestHarnessSmoke(t *testing.T) {
 	for name := range want {
 		t.Errorf("no median for %s", name)
 	}
-	if rep.Ratios.CPUPerRequestFull <= 0 || rep.Ratios.RPSFull <= 0 || len(rep.Ratios.Added) != 4 ||
+	if rep.Ratios.CPUPerRequestFull <= 0 || rep.Ratios.RPSFull <= 0 || len(rep.Ratios.Added) != 5 ||
 		rep.Ratios.AuthCPUPerRequestFull <= 0 || rep.Ratios.AuthRPSFull <= 0 || rep.Ratios.AuthOverDirectRPSFull <= 0 ||
-		rep.Ratios.LimitRPSFull <= 0 || rep.Ratios.LimitCPUPerRequestFull <= 0 || rep.Ratios.LimitCPUPerRequestRate <= 0 {
+		rep.Ratios.LimitRPSFull <= 0 || rep.Ratios.LimitCPUPerRequestFull <= 0 || rep.Ratios.LimitCPUPerRequestRate <= 0 ||
+		rep.Ratios.UsageCPUPerRequestFull <= 0 || rep.Ratios.UsageCPUPerRequestRate <= 0 || rep.Ratios.UsageRPSFull <= 0 {
 		t.Errorf("ratios %+v incomplete", rep.Ratios)
 	}
 

@@ -59,6 +59,9 @@ type Options struct {
 	// NoRateLimit skips the gateway-rl target (gateway-auth plus a
 	// per-caller rate limit), which needs the gateway-auth target.
 	NoRateLimit bool
+	// NoUsage skips the gateway-usage target (gateway-rl, or gateway-auth
+	// without it, counting usage into a spool under the run's directory).
+	NoUsage bool
 	// Timeout bounds the run once the gateway is built; building it has a
 	// bound of the same length of its own, since how long it takes depends
 	// on what else changed in the tree.

@@ -117,6 +117,13 @@ type Ratios struct {
 	LimitRPSFull           float64 `json:"rl_over_auth_rps_full,omitempty"`
 	LimitCPUPerRequestFull float64 `json:"rl_over_auth_cpu_per_request_full,omitempty"`
 	LimitCPUPerRequestRate float64 `json:"rl_over_auth_cpu_per_request_rate,omitempty"`
+	// UsageCPUPerRequest is gateway-usage ÷ the target it adds usage to
+	// (gateway-rl, else gateway-auth) for CPU per request at full load and
+	// at the fixed rate (goal < 1.03), UsageRPSFull the same for requests
+	// per second at full load: what counting usage costs.
+	UsageCPUPerRequestFull float64 `json:"usage_cpu_per_request_full,omitempty"`
+	UsageCPUPerRequestRate float64 `json:"usage_cpu_per_request_rate,omitempty"`
+	UsageRPSFull           float64 `json:"usage_rps_full,omitempty"`
 }
 
 // AddedLatency is a proxy's latency minus the direct target's.
@@ -270,6 +277,20 @@ func (r *Report) summarise(targets, modes []string) {
 	if lr != nil && ar != nil {
 		r.Ratios.LimitCPUPerRequestRate = ratio(lr.ProxyCPUPerRequest, ar.ProxyCPUPerRequest)
 	}
+	uf, ur := r.median("gateway-usage", full), r.median("gateway-usage", rate)
+	// gateway-usage is gateway-rl counting usage, or gateway-auth when
+	// the run has no gateway-rl.
+	basef, baser := lf, lr
+	if basef == nil {
+		basef, baser = af, ar
+	}
+	if uf != nil && basef != nil {
+		r.Ratios.UsageCPUPerRequestFull = ratio(uf.ProxyCPUPerRequest, basef.ProxyCPUPerRequest)
+		r.Ratios.UsageRPSFull = ratio(uf.RPS, basef.RPS)
+	}
+	if ur != nil && baser != nil {
+		r.Ratios.UsageCPUPerRequestRate = ratio(ur.ProxyCPUPerRequest, baser.ProxyCPUPerRequest)
+	}
 	if n := r.median("nginx", rate); n != nil && gr != nil {
 		gap := gr.Latency.P50 - n.Latency.P50
 		r.Ratios.GatewayOverNginxP50 = &gap
@@ -377,6 +398,10 @@ func (r *Report) WriteText(w io.Writer) error {
 	if ra.LimitRPSFull > 0 {
 		fmt.Fprintf(&b, "rate limit (per caller, never refusing): gateway-rl/gateway-auth req/s at full load %.2f (goal ≥ 0.95); CPU per request %.2f at full load, %.2f at %d req/s\n",
 			ra.LimitRPSFull, ra.LimitCPUPerRequestFull, ra.LimitCPUPerRequestRate, c.Rate)
+	}
+	if ra.UsageCPUPerRequestFull > 0 {
+		fmt.Fprintf(&b, "usage counting: gateway-usage/its base CPU per request %.3f at full load, %.3f at %d req/s (goal < 1.03); req/s at full load %.3f\n",
+			ra.UsageCPUPerRequestFull, ra.UsageCPUPerRequestRate, c.Rate, ra.UsageRPSFull)
 	}
 	if ra.GatewayOverNginxP50 != nil {
 		fmt.Fprintf(&b, "gateway p50 − nginx p50 at %s: %s (target ≤ +25µs)\n", rateMode, fmtDelta(*ra.GatewayOverNginxP50))

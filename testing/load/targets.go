@@ -2,6 +2,7 @@ package load
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -44,7 +45,7 @@ func (h *harness) startTargets(ctx context.Context) ([]*target, error) {
 		}
 	}
 	targets := []*target{{name: "direct", addr: h.backendAddr}}
-	for _, start := range []func(context.Context) (*target, error){h.startBaseline, h.startGateway, h.startAuthGateway, h.startLimitGateway, h.startNginx} {
+	for _, start := range []func(context.Context) (*target, error){h.startBaseline, h.startGateway, h.startAuthGateway, h.startLimitGateway, h.startUsageGateway, h.startNginx} {
 		t, err := start(ctx)
 		if err != nil {
 			return nil, err
@@ -108,11 +109,31 @@ func (h *harness) startLimitGateway(ctx context.Context) (*target, error) {
 	return h.startPortico(ctx, "gateway-rl", h.rlConfig, "X-Api-Key: "+h.rlKey+"\r\n")
 }
 
-func (h *harness) startPortico(ctx context.Context, name, config, header string) (*target, error) {
-	spec := startSpec{name: name, core: proxyCPU, env: h.env(), argv: []string{
+// startUsageGateway starts the gateway-usage target: gateway-rl (or
+// gateway-auth, without rate limits) counting every call's usage into
+// 10 s windows spooled under the run's directory, so that the two
+// differ by the usage recorder alone. No Kafka: shipping happens off the
+// request path, and the spool holds a run's windows many times over.
+func (h *harness) startUsageGateway(ctx context.Context) (*target, error) {
+	if h.opts.NoUsage || h.authConfig == "" {
+		return nil, nil
+	}
+	config, key := h.rlConfig, h.rlKey
+	if config == "" {
+		config, key = h.authConfig, h.authKey
+	}
+	dir := filepath.Join(h.dir, "usage")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	return h.startPortico(ctx, "gateway-usage", config, "X-Api-Key: "+key+"\r\n", "-usage-dir", dir)
+}
+
+func (h *harness) startPortico(ctx context.Context, name, config, header string, args ...string) (*target, error) {
+	spec := startSpec{name: name, core: proxyCPU, env: h.env(), argv: append([]string{
 		h.gateway, "gateway", "-config", config, "-log-level", "warn",
 		"-read-header-timeout", h.opts.ReadHeaderTimeout.String(),
-	}}
+	}, args...)}
 	start := time.Now()
 	p, addr, err := h.startListening(ctx, spec, func(addr string) []string {
 		return []string{"-listen", "public=" + addr}

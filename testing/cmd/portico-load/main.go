@@ -37,6 +37,7 @@ func run() error {
 	flag.IntVar(&o.Rate, "rate", 5000, "open-loop requests per second")
 	flag.IntVar(&o.Routes, "routes", 5000, "generated gateway routes besides the bench route")
 	flag.BoolVar(&o.NoRateLimit, "no-rate-limit", false, "skip the gateway-rl target (gateway-auth plus a per-caller rate limit)")
+	flag.BoolVar(&o.NoUsage, "no-usage", false, "skip the gateway-usage target (gateway-rl counting usage into a spool)")
 	flag.IntVar(&o.AuthKeys, "auth-keys", 100000, "API keys in the gateway-auth target's table (negative: skip that target)")
 	flag.IntVar(&o.IdleConns, "idle-conns", 10000, "idle connections opened to each proxy (negative: skip)")
 	flag.IntVar(&o.SlowClients, "slow-clients", 500, "clients trickling their request head (negative: skip)")
