@@ -64,7 +64,14 @@ func (h *half) setState(s uint32) { h.u32(hhState).Store(s) }
 func (h *half) epoch() uint64     { return h.u64(hhEpoch).Load() }
 func (h *half) start() time.Time  { return time.Unix(0, int64(h.u64(hhStart).Load())) }
 func (h *half) end() time.Time    { return time.Unix(0, int64(h.u64(hhEnd).Load())) }
+// setEnd ends the window at t, or at its start if t is before it: a
+// clock offset set backwards while the window was open (a node found to
+// be ahead) puts the corrected clock before the start, and a window that
+// ends before it starts is one the quota store refuses, a gap for ever.
 func (h *half) setEnd(t time.Time) {
+	if s := h.start(); t.Before(s) {
+		t = s
+	}
 	h.u64(hhEnd).Store(uint64(t.UnixNano()))
 }
 func (h *half) setAlive(t time.Time) { h.u64(hhAlive).Store(uint64(t.UnixNano())) }

@@ -283,6 +283,43 @@ func TestClockOffsetPicksPeriod(t *testing.T) {
 	}
 }
 
+// TestClockOffsetBackwards: an offset set backwards while a window is
+// open (the node's clock was ahead) closes that window at its start, not
+// before it, and counts its calls there; the next window starts on the
+// corrected clock.
+func TestClockOffsetBackwards(t *testing.T) {
+	t.Parallel()
+	clk := newClock(t0)
+	r := open(t, t.TempDir(), usage.Options{Now: clk.Now})
+	if err := r.CloseWindow(); err != nil { // the window opened at t0
+		t.Fatal(err)
+	}
+	r.Record(call{key: "k", status: 200}.record(clk.Now()))
+	r.SetClockOffset(-2 * time.Minute)
+	if err := r.CloseWindow(); err != nil {
+		t.Fatal(err)
+	}
+	r.Record(call{key: "k", status: 200}.record(clk.Now()))
+	if err := r.CloseWindow(); err != nil {
+		t.Fatal(err)
+	}
+	ws := windows(t, r.Spool())
+	if len(ws) != 3 {
+		t.Fatalf("%d windows spooled, want 3", len(ws))
+	}
+	for _, w := range ws {
+		if w.GetEnd().AsTime().Before(w.GetStart().AsTime()) {
+			t.Errorf("window %d ends at %v, before its start %v", w.GetSeq(), w.GetEnd().AsTime(), w.GetStart().AsTime())
+		}
+	}
+	if w := ws[1]; w.GetCounted() != 1 || !w.GetEnd().AsTime().Equal(w.GetStart().AsTime()) {
+		t.Errorf("the window the offset moved in: %d counted, %v to %v; want 1, ending at its start", w.GetCounted(), w.GetStart().AsTime(), w.GetEnd().AsTime())
+	}
+	if w := ws[2]; w.GetCounted() != 1 || !w.GetStart().AsTime().Equal(clk.Now().Add(-2*time.Minute)) {
+		t.Errorf("the next window: %d counted, starting %v; want 1, at %v", w.GetCounted(), w.GetStart().AsTime(), clk.Now().Add(-2*time.Minute))
+	}
+}
+
 // TestRotationExact races Record calls on many goroutines against windows
 // closing as fast as they can: every call must be in exactly one window.
 func TestRotationExact(t *testing.T) {
