@@ -149,9 +149,9 @@ func configure(t *testing.T, cp *controlPlane, keys []*apiKey) (version int64, l
 	ok := backend(t, http.StatusOK, "ok")
 	failing := backend(t, http.StatusInternalServerError, "upstream failed")
 	if _, err := cp.admin.PutPlatform(ctx, connect.NewRequest(&adminv1.PutPlatformRequest{Platform: &adminv1.Platform{
-		Products: []*configv1.Product{{Name: "pa"}, {Name: "pb"}},
-		Plans:    []*configv1.Plan{{Name: planGold, Products: []string{"pa", "pb"}}, {Name: planCapped, Products: []string{"pa", "pb"}}},
-		Scopes:   []*configv1.Scope{{Name: "a:read"}, {Name: "b:read"}},
+		Products:     []*configv1.Product{{Name: "pa"}, {Name: "pb"}},
+		Plans:        []*configv1.Plan{{Name: planGold, Products: []string{"pa", "pb"}}, {Name: planCapped, Products: []string{"pa", "pb"}}},
+		Scopes:       []*configv1.Scope{{Name: "a:read"}, {Name: "b:read"}},
 		RateLimiting: &configv1.RateLimiting{Anonymous: &configv1.AnonymousLimit{Disabled: true}},
 	}})); err != nil {
 		t.Fatal(err)
@@ -214,7 +214,7 @@ func (o *keyOutbox) Changes(_ context.Context, after uint64, limit int) ([]*conf
 	}
 	return o.entries[after:min(uint64(len(o.entries)), after+uint64(limit))], nil
 }
-func (o *keyOutbox) Seq(context.Context) (uint64, error)            { return uint64(len(o.entries)), nil }
+func (o *keyOutbox) Seq(context.Context) (uint64, error)           { return uint64(len(o.entries)), nil }
 func (o *keyOutbox) Advance(context.Context, uint64) (bool, error) { return false, nil }
 
 // waitNodes waits until the nodes ids are connected (since since, on the
