@@ -152,7 +152,7 @@ func TestExactUnderFaults(t *testing.T) {
 	eventually(t, sc.down+time.Minute, "Kafka away for a while, the spools growing", func() bool {
 		p := n2.stats(t).Ship.Pending + n3.stats(t).Ship.Pending + n1.stats(t).Ship.Pending
 		maxPending = max(maxPending, p)
-		return time.Since(downAt) >= sc.down && maxPending >= 9
+		return time.Since(downAt) >= sc.down && maxPending >= 3
 	})
 	kc.SetDown(false)
 	t.Logf("b. Kafka away %v: %d connections cut, the spools grew to %d windows waiting to ship",
