@@ -26,7 +26,7 @@ type fakeUsage struct {
 }
 
 func (u *fakeUsage) UsageSpool() *distributionv1.UsageSpool { return u.spool }
-func (u *fakeUsage) SetClockOffset(d time.Duration)          { u.offsets <- d }
+func (u *fakeUsage) SetClockOffset(d time.Duration)         { u.offsets <- d }
 func (u *fakeUsage) ResendUsage(r *distributionv1.ResendUsage) {
 	u.resends <- r
 }

@@ -64,6 +64,7 @@ func (h *half) setState(s uint32) { h.u32(hhState).Store(s) }
 func (h *half) epoch() uint64     { return h.u64(hhEpoch).Load() }
 func (h *half) start() time.Time  { return time.Unix(0, int64(h.u64(hhStart).Load())) }
 func (h *half) end() time.Time    { return time.Unix(0, int64(h.u64(hhEnd).Load())) }
+
 // setEnd ends the window at t, or at its start if t is before it: a
 // clock offset set backwards while the window was open (a node found to
 // be ahead) puts the corrected clock before the start, and a window that

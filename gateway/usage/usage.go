@@ -217,13 +217,13 @@ type Recorder struct {
 	// critical steps, to widen the races rotation must be proof against.
 	inFlightHook func()
 
-	dir       string
-	spool     *spool.Spool
-	spoolID   string
+	dir     string
+	spool   *spool.Spool
+	spoolID string
 	// mark is the last usage mark applied (Mark); markMu serialises
 	// SaveMark.
-	mark   atomic.Uint64
-	markMu sync.Mutex
+	mark      atomic.Uint64
+	markMu    sync.Mutex
 	m         *mapping
 	windowsCh chan struct{}
 
