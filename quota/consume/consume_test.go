@@ -233,6 +233,30 @@ func TestBrokerDown(t *testing.T) {
 	wantTotal(t, st, "k1", 25)
 }
 
+// TestBrokerAwaySeconds keeps the broker away for six seconds, long
+// enough for kafka-go to lose its group coordinator, whose connection
+// ends with an io.EOF that FetchMessage passes on: the consumer once took
+// it for its own reader's close and stopped for good, so that no window
+// was applied after a Kafka outage of more than a few seconds.
+func TestBrokerAwaySeconds(t *testing.T) {
+	t.Parallel()
+	c := kafkatest.Start(t, 1, topic)
+	st := openStore(t)
+	w := writer(t, c)
+	produce(t, w, encode(t, window("n1", 1, 5, "k1")))
+	con, _ := start(t, c, consume.Options{Store: st})
+	waitStats(t, "the first window", con.Stats, func(s consume.Stats) bool { return s.Applied == 1 })
+
+	// The outage's length is what the test is about, so it waits for it.
+	c.SetDown(true)
+	away := time.NewTimer(6 * time.Second)
+	<-away.C
+	c.SetDown(false)
+	produce(t, w, encode(t, window("n1", 2, 5, "k1")))
+	waitStats(t, "the window after the outage", con.Stats, func(s consume.Stats) bool { return s.Applied == 2 })
+	wantTotal(t, st, "k1", 10)
+}
+
 // TestPoisonCommitted sends what can never be applied (no protobuf, an
 // invalid window, a window the store refuses) among good windows: each
 // is counted and committed, and the next member of the group never sees

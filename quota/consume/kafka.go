@@ -60,6 +60,12 @@ func New(opts Options) (*Consumer, error) {
 		// the offset, so a commit is never ahead of an Apply.
 		CommitInterval:   0,
 		JoinGroupBackoff: time.Second,
+		// A member the broker lost (an outage, a crash) holds its
+		// partitions until its session times out: 10 s rather than
+		// kafka-go's 30 s, so that consuming resumes soon after Kafka is
+		// back, with heartbeats every 3 s.
+		SessionTimeout:   10 * time.Second,
+		RebalanceTimeout: 10 * time.Second,
 		ReadBackoffMin:   100 * time.Millisecond,
 		ReadBackoffMax:   time.Second,
 		Logger:           kafkaLogger(log, slog.LevelDebug),
@@ -111,7 +117,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 	for {
 		m, err := c.r.FetchMessage(ctx)
 		switch {
-		case ctx.Err() != nil || errors.Is(err, io.EOF):
+		case ctx.Err() != nil || err != nil && c.isClosed():
+			// The reader answers io.EOF once closed; but a connection
+			// that ends mid-read while the broker is away is an io.EOF
+			// too, and must not stop the consumer for good.
 			return nil
 		case err != nil:
 			wait := retry.Next()
@@ -136,6 +145,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 			c.a.log.WarnContext(ctx, "consume: committing an offset failed", append(where, "err", err)...)
 		}
 	}
+}
+
+// isClosed reports whether Close was called.
+func (c *Consumer) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
 }
 
 // Close stops Run (a window being applied is given up, uncommitted) and
