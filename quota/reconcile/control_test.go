@@ -123,22 +123,34 @@ func TestControlRelay(t *testing.T) {
 	cp.attach(t, n1, resent)
 
 	relay := reconcile.NewRelay(cp.h2c, cp.url, token)
-	r := reconcile.New(reconcile.Options{Logger: quiet, Store: st, Relay: relay, Now: testclock.New(t0.Add(time.Hour)).Now})
+	clock := testclock.New(t0.Add(time.Hour))
+	r := reconcile.New(reconcile.Options{Logger: quiet, Store: st, Relay: relay, Now: clock.Now})
 	rep, err := r.Run(ctx, nov, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"n1/" + n1.spool + " 2-2 requested", "n1/" + n1.spool + " 4-4 requested", "n2/" + n2.spool + " 2-2"}
+	want := []string{"n1/" + n1.spool + " 2-2 requested", "n1/" + n1.spool + " 4-4", "n2/" + n2.spool + " 2-2"}
 	if got := gaps(rep); !slices.Equal(got, want) {
 		t.Fatalf("gaps = %q, want %q", got, want)
 	}
-	for range 2 {
+	waitResent := func() {
+		t.Helper()
 		select {
 		case <-resent:
 		case <-time.After(waitFor):
 			t.Fatalf("the node was not asked to re-send within %s", waitFor)
 		}
 	}
+	waitResent()
+	clock.Add(2 * time.Minute) // the default Grace: seq 4 is no longer in flight
+	if rep, err = r.Run(ctx, nov, false); err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"n1/" + n1.spool + " 4-4 requested", "n2/" + n2.spool + " 2-2"}
+	if got := gaps(rep); !slices.Equal(got, want) {
+		t.Fatalf("gaps Grace later = %q, want %q", got, want)
+	}
+	waitResent()
 	if got := total(t, st, k1, "payments", nov); got.Counted != 10 {
 		t.Errorf("k1 counted %d after the re-sends, want 10", got.Counted)
 	}

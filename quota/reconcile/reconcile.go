@@ -15,10 +15,14 @@
 //     spool whose node the relay reports with that spool is asked to be
 //     re-sent (Relay.Resend, through the control plane and the node's
 //     stream), and Gap.requested says it was; a re-sent window that was in
-//     already is a duplicate, which the store absorbs, so asking too much
-//     is harmless. At most 64 ranges per spool are asked for in a run, the
-//     tail of a longer list as one range. Gaps are a spool's, not a
-//     period's: every run reports all of them, also over a final period.
+//     already is a duplicate, which the store absorbs. A trailing gap is
+//     asked for only up to the last seq the node reported at least Grace
+//     ago: windows spooled since are most likely in flight, on Kafka
+//     behind a consumer that lags, and asking for them again would add
+//     the same backlog once more to the topic that lags. At most 64
+//     ranges per spool are asked for in a run, the tail of a longer list
+//     as one range. Gaps are a spool's, not a period's: every run reports
+//     all of them, also over a final period.
 //  2. Recount. The store's recount of the period (the rows of every window
 //     part booked into it: its own windows, and the late windows of earlier
 //     periods booked into it) is what each live total must be; a
@@ -181,6 +185,10 @@ type Reconciler struct {
 	started  time.Time // New's Now: the service's start
 
 	mu sync.Mutex // one run at a time
+	// seen is, per spool (spoolKey), the last seq its node reported and
+	// when it was first seen so: a trailing gap is asked for up to a seq
+	// seen at least Grace ago. Guarded by mu.
+	seen map[string]seenSeq
 	// waiting is set by a run whose close waited for Ready or for the
 	// grace after the start, so that Loop tries again soon.
 	waiting atomic.Bool
@@ -203,7 +211,7 @@ func New(opts Options) *Reconciler {
 	if opts.Grace <= 0 {
 		opts.Grace = 2 * time.Minute
 	}
-	r := &Reconciler{opts: opts, store: opts.Store, log: opts.Logger, writeOff: map[string]bool{}, started: opts.Now()}
+	r := &Reconciler{opts: opts, store: opts.Store, log: opts.Logger, writeOff: map[string]bool{}, started: opts.Now(), seen: map[string]seenSeq{}}
 	for _, n := range opts.WriteOff {
 		r.writeOff[n] = true
 	}
@@ -228,6 +236,15 @@ type spool struct {
 	nodeID, spoolID string
 	seq             *store.Sequence           // nil: the store has no window of it
 	node            *distributionv1.NodeSpool // nil: not on the relay with this spool
+	// ripe is the highest seq of a trailing gap that is asked for: the
+	// node reported it spooled at least Grace ago.
+	ripe uint64
+}
+
+// seenSeq is a node's last seq of a spool and when it was first seen.
+type seenSeq struct {
+	last uint64
+	at   time.Time
 }
 
 func (s *spool) name() string { return "node " + s.nodeID + " spool " + s.spoolID }
@@ -268,6 +285,7 @@ func (r *Reconciler) run(ctx context.Context, period string, finalise bool, writ
 	if relayErr != nil {
 		r.log.WarnContext(ctx, "reconcile: the relay did not answer: no gap is asked to be re-sent", "period", period, "err", relayErr)
 	}
+	r.ripen(now, spools)
 	for _, s := range spools {
 		rep.Gaps = append(rep.Gaps, r.resend(ctx, s)...)
 	}
@@ -439,6 +457,37 @@ func (r *Reconciler) spools(ctx context.Context) (spools []*spool, relayErr, err
 	return spools, relayErr, nil
 }
 
+// ripen sets each spool's ripe seq from what its node reported before,
+// and remembers what it reports now. A node's last seq only grows within
+// a spool, so an older report is a lower bound on what it has spooled
+// for at least that long.
+func (r *Reconciler) ripen(now time.Time, spools []*spool) {
+	live := map[string]bool{}
+	for _, s := range spools {
+		last := s.node.GetUsage().GetLastSeq()
+		if last == 0 {
+			continue
+		}
+		k := spoolKey(s.nodeID, s.spoolID)
+		live[k] = true
+		old, ok := r.seen[k]
+		switch {
+		case !ok || last < old.last:
+			r.seen[k] = seenSeq{last: last, at: now}
+		case now.Sub(old.at) >= r.opts.Grace:
+			s.ripe = old.last
+			if last > old.last {
+				r.seen[k] = seenSeq{last: last, at: now}
+			}
+		}
+	}
+	for k := range r.seen {
+		if !live[k] {
+			delete(r.seen, k) // the node is gone, or runs another spool
+		}
+	}
+}
+
 // span is a range of seqs, both ends included.
 type span struct{ from, to uint64 }
 
@@ -484,25 +533,44 @@ func (s *spool) gaps() []span {
 }
 
 // resend reports a spool's gaps and asks its node to re-send them when
-// it is connected.
+// it is connected: the gaps below the store's highest, and a trailing gap
+// up to the spool's ripe seq. The part of a trailing gap above it is
+// reported, not asked for.
 func (r *Reconciler) resend(ctx context.Context, s *spool) []*quotav1.Gap {
+	limit := s.ripe
+	if s.seq != nil {
+		limit = max(limit, s.seq.Highest)
+	}
 	var out []*quotav1.Gap
 	for _, g := range s.gaps() {
-		gap := &quotav1.Gap{NodeId: s.nodeID, SpoolId: s.spoolID, FromSeq: g.from, ToSeq: g.to}
-		out = append(out, gap)
-		if s.node == nil {
+		if g.from <= limit && g.to > limit {
+			out = append(out, r.ask(ctx, s, span{g.from, limit}))
+			g.from = limit + 1
+		}
+		if g.from > limit {
+			out = append(out, &quotav1.Gap{NodeId: s.nodeID, SpoolId: s.spoolID, FromSeq: g.from, ToSeq: g.to})
 			continue
 		}
-		rctx, cancel := context.WithTimeout(ctx, relayTimeout)
-		err := r.opts.Relay.Resend(rctx, s.nodeID, &distributionv1.ResendUsage{SpoolId: s.spoolID, FromSeq: g.from, ToSeq: g.to})
-		cancel()
-		if err != nil {
-			r.log.WarnContext(ctx, "reconcile: could not ask for a re-send", "node", s.nodeID, "spool", s.spoolID, "from", g.from, "to", g.to, "err", err)
-			continue
-		}
-		gap.Requested = true
+		out = append(out, r.ask(ctx, s, g))
 	}
 	return out
+}
+
+// ask asks a spool's node to re-send g, when it is connected.
+func (r *Reconciler) ask(ctx context.Context, s *spool, g span) *quotav1.Gap {
+	gap := &quotav1.Gap{NodeId: s.nodeID, SpoolId: s.spoolID, FromSeq: g.from, ToSeq: g.to}
+	if s.node == nil {
+		return gap
+	}
+	rctx, cancel := context.WithTimeout(ctx, relayTimeout)
+	err := r.opts.Relay.Resend(rctx, s.nodeID, &distributionv1.ResendUsage{SpoolId: s.spoolID, FromSeq: g.from, ToSeq: g.to})
+	cancel()
+	if err != nil {
+		r.log.WarnContext(ctx, "reconcile: could not ask for a re-send", "node", s.nodeID, "spool", s.spoolID, "from", g.from, "to", g.to, "err", err)
+		return gap
+	}
+	gap.Requested = true
+	return gap
 }
 
 // late sums the late_window adjustments booked into period, per total.

@@ -19,10 +19,12 @@ import (
 const nov, dec = "2026-11", "2026-12"
 
 // TestGapsAreResent: a window the consumer dropped inside a spool's
-// sequence, and windows the node spooled that never arrived (the trailing
-// gap the relay's last_seq shows), are asked of the connected node and
-// are in once it re-sent them; a node that is not connected has its gap
-// reported, not requested.
+// sequence is asked of the connected node at once; windows the node
+// spooled that never arrived (the trailing gap the relay's last_seq
+// shows) are asked for once the node has reported them for Grace, since
+// until then they are most likely in flight; all are in once the node
+// re-sent them. A node that is not connected has its gap reported, not
+// requested.
 func TestGapsAreResent(t *testing.T) {
 	t.Parallel()
 	eachStore(t, func(t *testing.T, st *store.Store) {
@@ -40,17 +42,43 @@ func TestGapsAreResent(t *testing.T) {
 		n2.emit(t, t0.Add(20*time.Second), row(k3, "search", 2, 1, 1))
 
 		relay := newRelay(n1)
-		r := reconcile.New(reconcile.Options{Logger: quiet, Store: st, Relay: relay, Now: testclock.New(t0.Add(time.Hour)).Now})
+		clock := testclock.New(t0.Add(time.Hour))
+		r := reconcile.New(reconcile.Options{Logger: quiet, Store: st, Relay: relay, Now: clock.Now, Grace: time.Minute})
 		rep, err := r.Run(ctx, nov, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []string{n1.id + "/" + n1.spool + " 3-3 requested", n1.id + "/" + n1.spool + " 5-6 requested", n2.id + "/" + n2.spool + " 2-2"}
+		want := []string{n1.id + "/" + n1.spool + " 3-3 requested", n1.id + "/" + n1.spool + " 5-6", n2.id + "/" + n2.spool + " 2-2"}
 		if got := gaps(rep); !slices.Equal(got, want) {
 			t.Errorf("gaps = %q, want %q", got, want)
 		}
-		if got, want := relay.takeCalls(), []string{"n1/" + n1.spool + " 3-3", "n1/" + n1.spool + " 5-6"}; !slices.Equal(got, want) {
+		if got, want := relay.takeCalls(), []string{"n1/" + n1.spool + " 3-3"}; !slices.Equal(got, want) {
 			t.Errorf("re-sends asked = %q, want %q", got, want)
+		}
+
+		// Not yet Grace later: the trailing gap may still be in flight.
+		clock.Add(time.Minute - time.Second)
+		if rep, err = r.Run(ctx, nov, false); err != nil {
+			t.Fatal(err)
+		}
+		want = []string{n1.id + "/" + n1.spool + " 5-6", n2.id + "/" + n2.spool + " 2-2"}
+		if got := gaps(rep); !slices.Equal(got, want) {
+			t.Errorf("gaps before Grace = %q, want %q", got, want)
+		}
+		if c := relay.takeCalls(); len(c) != 0 {
+			t.Errorf("the run before Grace asked %q", c)
+		}
+
+		clock.Add(time.Second)
+		if rep, err = r.Run(ctx, nov, false); err != nil {
+			t.Fatal(err)
+		}
+		want = []string{n1.id + "/" + n1.spool + " 5-6 requested", n2.id + "/" + n2.spool + " 2-2"}
+		if got := gaps(rep); !slices.Equal(got, want) {
+			t.Errorf("gaps Grace later = %q, want %q", got, want)
+		}
+		if got, want := relay.takeCalls(), []string{"n1/" + n1.spool + " 5-6"}; !slices.Equal(got, want) {
+			t.Errorf("re-sends asked Grace later = %q, want %q", got, want)
 		}
 		// The re-sent windows are in: the dropped window is recovered.
 		if got := total(t, st, k1, "payments", nov); got.Counted != 18 || got.Billable != 15 {
@@ -71,15 +99,46 @@ func TestGapsAreResent(t *testing.T) {
 			t.Fatal(err)
 		}
 		if got, want := gaps(rep), []string{n2.id + "/" + n2.spool + " 2-2"}; !slices.Equal(got, want) {
-			t.Errorf("gaps of the second run = %q, want %q", got, want)
+			t.Errorf("gaps of the last run = %q, want %q", got, want)
 		}
 		if c := relay.takeCalls(); len(c) != 0 {
-			t.Errorf("the second run asked %q", c)
+			t.Errorf("the last run asked %q", c)
 		}
 		if len(rep.GetCorrections()) != 0 || len(rep.GetCounterMismatches()) != 0 {
 			t.Errorf("corrections %v, mismatches %v", rep.GetCorrections(), rep.GetCounterMismatches())
 		}
 	})
+}
+
+// TestLaggingConsumerNotAskedAgain: while the consumer lags behind a node
+// that spools a window every run, each run asks for at most the windows
+// the node reported Grace before, never the ones spooled since, so a lag
+// does not turn into a re-send of the whole backlog on every run.
+func TestLaggingConsumerNotAskedAgain(t *testing.T) {
+	t.Parallel()
+	st := sqliteStore(t)
+	n1 := newNode(st, "n1")
+	t0 := at("2026-11-10T10:00:00Z")
+	n1.emit(t, t0, row(k1, "payments", 2, 1, 1))
+	relay := newRelay(n1)
+	relay.record = true // asked for, not shipped: the consumer still lags
+	clock := testclock.New(t0)
+	r := reconcile.New(reconcile.Options{Logger: quiet, Store: st, Relay: relay, Now: clock.Now, Grace: 30 * time.Second})
+	var asked []string
+	for i := 1; i <= 10; i++ {
+		n1.window(t0.Add(time.Duration(i)*10*time.Second), row(k1, "payments", 2, 1, 1))
+		clock.Add(10 * time.Second)
+		if _, err := r.Run(context.Background(), nov, false); err != nil {
+			t.Fatal(err)
+		}
+		asked = append(asked, relay.takeCalls()...)
+	}
+	// Seq 2 was first reported at 10 s, seq 5 at 40 s, seq 8 at 70 s: each
+	// is asked for 30 s later, with what is still missing below it.
+	sp := "n1/" + n1.spool
+	if want := []string{sp + " 2-2", sp + " 2-5", sp + " 2-8"}; !slices.Equal(asked, want) {
+		t.Errorf("re-sends asked = %q, want %q", asked, want)
+	}
 }
 
 // TestRelayOnlySpool: a node that spooled windows none of which arrived is
@@ -92,7 +151,12 @@ func TestRelayOnlySpool(t *testing.T) {
 	n1.window(t0, row(k1, "payments", 2, 1, 1))
 	n1.window(t0.Add(10*time.Second), row(k1, "payments", 2, 1, 1))
 	relay := newRelay(n1, n2)
-	r := reconcile.New(reconcile.Options{Logger: quiet, Store: st, Relay: relay, Now: testclock.New(t0).Now})
+	clock := testclock.New(t0)
+	r := reconcile.New(reconcile.Options{Logger: quiet, Store: st, Relay: relay, Now: clock.Now})
+	if _, err := r.Run(context.Background(), nov, false); err != nil {
+		t.Fatal(err)
+	}
+	clock.Add(2 * time.Minute) // the default Grace: no longer in flight
 	rep, err := r.Run(context.Background(), nov, false)
 	if err != nil {
 		t.Fatal(err)
