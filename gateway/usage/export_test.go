@@ -6,6 +6,9 @@ import "time"
 // Window.
 func (r *Recorder) CloseWindow() error { return r.rotate(time.Time{}) }
 
+// RotateAt does what Run does when its timer for the multiple at fires.
+func (r *Recorder) RotateAt(at time.Time) error { return r.rotate(at) }
+
 // Sync does what Run does every SyncInterval.
 func (r *Recorder) Sync() error { return r.sync() }
 

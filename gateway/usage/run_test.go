@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/portico-gw/portico/gateway/usage"
+	"github.com/portico-gw/portico/testing/testclock"
 )
 
 // TestRun lets Run close windows on the clock: they meet at multiples of
@@ -56,6 +57,52 @@ func TestRun(t *testing.T) {
 	}
 	if got, _ := counted(ws...); got != uint64(calls) {
 		t.Errorf("windows count %d calls, want %d", got, calls)
+	}
+}
+
+// TestLateTimer: a window closes at the latest multiple of Window the
+// clock has passed, so a timer that fires late, even by more than a
+// Window, leaves every boundary on a multiple.
+func TestLateTimer(t *testing.T) {
+	t.Parallel()
+	const window = 10 * time.Second
+	t0 := time.Date(2026, 11, 30, 23, 59, 30, 0, time.UTC)
+	clock := testclock.New(t0.Add(time.Second))
+	dir := t.TempDir()
+	r, err := usage.Open(dir, usage.Options{NodeID: "node-1", Window: window, NoSync: true, MaxSeries: 64, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	for _, step := range []struct {
+		at   time.Time     // the multiple Run's timer waited for
+		late time.Duration // how late it fired
+	}{
+		{t0.Add(window), 3 * time.Millisecond},
+		{t0.Add(2 * window), 25 * time.Second}, // past the period's end
+		{t0.Add(5 * window), window - time.Millisecond},
+	} {
+		r.Record(call{key: "k", status: 200}.record(clock.Now()))
+		clock.Set(step.at.Add(step.late))
+		if err := r.RotateAt(step.at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ws := spooled(t, dir)
+	want := []time.Time{t0.Add(window), t0.Add(4 * window), t0.Add(5 * window)}
+	if len(ws) < len(want) {
+		t.Fatalf("spooled %d windows, want at least %d", len(ws), len(want))
+	}
+	for i, end := range want {
+		if got := ws[i].GetEnd().AsTime(); !got.Equal(end) {
+			t.Errorf("window %d ends at %v, want %v", ws[i].GetSeq(), got, end)
+		}
+		if i > 0 && !ws[i].GetStart().AsTime().Equal(want[i-1]) {
+			t.Errorf("window %d starts at %v, want %v", ws[i].GetSeq(), ws[i].GetStart().AsTime(), want[i-1])
+		}
 	}
 }
 

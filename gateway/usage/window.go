@@ -220,9 +220,11 @@ func drain(h *half) {
 // rotate closes the open window and opens the next, unless an earlier
 // closed window still waits for the spool: then it tries that one again,
 // and on failure the open window goes on counting (it spans longer). The
-// windows meet at the instant at, the multiple of Window Run waited for,
-// if it is not in the future and less than a Window ago; else now. It
-// holds closeMu.
+// windows meet at the latest multiple of Window not after now, when Run's
+// timer for the multiple at has fired (a timer late by more than a Window,
+// on a busy machine, makes the closed window span several); else (at
+// zero, or a clock that moved back since Run set its timer) now. It holds
+// closeMu.
 func (r *Recorder) rotate(at time.Time) error {
 	r.closeMu.Lock()
 	defer r.closeMu.Unlock()
@@ -239,8 +241,8 @@ func (r *Recorder) rotate(at time.Time) error {
 		r.notify()
 	}
 	now := r.clock()
-	if !at.After(now) && now.Sub(at) < r.opts.Window && at.After(cur.start()) {
-		now = at
+	if b := now.Truncate(r.opts.Window); !at.IsZero() && !at.After(now) && b.After(cur.start()) {
+		now = b
 	}
 	next.open(e+1, now, r.ClockOffset())
 	cur.setEnd(now)
