@@ -25,6 +25,9 @@ type dialect interface {
 	// transaction that takes key.
 	lockWriters(ctx context.Context, tx *sql.Tx, key int64) error
 	isUnique(err error) bool
+	// isData reports an error in the data written (a value the column
+	// cannot hold), which no retry can get past.
+	isData(err error) bool
 }
 
 type postgresDialect struct{}
@@ -62,6 +65,13 @@ func (postgresDialect) lockWriters(ctx context.Context, tx *sql.Tx, key int64) e
 func (postgresDialect) isUnique(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "23505"
+}
+
+// isData is SQLSTATE class 22, data exception: a NUL in text, a number
+// out of range.
+func (postgresDialect) isData(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && strings.HasPrefix(pe.Code, "22")
 }
 
 type sqliteDialect struct{}
@@ -126,6 +136,11 @@ func (sqliteDialect) rebind(q string) string { return q }
 // lockWriters has nothing to do: IMMEDIATE transactions hold the file's
 // write lock from BEGIN.
 func (sqliteDialect) lockWriters(context.Context, *sql.Tx, int64) error { return nil }
+
+func (sqliteDialect) isData(err error) bool {
+	var se *msqlite.Error
+	return errors.As(err, &se) && (se.Code()&0xff == sqlite3.SQLITE_TOOBIG || se.Code()&0xff == sqlite3.SQLITE_MISMATCH)
+}
 
 func (sqliteDialect) isUnique(err error) bool {
 	var se *msqlite.Error

@@ -101,6 +101,11 @@ func (db *DB) Rebind(query string) string { return db.d.rebind(query) }
 // violation.
 func (db *DB) IsUnique(err error) bool { return db.d.isUnique(err) }
 
+// IsData reports whether err is the database refusing a value written (a
+// NUL byte in text, a number out of range for its column): the same write
+// fails again however often it is retried.
+func (db *DB) IsData(err error) bool { return db.d.isData(err) }
+
 // InTx runs fn in a transaction that serializes with every other writer
 // of the service, in this process and others, and commits it if fn
 // returns nil.

@@ -58,6 +58,7 @@ func run(t *testing.T, newDSN func(t *testing.T) string) {
 		"WritersSerialize":  testWritersSerialize,
 		"FailedStep":        testFailedStep,
 		"Constraints":       testConstraints,
+		"DataErrors":        testDataErrors,
 		"ReadTx":            testReadTx,
 		"ContextCanceled":   testCanceled,
 		"SchemaWithoutName": testSchemaWithoutName,
@@ -241,6 +242,40 @@ func testConstraints(t *testing.T, dsn string) {
 	}
 	if db.IsUnique(errors.New("other")) || db.IsUnique(nil) {
 		t.Error("IsUnique of an error that is none")
+	}
+}
+
+// testDataErrors: a value the database refuses (PostgreSQL: a NUL byte in
+// text, a number out of its column's range) is told apart from errors a
+// retry may get past.
+func testDataErrors(t *testing.T, dsn string) {
+	db := open(t, dsn, schema)
+	exec := func(q string, args ...any) error {
+		return db.InTx(ctx(t), func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx(t), db.Rebind(q), args...)
+			return err
+		})
+	}
+	if err := exec("INSERT INTO svc_items (name, data, owner) VALUES (?, ?, ?)", "a", []byte{1}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec("INSERT INTO svc_items (name, data, owner) VALUES (?, ?, ?)", "a", []byte{1}, 1); db.IsData(err) {
+		t.Errorf("a unique violation taken for a data error: %v", err)
+	}
+	if db.IsData(errors.New("other")) || db.IsData(nil) || db.IsData(context.Canceled) {
+		t.Error("IsData of an error that is none")
+	}
+	if db.Driver() != "postgres" {
+		return // SQLite stores a NUL, and turns an overflowing sum into a float
+	}
+	if err := exec("INSERT INTO svc_items (name, data, owner) VALUES (?, ?, ?)", "b\x00", []byte{1}, 1); !db.IsData(err) {
+		t.Errorf("a NUL in text: %v, want a data error", err)
+	}
+	if err := exec("UPDATE svc_counter SET n = n + ?", int64(1<<62)); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec("UPDATE svc_counter SET n = n + n"); !db.IsData(err) {
+		t.Errorf("a sum out of range: %v, want a data error", err)
 	}
 }
 
