@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
+	"unicode/utf8"
 
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	quotav1 "github.com/portico-gw/portico/gen/portico/quota/v1"
@@ -102,6 +104,9 @@ func (s *Store) Apply(ctx context.Context, w *quotav1.UsageWindow) (Applied, err
 		out.Mark, err = s.advanceSpool(ctx, tx, w, whole)
 		return err
 	})
+	if err != nil && s.db.IsData(err) {
+		return Applied{}, fmt.Errorf("%w: window %s: the database refuses it: %v", ErrInvalid, id, err)
+	}
 	if err != nil {
 		return Applied{}, wrap(err, "applying window %s", id)
 	}
@@ -151,6 +156,9 @@ func check(w *quotav1.UsageWindow) (*part, error) {
 	if _, err := parsePeriod(w.GetPeriod()); err != nil {
 		return nil, err
 	}
+	if !text(w.GetNodeId(), w.GetSpoolId(), w.GetRegion()) {
+		return nil, errors.New("a NUL byte or invalid UTF-8 in the node, spool or region")
+	}
 	p := &part{}
 	type tkey struct{ subject, product string }
 	type rkey struct {
@@ -163,6 +171,8 @@ func check(w *quotav1.UsageWindow) (*part, error) {
 		switch {
 		case r.GetStatusClass() > 5:
 			return nil, fmt.Errorf("row %d: status class %d", i, r.GetStatusClass())
+		case !text(r.GetProduct(), r.GetRouteId(), r.GetCaller().GetKeyId(), r.GetCaller().GetAppId(), r.GetCaller().GetTenant(), r.GetCaller().GetPlan()):
+			return nil, fmt.Errorf("row %d: a NUL byte or invalid UTF-8 in its caller, product or route", i)
 		case r.GetBillable() > r.GetCounted():
 			return nil, fmt.Errorf("row %d: billable %d above counted %d", i, r.GetBillable(), r.GetCounted())
 		case r.GetCounted() > w.GetCounted()-p.counted:
@@ -199,6 +209,18 @@ func check(w *quotav1.UsageWindow) (*part, error) {
 			p.counted, p.billable, w.GetCounted(), w.GetBillable())
 	}
 	return p, nil
+}
+
+// text reports whether every s is valid UTF-8 without a NUL byte, as both
+// databases' text columns take it (PostgreSQL refuses a NUL): a window
+// that breaks it is malformed, not a write to retry.
+func text(ss ...string) bool {
+	for _, s := range ss {
+		if strings.IndexByte(s, 0) >= 0 || !utf8.ValidString(s) {
+			return false
+		}
+	}
+	return true
 }
 
 // addPart adds the part to its window's record, made by the window's

@@ -476,6 +476,12 @@ func testInvalid(t *testing.T, o Opener) {
 		{"rows above billable", func(w *quotav1.UsageWindow) { w.Billable-- }},
 		{"rows below billable", func(w *quotav1.UsageWindow) { w.Billable++ }},
 		{"huge counts", func(w *quotav1.UsageWindow) { w.Rows[0].Counted, w.Counted = 1<<62, 1<<62+3 }},
+		{"NUL in the key id", func(w *quotav1.UsageWindow) { w.Rows[0].Caller = &quotav1.Caller{KeyId: "k\x001"} }},
+		{"NUL in the tenant", func(w *quotav1.UsageWindow) { w.Rows[1].Caller = &quotav1.Caller{KeyId: "k2", Tenant: "acme\x00"} }},
+		{"NUL in the route", func(w *quotav1.UsageWindow) { w.Rows[1].RouteId = "\x00" }},
+		{"NUL in the product", func(w *quotav1.UsageWindow) { w.Rows[0].Product = "or\x00ders" }},
+		{"NUL in the node", func(w *quotav1.UsageWindow) { w.NodeId = "n\x001" }},
+		{"invalid UTF-8 in the app", func(w *quotav1.UsageWindow) { w.Rows[0].Caller = &quotav1.Caller{AppId: "app\xff"} }},
 		{"rows overflow", func(w *quotav1.UsageWindow) {
 			w.Rows[0].Counted, w.Rows[1].Counted = 1<<63, 1<<63+13 // they wrap around to 13
 		}},
