@@ -178,13 +178,17 @@ func TestCrashMidTraffic(t *testing.T) {
 		finished += done
 		total += n[0]
 	}
-	// The open window, and the one being closed if the kill came then.
-	if s := r.Stats(); s.Recovered < 1 || s.Recovered > 2 {
-		t.Errorf("Stats().Recovered = %d, want 1 or 2", s.Recovered)
+	// The open window, and the one being closed if the kill came then;
+	// none when the kill came right after a rotation, before any call
+	// counted into the window it opened (an empty open window is not
+	// spooled).
+	recovered := r.Stats().Recovered
+	if recovered > 2 {
+		t.Errorf("Stats().Recovered = %d, want at most 2", recovered)
 	}
 	last := ws[len(ws)-1]
-	if !last.GetRecovered() || last.GetPeriodCounted() < total-childWorkers || last.GetPeriodCounted() > total {
-		t.Errorf("last window recovered %v, period counter %d, want true and within %d of %d", last.GetRecovered(), last.GetPeriodCounted(), childWorkers, total)
+	if last.GetRecovered() != (recovered > 0) || last.GetPeriodCounted() < total-childWorkers || last.GetPeriodCounted() > total {
+		t.Errorf("last window recovered %v (%d recovered), period counter %d, want within %d of %d", last.GetRecovered(), recovered, last.GetPeriodCounted(), childWorkers, total)
 	}
 	t.Logf("child finished %d calls in %d windows; the windows count %d", finished, len(ws), total)
 }
