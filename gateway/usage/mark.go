@@ -16,6 +16,27 @@ import (
 // or the new one, never a torn one.
 const markFile = "MARK"
 
+// markAbove reports whether dir's mark is of the spool SPOOLID names and
+// above last, the spool's last seq: the spool lost windows the quota
+// service had (its segments removed, an older copy of the disk), and the
+// seqs after last under the same spool id would be taken for duplicates.
+func markAbove(dir string, last uint64) (seq uint64, above bool) {
+	b, err := os.ReadFile(filepath.Join(dir, "SPOOLID"))
+	if err != nil {
+		return 0, false
+	}
+	m, err := os.ReadFile(filepath.Join(dir, markFile))
+	if err != nil {
+		return 0, false
+	}
+	sid, n, ok := strings.Cut(strings.TrimSpace(string(m)), " ")
+	seq, perr := strconv.ParseUint(n, 10, 64)
+	if !ok || perr != nil || sid != strings.TrimSpace(string(b)) {
+		return 0, false
+	}
+	return seq, seq > last
+}
+
 // readMark returns the seq of dir's mark if it is of spool id, else 0. A
 // mark that does not read is logged and ignored: the windows after the
 // segment the spool kept are shipped again, and the quota service drops
@@ -53,6 +74,9 @@ func (r *Recorder) SaveMark(seq uint64) error {
 	defer r.markMu.Unlock()
 	if seq <= r.mark.Load() {
 		return nil
+	}
+	if last := r.spool.Last(); seq > last {
+		return fmt.Errorf("usage: mark: seq %d is above the spool's last window %d", seq, last)
 	}
 	path := filepath.Join(r.dir, markFile)
 	tmp := path + ".new"

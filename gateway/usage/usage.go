@@ -281,6 +281,22 @@ func Open(dir string, opts Options) (*Recorder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("usage: %w", err)
 	}
+	if seq, above := markAbove(dir, sp.Last()); !newSpool && above {
+		// Every window the spool still holds is at or below the mark, so
+		// committed: start a new spool, as if the directory were new,
+		// rather than number windows again under a spool id whose seqs
+		// the quota service has.
+		opts.Logger.Warn("usage: the spool holds fewer windows than the quota service committed: starting a new spool",
+			"dir", dir, "mark", seq, "last", sp.Last())
+		sp.Close()
+		if err := os.RemoveAll(spoolDir); err != nil {
+			return nil, fmt.Errorf("usage: %w", err)
+		}
+		newSpool = true
+		if sp, err = spool.Open(spoolDir, sopts); err != nil {
+			return nil, fmt.Errorf("usage: %w", err)
+		}
+	}
 	r := &Recorder{
 		opts: opts, now: opts.Now, log: opts.Logger, maxSeries: opts.MaxSeries,
 		reg: newRegistry(), spool: sp, windowsCh: make(chan struct{}, 1), dir: dir,

@@ -234,10 +234,17 @@ func (s *Shipper) Notify() {
 // (its node id and spool id), the quota service has committed every
 // window up to mark.Seq, so Run trims the spool there and ships nothing
 // at or below it any more (unless Resend asks). Marks of other nodes or
-// of an earlier spool are ignored. It never blocks and does not keep
-// mark.
+// of an earlier spool are ignored, and so is a mark above the spool's
+// last window. It never blocks and does not keep mark.
 func (s *Shipper) Trim(mark *configv1.UsageMark) {
 	if mark.GetNodeId() != s.opts.NodeID || mark.GetSpoolId() != s.opts.SpoolID || mark.GetSeq() == 0 {
+		return
+	}
+	if last := s.sp.Last(); mark.GetSeq() > last {
+		// The quota service cannot have committed a window the spool
+		// never held: a mark above it is forged or of another history of
+		// the spool, and trusting it would skip windows never shipped.
+		s.log.Warn("usage: ignoring a usage mark above the spool's last window", "mark", mark.GetSeq(), "last", last)
 		return
 	}
 	s.mu.Lock()

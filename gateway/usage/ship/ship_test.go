@@ -507,3 +507,30 @@ func TestFlush(t *testing.T) {
 		t.Errorf("Flush with the sender down = %v, want window 6 not shipped", err)
 	}
 }
+
+// TestMarkAboveLast: a usage mark above the spool's last window (forged,
+// or of a history of the spool this disk no longer has) is ignored: the
+// windows the spool holds and the ones spooled after it are all shipped,
+// and nothing is trimmed or saved.
+func TestMarkAboveLast(t *testing.T) {
+	t.Parallel()
+	sp := openSpool(t)
+	appendWindows(t, sp, 1, 5, 1)
+	f := &fakeSender{}
+	f.setFail(errors.New("down"))
+	var saved atomic.Uint64
+	s := start(t, ship.Options{Spool: sp, Sender: f, OnTrim: func(seq uint64) { saved.Store(seq) }})
+	waitFor(t, "a failure", func() bool { return s.Stats().Failures > 0 })
+	s.Trim(&configv1.UsageMark{NodeId: nodeID, SpoolId: spoolID, Seq: 1 << 40})
+	s.Trim(&configv1.UsageMark{NodeId: nodeID, SpoolId: spoolID, Seq: 6})
+	f.setFail(nil)
+	appendWindows(t, sp, 6, 8, 1)
+	s.Notify()
+	waitFor(t, "windows 1 to 8 shipped", func() bool { return len(f.windows(t)) >= 8 })
+	if got := seqs(f.windows(t)); !slices.Equal(got[:8], []uint64{1, 2, 3, 4, 5, 6, 7, 8}) {
+		t.Errorf("shipped %v, want 1 to 8", got)
+	}
+	if st := s.Stats(); st.Trimmed != 0 || saved.Load() != 0 {
+		t.Errorf("trimmed %d, saved %d after marks above the spool, want 0", st.Trimmed, saved.Load())
+	}
+}
