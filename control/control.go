@@ -48,6 +48,11 @@ type Options struct {
 	// to serve beyond loopback without it: an open publisher could put
 	// any key on every node.
 	PublisherToken string
+	// UsageToken, if set, is the credential the quota service presents
+	// to publish usage marks and to reach the usage relay; the publisher
+	// token then can do neither, and the usage token nothing else. Empty:
+	// the publisher token does both.
+	UsageToken string
 
 	// Listen is the address Run serves on; empty means DefaultListen.
 	Listen string
@@ -104,6 +109,10 @@ func New(ctx context.Context, opts Options) (*Plane, error) {
 	if opts.PublisherToken != "" {
 		publisherTokenHash = store.SHA256([]byte(opts.PublisherToken))
 	}
+	var usageTokenHash string
+	if opts.UsageToken != "" {
+		usageTokenHash = store.SHA256([]byte(opts.UsageToken))
+	}
 	// Every version, a team's change, a rollback or a rollout's revert,
 	// is written through one Writer, which publishes it. (A failure to
 	// publish leaves the fleet on the version before; the next start
@@ -111,7 +120,7 @@ func New(ctx context.Context, opts Options) (*Plane, error) {
 	var dist *distribution.Server
 	w := versions.New(opts.Store, func(ctx context.Context, v int64) error { return dist.Publish(ctx, v) }, log)
 	dist = distribution.New(opts.Store, distribution.Options{Logger: log, Now: opts.Now, Rollout: opts.Rollout, Versions: w,
-		NodeTokenHash: nodeTokenHash, PublisherTokenHash: publisherTokenHash})
+		NodeTokenHash: nodeTokenHash, PublisherTokenHash: publisherTokenHash, UsageTokenHash: usageTokenHash})
 	p := &Plane{Distribution: dist}
 	p.Admin = admin.New(opts.Store, admin.Options{Logger: log, Now: opts.Now, Fleet: dist, Versions: w})
 	if err := dist.PublishLatest(ctx); err != nil {

@@ -19,6 +19,7 @@ func runControl(ctx context.Context, args []string) error {
 		bootstrap = fs.String("bootstrap-token-file", "", "file holding a platform-admin token (ptk_...) to create if missing: how the first admin gets in")
 		nodeToken = fs.String("node-token-file", "", "file holding the token gateway nodes must present (their -control-token-file); without it any caller may take snapshots")
 		pubToken  = fs.String("publisher-token-file", "", "file holding the token the key service presents to publish on the fast lane (its -control-token-file); required unless -listen is a loopback address")
+		usageTok  = fs.String("usage-token-file", "", "file holding the token the quota service presents to publish usage marks and reach the usage relay (its -control-token-file); the publisher token then can do neither. Without it the publisher token does both")
 		certFile  = fs.String("tls-cert", "", "PEM certificate (chain) to serve TLS with")
 		keyFile   = fs.String("tls-key", "", "PEM private key for -tls-cert")
 		logLevel  = fs.String("log-level", "info", "debug, info, warn or error")
@@ -49,6 +50,7 @@ func runControl(ctx context.Context, args []string) error {
 		{"-bootstrap-token-file", *bootstrap, &opts.BootstrapToken, readSecret},
 		{"-node-token-file", *nodeToken, &opts.NodeToken, readToken},
 		{"-publisher-token-file", *pubToken, &opts.PublisherToken, readToken},
+		{"-usage-token-file", *usageTok, &opts.UsageToken, readToken},
 	} {
 		if f.file == "" {
 			continue

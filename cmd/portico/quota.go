@@ -21,7 +21,7 @@ func runQuota(ctx context.Context, args []string) error {
 		topic        = fs.String("kafka-topic", quota.DefaultTopic, "the usage topic")
 		group        = fs.String("kafka-group", quota.DefaultGroup, "the consumer group; every quota service on one store joins the same")
 		controlURL   = fs.String("control", "", "the control plane (http://host:7000) whose fast lane carries the usage marks nodes trim their spools at, and whose usage relay asks nodes to re-send; empty: none")
-		controlToken = fs.String("control-token-file", "", "file holding the publisher token the control plane requires (its -publisher-token-file)")
+		controlToken = fs.String("control-token-file", "", "file holding the token the control plane requires of the quota service: its -usage-token-file (or its -publisher-token-file when it has none)")
 		tokenFile    = fs.String("token-file", "", "file holding the platform token callers of the quota API present (required)")
 		interval     = fs.Duration("reconcile-interval", quota.DefaultInterval, "how often the reconciler runs over the current billing period (and the previous one until it is final)")
 		grace        = fs.Duration("reconcile-grace", quota.DefaultGrace, "how long after a billing period's end its windows may still arrive before it is closed")

@@ -54,6 +54,11 @@ type Options struct {
 	// producers (the key service) must send to FastLaneService. Empty lets
 	// any caller publish (tests, a loopback-only dev).
 	PublisherTokenHash string
+	// UsageTokenHash, if set, is the hex SHA-256 of the token the quota
+	// service sends to publish usage marks and to call UsageRelayService;
+	// the publisher token then does neither. Empty: the publisher token
+	// does both.
+	UsageTokenHash string
 	// Versions writes the versions the rollouts commit (reverts, aborts);
 	// nil means a Writer on the store that publishes through this server.
 	Versions *versions.Writer
@@ -217,7 +222,7 @@ func New(st *store.Store, opts Options) *Server {
 	rctx, cancel := context.WithCancel(context.Background())
 	s.rows, s.saved, s.rowsWake, s.stopRows, s.rowsDone = map[int64]store.Rollout{}, map[int64]store.Rollout{}, make(chan struct{}, 1), cancel, make(chan struct{})
 	go s.writeRows(rctx)
-	s.lanes = fastlane.New(fastlane.Options{Store: st, NodeTokenHash: opts.NodeTokenHash, PublisherTokenHash: opts.PublisherTokenHash,
+	s.lanes = fastlane.New(fastlane.Options{Store: st, NodeTokenHash: opts.NodeTokenHash, PublisherTokenHash: opts.PublisherTokenHash, UsageTokenHash: opts.UsageTokenHash,
 		StreamNodes: s.streamNodes, Logger: s.log, Now: s.now})
 	return s
 }

@@ -15,7 +15,6 @@ import (
 
 	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
 	"github.com/portico-gw/portico/gen/portico/distribution/v1/distributionv1connect"
-	"github.com/portico-gw/portico/internal/svcauth"
 )
 
 // maxResends bounds the usage re-sends queued on one node's stream: the
@@ -57,8 +56,9 @@ func (s *Server) clockLocked(n *node, sent *timestamppb.Timestamp, at time.Time,
 // UsageRelay serves portico.distribution.v1.UsageRelayService for a
 // Server: how the quota service's reconciler learns where every
 // connected node's usage spool stands and asks a node to re-send windows,
-// over the node's snapshot stream. Calls carry the publisher token, as
-// FastLaneService's do.
+// over the node's snapshot stream. Calls carry the usage token (the
+// publisher token when none is set), as the quota service's usage marks
+// do.
 type UsageRelay struct{ s *Server }
 
 // UsageRelay returns the usage relay of s.
@@ -69,7 +69,7 @@ func (r *UsageRelay) Handler() (string, http.Handler) {
 	return distributionv1connect.NewUsageRelayServiceHandler(r,
 		connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 			return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-				if err := svcauth.Check(req.Header(), r.s.opts.PublisherTokenHash, "a publisher token is required"); err != nil {
+				if err := r.s.lanes.UsageCaller(req.Header()); err != nil {
 					return nil, err
 				}
 				if msg, ok := req.Any().(proto.Message); ok {

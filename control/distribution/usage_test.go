@@ -43,7 +43,11 @@ type relayHarness struct {
 	relay distributionv1connect.UsageRelayServiceClient
 }
 
-func startRelay(t *testing.T) *relayHarness {
+func startRelay(t *testing.T) *relayHarness { return startRelayWith(t, "") }
+
+// startRelayWith starts a relay whose control plane takes usageToken for
+// the relay when it is not empty.
+func startRelayWith(t *testing.T, usageToken string) *relayHarness {
 	t.Helper()
 	st, err := store.Open(context.Background(), "sqlite:"+filepath.Join(t.TempDir(), "control.db"))
 	if err != nil {
@@ -52,7 +56,7 @@ func startRelay(t *testing.T) *relayHarness {
 	t.Cleanup(func() { _ = st.Close() })
 	clock := testclock.New(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
 	srv := distribution.New(st, distribution.Options{Logger: slog.New(slog.DiscardHandler), Now: clock.Now,
-		PublisherTokenHash: store.SHA256([]byte(publisherToken))})
+		PublisherTokenHash: store.SHA256([]byte(publisherToken)), UsageTokenHash: usageHash(usageToken)})
 	t.Cleanup(srv.Close)
 	mux := http.NewServeMux()
 	mux.Handle(srv.Handler())
@@ -61,7 +65,17 @@ func startRelay(t *testing.T) *relayHarness {
 	gatewaytest.StartH2C(t, hs)
 	h := &relayHarness{srv: srv, clock: clock, url: hs.URL, h2c: gatewaytest.H2CClient(t).Transport}
 	h.relay = h.relayClient(publisherToken)
+	if usageToken != "" {
+		h.relay = h.relayClient(usageToken)
+	}
 	return h
+}
+
+func usageHash(token string) string {
+	if token == "" {
+		return ""
+	}
+	return store.SHA256([]byte(token))
 }
 
 func (h *relayHarness) relayClient(token string) distributionv1connect.UsageRelayServiceClient {
@@ -306,5 +320,25 @@ func TestUsageRelayAuth(t *testing.T) {
 	}
 	if resp, err := h.relay.Spools(ctx, connect.NewRequest(&distributionv1.SpoolsRequest{})); err != nil || len(resp.Msg.GetNodes()) != 1 {
 		t.Errorf("Spools with the publisher token = %v, %v; want node-1", resp, err)
+	}
+}
+
+// TestUsageRelayUsageToken: with a usage token set, the relay takes it
+// and no longer the publisher token.
+func TestUsageRelayUsageToken(t *testing.T) {
+	t.Parallel()
+	const usageToken = "ptk_usage_token_for_the_quota_service_0123"
+	h := startRelayWith(t, usageToken)
+	h.connect(t, &distributionv1.Hello{NodeId: "node-1", Usage: &distributionv1.UsageSpool{SpoolId: spoolA, FirstSeq: 1, LastSeq: 2}})
+	ctx := context.Background()
+	if _, err := h.relayClient(publisherToken).Spools(ctx, connect.NewRequest(&distributionv1.SpoolsRequest{})); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("Spools with the publisher token: %v, want Unauthenticated", err)
+	}
+	_, err := h.relayClient(publisherToken).Resend(ctx, connect.NewRequest(&distributionv1.ResendRequest{NodeId: "node-1", Resend: &distributionv1.ResendUsage{SpoolId: spoolA, FromSeq: 1, ToSeq: 1}}))
+	if connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("Resend with the publisher token: %v, want Unauthenticated", err)
+	}
+	if resp, err := h.relay.Spools(ctx, connect.NewRequest(&distributionv1.SpoolsRequest{})); err != nil || len(resp.Msg.GetNodes()) != 1 {
+		t.Errorf("Spools with the usage token = %v, %v; want node-1", resp, err)
 	}
 }

@@ -66,6 +66,11 @@ type Options struct {
 	// NodeTokenHash and PublisherTokenHash are the SHA-256 of the tokens
 	// nodes and producers must send (svcauth); empty: none required.
 	NodeTokenHash, PublisherTokenHash string
+	// UsageTokenHash, if set, is the SHA-256 of the token the quota
+	// service sends: it may publish usage marks, and only them, and the
+	// publisher token may then publish none. Empty: the publisher token
+	// publishes both (one token for the key and quota services).
+	UsageTokenHash string
 	// StreamNodes returns the ids of the nodes on the snapshot stream, and
 	// a channel closed when they next change: Wait counts a node on the
 	// snapshot stream whose fast-lane stream is down as behind, so that a
@@ -569,6 +574,55 @@ func (s *Server) authorizeNode(h http.Header) error {
 	return svcauth.Check(h, s.opts.NodeTokenHash, "a node token is required")
 }
 
+// role is who a producer's token says it is.
+type role int
+
+const (
+	rolePublisher role = iota // the publisher token: the key service
+	roleUsage                 // the usage token: the quota service
+	roleBoth                  // no usage token is set: the publisher token is both
+)
+
+// caller authenticates a producer's call by its token: the usage token
+// (when set) makes it the quota service, else the publisher token must
+// match.
+func (s *Server) caller(h http.Header) (role, error) {
+	if s.opts.UsageTokenHash != "" {
+		if t, ok := svcauth.Token(h); ok && svcauth.Matches(t, s.opts.UsageTokenHash) {
+			return roleUsage, nil
+		}
+	}
+	if err := svcauth.Check(h, s.opts.PublisherTokenHash, "a publisher token is required"); err != nil {
+		return 0, err
+	}
+	if s.opts.UsageTokenHash == "" {
+		return roleBoth, nil
+	}
+	return rolePublisher, nil
+}
+
+// may refuses a publish from source that the caller's token does not
+// speak for: usage marks (laneentry.UsageSource) take the usage token
+// when one is set, and the usage token publishes nothing else.
+func (r role) may(source string) error {
+	switch {
+	case r == roleUsage && source != laneentry.UsageSource:
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("the usage token publishes source %q only", laneentry.UsageSource))
+	case r == rolePublisher && source == laneentry.UsageSource:
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("source %q takes the usage token", laneentry.UsageSource))
+	}
+	return nil
+}
+
+// UsageCaller authenticates a call of the usage relay: the usage token
+// when one is set, else the publisher token.
+func (s *Server) UsageCaller(h http.Header) error {
+	if s.opts.UsageTokenHash != "" {
+		return svcauth.Check(h, s.opts.UsageTokenHash, "the usage token is required")
+	}
+	return svcauth.Check(h, s.opts.PublisherTokenHash, "a publisher token is required")
+}
+
 // Publisher serves portico.distribution.v1.FastLaneService for s.
 type Publisher struct{ s *Server }
 
@@ -580,12 +634,18 @@ func (p *Publisher) Handler() (string, http.Handler) {
 	return distributionv1connect.NewFastLaneServiceHandler(p, connect.WithReadMaxBytes(256<<20),
 		connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 			return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-				if err := svcauth.Check(req.Header(), p.s.opts.PublisherTokenHash, "a publisher token is required"); err != nil {
+				role, err := p.s.caller(req.Header())
+				if err != nil {
 					return nil, err
 				}
 				if msg, ok := req.Any().(proto.Message); ok {
 					if err := protovalidate.Validate(msg); err != nil {
 						return nil, connect.NewError(connect.CodeInvalidArgument, err)
+					}
+				}
+				if sr, ok := req.Any().(interface{ GetSource() string }); ok {
+					if err := role.may(sr.GetSource()); err != nil {
+						return nil, err
 					}
 				}
 				return next(ctx, req)

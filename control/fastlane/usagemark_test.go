@@ -2,12 +2,15 @@ package fastlane_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 
 	"connectrpc.com/connect"
 
 	"github.com/portico-gw/portico/control/distribution"
+	"github.com/portico-gw/portico/control/store"
+	"github.com/portico-gw/portico/gateway/laneentry"
 	configv1 "github.com/portico-gw/portico/gen/portico/config/v1"
 	distributionv1 "github.com/portico-gw/portico/gen/portico/distribution/v1"
 )
@@ -104,5 +107,49 @@ func TestFastLaneUsageMarkSources(t *testing.T) {
 	entries, version, err := l.store.FastLaneSince(ctx, 0)
 	if err != nil || version != 0 || len(entries) != 0 {
 		t.Errorf("after refused publishes the store holds version %d, %d entries (%v), want nothing", version, len(entries), err)
+	}
+}
+
+// TestUsageToken: with a usage token set, usage marks take it and it
+// publishes nothing else; the publisher token can no longer publish marks
+// (nor read the quota source) but keeps publishing keys.
+func TestUsageToken(t *testing.T) {
+	t.Parallel()
+	const usageToken = "ptk_usage_token_for_the_quota_service_0123"
+	l := startLane(t, distribution.Options{
+		PublisherTokenHash: store.SHA256([]byte(publisherToken)),
+		UsageTokenHash:     store.SHA256([]byte(usageToken)),
+	})
+	ctx := context.Background()
+	mark := func(token string, rev uint64) error {
+		_, err := l.publisher(token).Publish(ctx, connect.NewRequest(&distributionv1.PublishRequest{Source: laneentry.UsageSource,
+			FromSeq: rev - 1, ToSeq: rev, Entries: []*configv1.FastLaneEntry{usageMark("n1", 5, rev)}}))
+		return err
+	}
+	keys := func(token string, rev uint64) error {
+		_, err := l.publisher(token).Publish(ctx, connect.NewRequest(&distributionv1.PublishRequest{Source: "keys",
+			FromSeq: rev - 1, ToSeq: rev, Entries: []*configv1.FastLaneEntry{key(fmt.Sprint("k", rev), rev)}}))
+		return err
+	}
+	if err := mark(publisherToken, 1); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("a usage mark with the publisher token: %v, want PermissionDenied", err)
+	}
+	if _, err := l.publisher(publisherToken).Source(ctx, connect.NewRequest(&distributionv1.SourceRequest{Source: laneentry.UsageSource})); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("Source %q with the publisher token: %v, want PermissionDenied", laneentry.UsageSource, err)
+	}
+	if err := keys(usageToken, 1); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("a key with the usage token: %v, want PermissionDenied", err)
+	}
+	if err := mark(usageToken+"x", 1); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("a usage mark with a wrong token: %v, want Unauthenticated", err)
+	}
+	if _, version, _ := l.store.FastLaneInfo(ctx); version != 0 {
+		t.Errorf("after refused publishes the fast lane is at version %d, want 0", version)
+	}
+	if err := mark(usageToken, 1); err != nil {
+		t.Errorf("a usage mark with the usage token: %v", err)
+	}
+	if err := keys(publisherToken, 1); err != nil {
+		t.Errorf("a key with the publisher token: %v", err)
 	}
 }
