@@ -219,12 +219,16 @@ func (l *Lane) unlockAndHandMarks(marks []*configv1.UsageMark) {
 
 // ApplySigned merges a signed snapshot's entries, already verified, at
 // its sequence: a snapshot not newer than the last one applied is refused
-// with ErrStale.
+// with ErrStale. The snapshot is the key service's: a usage mark in it is
+// not the quota service's and is dropped.
 func (l *Lane) ApplySigned(seq uint64, entries []*configv1.FastLaneEntry) error {
 	l.mu.Lock()
 	if seq <= l.signedSeq {
 		defer l.mu.Unlock()
 		return fmt.Errorf("%w: sequence %d, the node applied %d", ErrStale, seq, l.signedSeq)
+	}
+	if slices.ContainsFunc(entries, func(e *configv1.FastLaneEntry) bool { return e.GetUsageMark() != nil }) {
+		entries = slices.DeleteFunc(slices.Clone(entries), func(e *configv1.FastLaneEntry) bool { return e.GetUsageMark() != nil })
 	}
 	marks, err := l.applyLocked(entries)
 	l.signedSeq = seq

@@ -90,8 +90,7 @@ func TestUsageMarkHookLate(t *testing.T) {
 }
 
 // TestUsageMarkRefused: a mark that names no spool is refused and named;
-// the rest of the update is applied. A signed key snapshot carries marks
-// through the same rule.
+// the rest of the update is applied.
 func TestUsageMarkRefused(t *testing.T) {
 	t.Parallel()
 	l := fastlane.New(fastlane.Options{})
@@ -104,10 +103,27 @@ func TestUsageMarkRefused(t *testing.T) {
 	if want := []*configv1.UsageMark{mark("node-1", spoolA, 6)}; !cmp.Equal(want, got, protocmp.Transform()) {
 		t.Errorf("hook got %v, want %v", got, want)
 	}
-	if err := l.ApplySigned(1, []*configv1.FastLaneEntry{usageMark(3, "node-1", spoolA, 7), usageMark(2, "node-1", spoolA, 6)}); err != nil {
+}
+
+// TestSignedSnapshotMarks: a usage mark in the key service's signed
+// snapshot is dropped; its keys are applied.
+func TestSignedSnapshotMarks(t *testing.T) {
+	t.Parallel()
+	var keys int
+	l := fastlane.New(fastlane.Options{Now: func() time.Time { return t0 }, SetKeys: func(*keytable.Table) { keys++ }})
+	var got []*configv1.UsageMark
+	l.OnUsageMark(func(m *configv1.UsageMark) { got = append(got, m) })
+	entries := []*configv1.FastLaneEntry{usageMark(100, "node-1", spoolA, 1<<40), key(3, record("k1"))}
+	if err := l.ApplySigned(1, entries); err != nil {
 		t.Fatalf("ApplySigned: %v", err)
 	}
-	if len(got) != 2 || got[1].GetSeq() != 7 {
-		t.Errorf("after the signed snapshot the hook got %v, want the seq 7 mark once more", got)
+	if len(got) != 0 {
+		t.Errorf("marks from the signed snapshot reached the hook: %v", got)
+	}
+	if m, ok := l.UsageMark("node-1", spoolA); ok {
+		t.Errorf("UsageMark(node-1, A) = %v after a signed snapshot", m)
+	}
+	if keys == 0 || len(entries) != 2 {
+		t.Errorf("the snapshot's key was not applied (%d key sets), or its entries changed (%d)", keys, len(entries))
 	}
 }
