@@ -1,6 +1,9 @@
 package usage
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // CloseWindow closes the open window now, as Run does at a multiple of
 // Window.
@@ -8,6 +11,13 @@ func (r *Recorder) CloseWindow() error { return r.rotate(time.Time{}) }
 
 // RotateAt does what Run does when its timer for the multiple at fires.
 func (r *Recorder) RotateAt(at time.Time) error { return r.rotate(at) }
+
+// CutTotals takes one call off the open half's totals (lane 0), as a kill
+// between Record's add to a row and its add to the totals leaves them.
+func (r *Recorder) CutTotals() {
+	h := r.halves[r.epoch.Load()&1]
+	(*atomic.Uint64)(h.totals).Add(^uint64(0))
+}
 
 // Sync does what Run does every SyncInterval.
 func (r *Recorder) Sync() error { return r.sync() }

@@ -142,6 +142,13 @@ func (r *Recorder) windows(h *half, c content) []*quotav1.UsageWindow {
 	}
 	last := ws[len(ws)-1]
 	last.PeriodCounted, last.PeriodBillable = baseC+c.counted, baseB+c.billable
+	if last.Recovered {
+		// A process killed inside Record may have counted a call in its
+		// row and not yet in the half's totals (at most one per lane):
+		// the rows are what is billed, so a recovered window's counters
+		// follow them, and the node's counters agree with its windows.
+		last.PeriodCounted, last.PeriodBillable = pc+last.Counted, pb+last.Billable
+	}
 	return ws
 }
 
