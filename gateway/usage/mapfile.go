@@ -49,7 +49,18 @@ const (
 	fhPeriod      = 96 // 8 bytes: "2006-01"
 	fhCumCounted  = 104
 	fhCumBillable = 112
+	// A second period's counters: windows of one node can go back a
+	// period (its clock offset measured, or corrected, across a period's
+	// end) and then forward again, and each period's counters must go on
+	// from where they were. Zero in a file written before it: no period.
+	fhPeriod2      = 120
+	fhCum2Counted  = 128
+	fhCum2Billable = 136
 )
+
+// cumSlots are the offsets of the file header's two period counters:
+// period, counted, billable.
+var cumSlots = [2][3]int{{fhPeriod, fhCumCounted, fhCumBillable}, {fhPeriod2, fhCum2Counted, fhCum2Billable}}
 
 // Half header fields (offsets from the start of a half).
 const (
@@ -122,17 +133,48 @@ func (m *mapping) spoolID() string {
 	return cstring(m.b[fhSpoolID : fhSpoolID+64])
 }
 
+// cum returns the node's counters of period through the last window of
+// it spooled; zero for a period it holds none of.
+func (m *mapping) cum(period string) (counted, billable uint64) {
+	for _, sl := range cumSlots {
+		if period != "" && cstring(m.b[sl[0]:sl[0]+8]) == period {
+			return m.u64(sl[1]).Load(), m.u64(sl[2]).Load()
+		}
+	}
+	return 0, 0
+}
+
 // setCum records the node's counters of period through the last window
-// spooled.
+// spooled: in the slot of that period, else in an empty one, else in the
+// one of the earlier period.
 func (m *mapping) setCum(period string, counted, billable uint64) {
-	putCString(m.b[fhPeriod:fhPeriod+8], period)
-	m.u64(fhCumCounted).Store(counted)
-	m.u64(fhCumBillable).Store(billable)
+	at := -1
+	for i, sl := range cumSlots {
+		if cstring(m.b[sl[0]:sl[0]+8]) == period {
+			at = i
+			break
+		}
+	}
+	if at < 0 {
+		p0, p1 := cstring(m.b[fhPeriod:fhPeriod+8]), cstring(m.b[fhPeriod2:fhPeriod2+8])
+		at = 0
+		if p0 != "" && (p1 == "" || p1 < p0) {
+			at = 1
+		}
+	}
+	sl := cumSlots[at]
+	putCString(m.b[sl[0]:sl[0]+8], period)
+	m.u64(sl[1]).Store(counted)
+	m.u64(sl[2]).Store(billable)
 }
 
 func (m *mapping) setSpoolID(id string) {
 	putCString(m.b[fhSpoolID:fhSpoolID+64], id)
-	m.setCum("", 0, 0)
+	for _, sl := range cumSlots {
+		putCString(m.b[sl[0]:sl[0]+8], "")
+		m.u64(sl[1]).Store(0)
+		m.u64(sl[2]).Store(0)
+	}
 }
 
 func cstring(b []byte) string {

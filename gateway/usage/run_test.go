@@ -2,6 +2,7 @@ package usage_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -127,5 +128,47 @@ func TestSynced(t *testing.T) {
 	}
 	if got, _ := counted(spooled(t, dir)...); got != 2 {
 		t.Errorf("windows count %d calls, want 2", got)
+	}
+}
+
+// TestPeriodCountersGoBack: a node whose clock is 2 min ahead opens
+// windows of December before its offset is measured; once it is, its
+// windows go back to November, then on to December again. Each period's
+// node counters go on from its own last window, so that in every period
+// the windows add up to the counters its last window carries, which the
+// reconciler checks.
+func TestPeriodCountersGoBack(t *testing.T) {
+	t.Parallel()
+	node := time.Date(2026, 12, 1, 0, 0, 5, 0, time.UTC) // true time Nov 30 23:58:05
+	clock := testclock.New(node)
+	r := open(t, t.TempDir(), usage.Options{Now: clock.Now})
+	step := func(calls int, at time.Duration) {
+		t.Helper()
+		for range calls {
+			r.Record(call{key: "k", status: 200, forwarded: true}.record(clock.Now()))
+		}
+		clock.Set(node.Add(at))
+		if err := r.CloseWindow(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step(5, 10*time.Second) // window 1: December, the offset unknown
+	r.SetClockOffset(-2 * time.Minute)
+	step(3, 20*time.Second)               // window 2: opened before the offset, December
+	step(4, 2*time.Minute+10*time.Second) // window 3: Nov 30 23:58:25 corrected
+	step(7, 2*time.Minute+20*time.Second) // window 4: December again
+	step(2, 2*time.Minute+30*time.Second) // window 5: December
+	type got struct {
+		period  string
+		counted uint64
+		node    uint64
+	}
+	var ws []got
+	for _, w := range windows(t, r.Spool()) {
+		ws = append(ws, got{w.GetPeriod(), w.GetCounted(), w.GetPeriodCounted()})
+	}
+	want := []got{{"2026-12", 5, 5}, {"2026-12", 3, 8}, {"2026-11", 4, 4}, {"2026-12", 7, 15}, {"2026-12", 2, 17}}
+	if !slices.Equal(ws, want) {
+		t.Errorf("windows (period, counted, node counter) = %v, want %v", ws, want)
 	}
 }

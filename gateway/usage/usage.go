@@ -356,11 +356,15 @@ func (r *Recorder) open(dir string, newSpool bool) error {
 		return nil
 	}
 	if m.l != want && r.halves[0].state() == stateFree && r.halves[1].state() == stateFree {
-		period := m.period()
-		c, b := m.u64(fhCumCounted).Load(), m.u64(fhCumBillable).Load()
+		period, period2 := m.period(), cstring(m.b[fhPeriod2:fhPeriod2+8])
+		c, b := m.cum(period)
+		c2, b2 := m.cum(period2)
 		m.close()
 		if m, err = createMap(path, want, id, period, c, b, r.opts.NoSync); err != nil {
 			return fmt.Errorf("usage: window file: %w", err)
+		}
+		if period2 != "" {
+			m.setCum(period2, c2, b2)
 		}
 		r.setMapping(m)
 	}

@@ -165,10 +165,7 @@ func (r *Recorder) spoolHalf(h *half, renumber bool) error {
 	fresh := h.state() != stateClosing || renumber || seq == 0 || seq > last+1
 	if fresh {
 		period := periodOf(h.start())
-		var bc, bb uint64
-		if r.m.period() == period {
-			bc, bb = r.m.u64(fhCumCounted).Load(), r.m.u64(fhCumBillable).Load()
-		}
+		bc, bb := r.m.cum(period)
 		putCString(h.hdr[hhPeriod:hhPeriod+8], period)
 		h.u64(hhBaseCounted).Store(bc)
 		h.u64(hhBaseBillable).Store(bb)
