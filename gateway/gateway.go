@@ -485,9 +485,39 @@ func (n *Node) shutdown() {
 		})
 	}
 	wg.Wait()
+	if cut.Load() > 0 {
+		n.awaitHandlers(cutGrace)
+	}
 	_, done := n.requests()
 	n.log.Info("drained", "took", time.Since(start).Round(time.Millisecond).String(), "drained", done-finished, "cut", cut.Load())
 	n.Close()
+}
+
+// cutGrace bounds the wait, after the drain deadline closed the last
+// connections, for their handlers to return: Server.Close does not wait
+// for them, and a request they finish after the usage recorder is sealed
+// would go uncounted.
+const cutGrace = 2 * time.Second
+
+// awaitHandlers returns once every request started has finished (its
+// record handed to the sinks, usage included), or after d.
+func (n *Node) awaitHandlers(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		if started, finished := n.requests(); started == finished {
+			return
+		}
+		select {
+		case <-t.C:
+			started, finished := n.requests()
+			n.log.Warn("requests still running after their connections were closed", "running", started-finished)
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // keepAliveGrace bounds step 2 of the drain: longer than any busy

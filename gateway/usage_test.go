@@ -3,6 +3,8 @@ package gateway_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -419,5 +421,57 @@ func TestUsageMarkKept(t *testing.T) {
 	}
 	if s := again.seqs(); len(s) == 0 || slices.Min(s) != 3 {
 		t.Errorf("after the restart the node shipped seqs %v, want from 3", s)
+	}
+}
+
+// TestUsageCountsCutRequests: a request still running when the drain
+// deadline closes its connection finishes before the recorder seals its
+// last window, so it is counted.
+func TestUsageCountsCutRequests(t *testing.T) {
+	t.Parallel()
+	arrived, release := make(chan struct{}), make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(arrived)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(slow.Close)
+	t.Cleanup(func() { close(release) })
+	cfg, _ := usageConfig(t)
+	cfg.Clusters = append(cfg.Clusters, cluster("slow", strings.TrimPrefix(slow.URL, "http://")))
+	cfg.Routes = append(cfg.Routes, &configv1.Route{Id: "slow", Team: "t", Path: "/slow/{rest=**}", Cluster: "slow", Auth: public})
+	sender := &memSender{}
+	g := gatewaytest.Start(t, cfg, func(o *gateway.Options) {
+		o.DrainTimeout = 100 * time.Millisecond
+		o.Usage = &gateway.UsageOptions{Dir: t.TempDir(), Window: time.Hour, NoSync: true, Sender: sender}
+	})
+	c := gatewaytest.HTTP1Client(t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req, _ := http.NewRequest("GET", g.URL()+"/slow/x", nil)
+		if resp, err := c.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	select {
+	case <-arrived:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow request did not reach its backend")
+	}
+	if err := g.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	var counted uint64
+	sender.mu.Lock()
+	for _, w := range sender.ws {
+		counted += w.GetCounted()
+	}
+	sender.mu.Unlock()
+	if counted != 1 {
+		t.Errorf("the windows shipped count %d calls, want the cut one", counted)
 	}
 }
