@@ -32,13 +32,15 @@ type UsageOptions struct {
 	// process holds, to ship what they hold; zero means
 	// DefaultUsageAdoptInterval.
 	AdoptInterval time.Duration
-	// Window is how long a window is; zero means 10 s.
+	// Window is how long a window is; zero means 10 s. It must divide a
+	// day and lie between 10 ms and 1 h.
 	Window time.Duration
 	// SyncInterval is how often the window file is written to disk, what
 	// a machine crash may lose; zero means 1 s.
 	SyncInterval time.Duration
-	// SpoolBytes bounds the spool; zero means 1 GiB. When it is full the
-	// node goes on serving and counting, and windows wait.
+	// SpoolBytes bounds the spool; zero means 1 GiB, and it may be no
+	// less than MinUsageSpoolBytes. When it is full the node goes on
+	// serving and counting, and windows wait.
 	SpoolBytes int64
 	// Sender ships the spooled windows (gateway/usage/kafka, or an
 	// in-process delivery); nil: windows are spooled and wait there.
@@ -99,10 +101,26 @@ type nodeUsage struct {
 
 var _ distribution.Usage = (*nodeUsage)(nil)
 
+// MinUsageSpoolBytes is the least UsageOptions.SpoolBytes may be.
+const MinUsageSpoolBytes = 64 << 20
+
+// minUsageWindow is the shortest UsageOptions.Window, for tests.
+const minUsageWindow = 10 * time.Millisecond
+
 // openUsage opens the recorder of o and builds its shipper.
 func (n *Node) openUsage(o *UsageOptions, nodeID, region string) (*nodeUsage, error) {
 	if o.Dir == "" {
 		return nil, &UsageError{Err: fmt.Errorf("no directory given")}
+	}
+	switch {
+	case o.Window < 0 || o.Window > 0 && (o.Window < minUsageWindow || o.Window > time.Hour || 24*time.Hour%o.Window != 0):
+		// A window that does not divide the day would straddle every
+		// period's end; a tiny one would rotate in a busy loop.
+		return nil, &UsageError{Dir: o.Dir, Err: fmt.Errorf("window %s: want between %s and 1h, dividing a day", o.Window, minUsageWindow)}
+	case o.SpoolBytes < 0 || o.SpoolBytes > 0 && o.SpoolBytes < MinUsageSpoolBytes:
+		// Below a few of the largest window records the spool would be
+		// full for good, and the open window never closed.
+		return nil, &UsageError{Dir: o.Dir, Err: fmt.Errorf("spool bound %d bytes: want at least %d", o.SpoolBytes, MinUsageSpoolBytes)}
 	}
 	ro := usage.Options{
 		NodeID: nodeID, Region: region, Window: o.Window, SyncInterval: o.SyncInterval,

@@ -275,6 +275,35 @@ func TestUsageDirUnusable(t *testing.T) {
 	}
 }
 
+// TestUsageOptionsChecked: a window that does not divide a day or is out
+// of bounds, and a spool bound too small to hold a few windows, are
+// refused with a *UsageError before anything is opened.
+func TestUsageOptionsChecked(t *testing.T) {
+	t.Parallel()
+	for _, o := range []gateway.UsageOptions{
+		{Window: -time.Second},
+		{Window: time.Nanosecond},
+		{Window: 7 * time.Second}, // does not divide a day
+		{Window: 2 * time.Hour},
+		{SpoolBytes: -1},
+		{SpoolBytes: 1 << 20},
+	} {
+		dir := t.TempDir()
+		o.Dir, o.NoSync = dir, true
+		_, err := gateway.New(gateway.Options{
+			Listeners: []gateway.Listener{{Listener: gatewaytest.Listen(t)}}, Logger: gatewaytest.Logger(),
+			Usage: &o,
+		})
+		var uerr *gateway.UsageError
+		if !errors.As(err, &uerr) {
+			t.Errorf("New with window %s, spool bytes %d = %v, want a *UsageError", o.Window, o.SpoolBytes, err)
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+			t.Errorf("window %s, spool bytes %d: the refused options left %d files", o.Window, o.SpoolBytes, len(ents))
+		}
+	}
+}
+
 // TestUsageShipsLastWindow: a node that stops ships the window it closes
 // as it stops, so that a node that never comes back takes no count with
 // it.
