@@ -261,14 +261,29 @@ func (s *Shipper) Resend(from, to uint64) {
 	if from == 0 {
 		from = 1
 	}
-	if to < from {
-		return
+	if to = min(to, s.sp.Last()); to < from {
+		return // nothing spooled to send
 	}
 	s.mu.Lock()
+	defer s.Notify()
+	defer s.mu.Unlock()
+	for _, r := range s.resends {
+		if r.from <= from && to <= r.to {
+			return // asked for already, not yet sent
+		}
+	}
+	if n := len(s.resends); n >= maxResends {
+		// However often a caller asks, the queue stays bounded: the last
+		// range grows to cover the new one (a window sent once more than
+		// asked is a duplicate, which the quota service absorbs).
+		s.resends[n-1] = seqRange{min(s.resends[n-1].from, from), max(s.resends[n-1].to, to)}
+		return
+	}
 	s.resends = append(s.resends, seqRange{from, to})
-	s.mu.Unlock()
-	s.Notify()
 }
+
+// maxResends bounds the ranges Resend queues.
+const maxResends = 64
 
 // Stats returns the shipper's counters.
 func (s *Shipper) Stats() Stats {

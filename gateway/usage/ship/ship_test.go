@@ -534,3 +534,31 @@ func TestMarkAboveLast(t *testing.T) {
 		t.Errorf("trimmed %d, saved %d after marks above the spool, want 0", st.Trimmed, saved.Load())
 	}
 }
+
+// TestResendBounded: a window asked for again and again while the
+// sender is down is sent once, and the ranges Resend queues stay bounded
+// however many a caller sends; a range beyond the spool is cut at its
+// last window.
+func TestResendBounded(t *testing.T) {
+	t.Parallel()
+	sp := openSpool(t)
+	appendWindows(t, sp, 1, 100, 1)
+	f := &fakeSender{}
+	s := start(t, ship.Options{Spool: sp, Sender: f, Batch: 10})
+	waitFor(t, "100 windows", func() bool { return s.Stats().Shipped == 100 })
+	f.setFail(errors.New("down"))
+	for range 50 {
+		s.Resend(1, 100)
+	}
+	for i := uint64(1); i <= 100; i++ {
+		s.Resend(i, i)   // inside the range queued: nothing more
+		s.Resend(i, 1e9) // beyond the spool: cut at 100
+	}
+	f.setFail(nil)
+	waitFor(t, "100 re-sent", func() bool { return s.Stats().Resent >= 100 })
+	s.Resend(1, 1) // queued last: once it is sent, everything before is
+	waitFor(t, "the last re-send", func() bool { return s.Stats().Resent >= 101 })
+	if got := s.Stats().Resent; got != 101 {
+		t.Errorf("Stats().Resent = %d, want 101: each window once, then the last ask", got)
+	}
+}
